@@ -1,0 +1,27 @@
+"""Where titanflow reads and writes on disk.
+
+Every run writes under ``runs/<run-id>/``; shared, content-addressed caches
+(built assets, compile caches) live under the cache root. Both roots can be
+moved with environment variables so CI and users can point them elsewhere.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+#: The repository root (this file lives in ``<root>/titanflow/``).
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+#: Assets committed with the repository (the real-text dataset and its provenance).
+SHIPPED_ASSETS = REPO_ROOT / "assets"
+
+
+def cache_root() -> Path:
+    """Root of the content-addressed caches: ``$TITANFLOW_CACHE`` or ``<repo>/.cache``."""
+    return Path(os.environ.get("TITANFLOW_CACHE", REPO_ROOT / ".cache")).resolve()
+
+
+def runs_root() -> Path:
+    """Default parent of ``<run-id>/`` folders: ``$TITANFLOW_RUNS`` or ``<repo>/runs``."""
+    return Path(os.environ.get("TITANFLOW_RUNS", REPO_ROOT / "runs")).resolve()
