@@ -1,0 +1,58 @@
+"""Scaled-dot-product attention that consumes torchtitan's document mask.
+
+torchtitan 0.3.0 builds a FlexAttention ``BlockMask`` (causal AND same-document,
+from the dataloader's per-document ``positions``) and its language models accept
+only flex/varlen attention. FlexAttention has no backward on CPU, and the
+walkthrough's Neuron fork runs ``attn_backend="sdpa"``. :class:`MaskedSDPAttention`
+keeps torchtitan's mask construction (its Config subclasses FlexAttention's, so
+``Decoder.get_attention_masks`` still builds the BlockMask) and evaluates the
+mask's ``mask_mod`` densely, then calls ``F.scaled_dot_product_attention`` with it.
+Numerically it is the same attention; the dense [B, 1, L, L] bool mask costs
+O(B L^2) memory, fine for the short sequences it is used with.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention.flex_attention import BlockMask, create_mask
+from torchtitan.models.common.attention import FlexAttention
+
+
+class MaskedSDPAttention(FlexAttention):
+    """Inner attention: SDPA with torchtitan's block-causal document mask made dense.
+
+    Inputs ``q_BLNH`` [batch, seq, n_heads, head_dim], ``k_BLNH`` / ``v_BLNH``
+    [batch, seq, n_kv_heads, head_dim]; returns [batch, seq, n_heads, head_dim].
+    """
+
+    @dataclass(kw_only=True, slots=True)
+    class Config(FlexAttention.Config):
+        pass
+
+    def forward(
+        self,
+        q_BLNH: torch.Tensor,
+        k_BLNH: torch.Tensor,
+        v_BLNH: torch.Tensor,
+        *,
+        attention_masks: BlockMask,
+        scale: float | None = None,
+        enable_gqa: bool = False,
+        **_unused,
+    ) -> torch.Tensor:
+        if not isinstance(attention_masks, BlockMask):
+            raise TypeError(f"MaskedSDPAttention needs a BlockMask, got {type(attention_masks).__name__}")
+        batch, seq_len = q_BLNH.shape[0], q_BLNH.shape[1]
+        mask_B1LL = create_mask(attention_masks.mask_mod, batch, None, seq_len, seq_len, device=q_BLNH.device)
+        out_BNLH = F.scaled_dot_product_attention(
+            q_BLNH.transpose(1, 2),
+            k_BLNH.transpose(1, 2),
+            v_BLNH.transpose(1, 2),
+            attn_mask=mask_B1LL,
+            scale=scale,
+            enable_gqa=enable_gqa,
+        )
+        return out_BNLH.transpose(1, 2)

@@ -1,0 +1,47 @@
+"""The module torchrun runs on every rank: apply the target's compat layer, then
+hand over to ``torchtitan.train``.
+
+    TITANFLOW_JOB=runs/<id>/job/job.json torchrun --nproc_per_node=2 \\
+        -m titan_cfg.entry --module titan_cfg.config_registry --config titanflow_job
+
+``python -m titan_cfg.entry --render JOB OUT`` instead builds the job's
+torchtitan config without training and writes it as JSON (render_config uses
+it, so a bad config fails before any rank starts).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+from titan_cfg.compat import apply as apply_compat
+from titan_cfg.compat.cpu import make_importable_without_triton
+from titan_cfg.job import JOB_ENV, Job
+
+
+def render(job_path: Path, out_path: Path) -> None:
+    """Write ``trainer_config.build(job).to_dict()`` as JSON to ``out_path``."""
+    make_importable_without_triton()  # import-only fix; changes no behaviour
+    from titan_cfg import trainer_config
+
+    config = trainer_config.build(Job.read(job_path))
+    out_path.write_text(json.dumps(config.to_dict(), indent=2, sort_keys=True, default=str) + "\n")
+
+
+def main() -> None:
+    """torchrun entry: compat for the job's target, then torchtitan's trainer main."""
+    applied = apply_compat(Job.read(Path(os.environ[JOB_ENV])).target)
+    if applied and os.environ.get("RANK", "0") == "0":
+        print(f"titanflow: compat layer applied: {', '.join(applied)}", flush=True)
+    from torchtitan.train import main as torchtitan_main
+
+    torchtitan_main()
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 4 and sys.argv[1] == "--render":
+        render(Path(sys.argv[2]), Path(sys.argv[3]))
+    else:
+        main()

@@ -1,0 +1,71 @@
+"""The job file: one rendered run, as torchrun's ranks read it.
+
+``render_config`` writes ``runs/<id>/job/job.json``; the torchrun entry module
+and the ``titanflow_job`` config function read it back through
+``$TITANFLOW_JOB``. Every path in it is absolute, every size resolved, so the
+file alone reproduces the torchtitan config.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+#: Environment variable naming the job file inside torchrun's ranks.
+JOB_ENV = "TITANFLOW_JOB"
+
+#: torchtitan's checkpoint folder name under the dump folder (its default).
+CHECKPOINT_FOLDER = "checkpoint"
+
+
+class Job(BaseModel):
+    """A fully resolved training job (sizes are counts; lr is per-step AdamW lr)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    run_id: str
+    scenario: str
+    target: str
+    init: Literal["random", "pretrained"]
+    weights_dir: str         # HF folder: config.json, tokenizer (and weights when pretrained)
+    dataset_path: str        # c4_test-format folder (JSON lines with "text")
+    dump_folder: str         # torchtitan's output folder for this run
+    steps: int
+    global_batch_size: int   # sequences per step over all ranks
+    local_batch_size: int    # sequences per step per rank
+    seq_len: int             # tokens per sequence
+    lr: float
+    warmup_steps: int
+    seed: int
+    export_dtype: Literal["float32", "bfloat16", "float16"]
+    compile: bool
+    attention: str           # "flex" or "sdpa"
+    spmd_backend: str | None
+    compile_backend: str | None
+    activation_checkpoint: Literal["none", "full", "selective"]
+
+    @property
+    def export_step_dir(self) -> Path:
+        """Where torchtitan's ``last_save_in_hf`` writes the final step's safetensors."""
+        return Path(self.dump_folder) / CHECKPOINT_FOLDER / f"step-{self.steps}"
+
+    def write(self, path: Path) -> Path:
+        """Write as indented JSON; returns ``path``."""
+        path.write_text(self.model_dump_json(indent=2) + "\n")
+        return path
+
+    @classmethod
+    def read(cls, path: Path | None = None) -> "Job":
+        """Read ``path``, or the file named by ``$TITANFLOW_JOB``.
+
+        Raises:
+            RuntimeError: neither given.
+        """
+        if path is None:
+            if JOB_ENV not in os.environ:
+                raise RuntimeError(f"${JOB_ENV} is not set: titan_cfg configs run from a rendered job file")
+            path = Path(os.environ[JOB_ENV])
+        return cls.model_validate_json(Path(path).read_text())

@@ -1,0 +1,46 @@
+"""Scenarios: what is trained, as torchtitan base configs (one function each).
+
+A scenario function takes the rendered :class:`~titan_cfg.job.Job` and returns
+the torchtitan ``Trainer.Config`` it starts from, the way torchtitan's
+``config_registry`` functions do; :mod:`titan_cfg.trainer_config` then applies
+the target's and the job's edits. The names and their one-line descriptions are
+importable without torch (the flow validates against them).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable
+
+from titan_cfg.job import Job
+from titan_cfg.model_spec import qwen3_shape, torchtitan_model_spec
+
+if TYPE_CHECKING:
+    from torchtitan.trainer import Trainer
+
+
+def native(job: Job) -> "Trainer.Config":
+    """torchtitan's own Qwen3 (walkthrough scenario 2): ``qwen3_32b()`` with the
+    checkpoint's spec swapped in.
+
+    The walkthrough swaps ``model_registry("4B")`` into ``qwen3_32b()``; here the
+    spec is built from the weights folder's config.json instead, which keeps
+    Instruct-2507's rope_theta 5e6 (the "4B" flavor hard-codes 1e6). The
+    32B-specific ``hf_assets_path`` and ``export_dtype="float16"`` that
+    ``qwen3_32b()`` carries are replaced in :func:`titan_cfg.trainer_config.build`.
+    """
+    from torchtitan.models.qwen3.config_registry import qwen3_32b
+
+    shape = qwen3_shape(Path(job.weights_dir))
+    config = qwen3_32b()
+    config.model_spec = torchtitan_model_spec(
+        shape, flavor=f"hf:{Path(job.weights_dir).name}", max_seq_len=shape.max_position_embeddings
+    )
+    config.loss.loss_fn.global_vocab_size = shape.vocab_size
+    return config
+
+
+#: scenario name -> (base-config function, one-line description)
+SCENARIOS: dict[str, tuple[Callable[[Job], "Trainer.Config"], str]] = {
+    "native": (native, "torchtitan native Qwen3 (dense), spec from the checkpoint's config.json"),
+}

@@ -1,0 +1,119 @@
+"""Where a scenario runs: launcher, world size, environment and the target's
+training knobs, one function per target (read them side by side).
+
+A target says *how* to run; the scenario says *what* to train. Figures for trn2
+come from the AWS walkthrough on one trn2.48xlarge: 16 Trainium2 chips x 8
+physical NeuronCores, grouped in pairs at LNC=2 = 64 logical cores = 64 ranks,
+about 24 GiB HBM each.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+
+class Target(BaseModel):
+    """A hardware target: how torchrun launches ranks and what they may use.
+
+    ``nproc_per_node`` ranks on one node (world size); ``global_batch_size``
+    sequences per step over all ranks (``local = global / world size``),
+    ``seq_len`` tokens each.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    device: str                  # torch device type of each rank
+    nproc_per_node: int          # ranks = world size (single node)
+    lnc: int | None = None       # Neuron logical-NeuronCore config (trn2 only)
+    global_batch_size: int       # sequences per optimizer step, all ranks
+    seq_len: int                 # tokens per sequence
+    attention: str               # inner attention: "flex" (upstream) or "sdpa" (titan_cfg.attention)
+    spmd_backend: str | None = None  # torchtitan parallelism.spmd_backend override
+    compile_backend: str | None = None  # torch.compile backend when compile is on
+    activation_checkpoint: str = "full"  # "none" | "full" | "selective"
+    env: dict[str, str]          # environment every rank gets (on top of the caller's)
+
+    def missing_runtime(self) -> str | None:
+        """Why this machine cannot launch the target (None when it can); checked before any compute."""
+        import importlib.util
+
+        if self.device == "neuron" and importlib.util.find_spec("torch_neuronx") is None:
+            return "torch-neuronx is not installed (trn2 runs on a Neuron node; here it is rendered only)"
+        if self.device == "cuda":
+            import torch
+
+            if torch.cuda.device_count() < self.nproc_per_node:
+                return f"needs {self.nproc_per_node} CUDA devices, found {torch.cuda.device_count()}"
+        return None
+
+
+def cpu() -> Target:
+    """CI, laptops: gloo, 2 ranks with FSDP 2, tiny shapes.
+
+    FSDP over 2 processes needs ``spmd_backend="partial_dtensor"`` in torchtitan 0.3.0:
+    the default fails ("all parameters must be DTensors") and ``full_dtensor`` logs a
+    loss off by the data-parallel factor (measured, shared/notes).
+    """
+    return Target(
+        name="cpu",
+        device="cpu",
+        nproc_per_node=2,
+        global_batch_size=4,
+        seq_len=256,
+        attention="sdpa",  # FlexAttention has no backward on CPU
+        spmd_backend="partial_dtensor",
+        compile_backend="inductor",
+        activation_checkpoint="none",  # tiny model: memory is not the limit, time is
+        env={
+            "OMP_NUM_THREADS": "1",  # 2 ranks on 2 cores
+            "HF_HUB_OFFLINE": "1",
+            "HF_DATASETS_OFFLINE": "1",
+            "TOKENIZERS_PARALLELISM": "false",
+        },
+    )
+
+
+def trn2() -> Target:
+    """One trn2.48xlarge: 64 ranks at LNC=2 on torch-neuronx (walkthrough scenario 2:
+    global batch 64, batch 1 per rank, data parallel over all ranks).
+
+    ``NEURON_LOGICAL_NC_CONFIG`` must match the compiler's logical-NC setting;
+    public scripts also set ``NEURON_RT_VIRTUAL_CORE_SIZE``. ``seq_len`` 4096 is
+    ``qwen3_32b()``'s, which the walkthrough's native scenario starts from.
+    """
+    return Target(
+        name="trn2",
+        device="neuron",
+        nproc_per_node=64,
+        lnc=2,
+        global_batch_size=64,
+        seq_len=4096,
+        attention="sdpa",  # the walkthrough's model_registry("4B", attn_backend="sdpa")
+        compile_backend="neuron",
+        env={
+            "NEURON_LOGICAL_NC_CONFIG": "2",
+            "NEURON_RT_VIRTUAL_CORE_SIZE": "2",
+            "NEURON_RT_NUM_CORES": "64",
+            "HF_HUB_OFFLINE": "1",
+            "HF_DATASETS_OFFLINE": "1",
+            "TOKENIZERS_PARALLELISM": "false",
+        },
+    )
+
+
+def cuda() -> Target:
+    """torchtitan as upstream intends: NCCL, flex attention, one node of 8 GPUs."""
+    return Target(
+        name="cuda",
+        device="cuda",
+        nproc_per_node=8,
+        global_batch_size=64,
+        seq_len=4096,
+        attention="flex",
+        compile_backend="inductor",
+        env={"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"},
+    )
+
+
+TARGETS = {"cpu": cpu, "trn2": trn2, "cuda": cuda}

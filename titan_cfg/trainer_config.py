@@ -1,0 +1,83 @@
+"""Build the torchtitan ``Trainer.Config`` of a rendered job: the scenario's base
+config, then the edits every run needs (paths, sizes, checkpoint/export, target knobs).
+
+Each edit names the torchtitan field it sets; the order is scenario -> job, so a
+reader sees every value that differs from the scenario's upstream config here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING
+
+from titan_cfg.job import CHECKPOINT_FOLDER, Job
+from titan_cfg.scenarios import SCENARIOS
+
+if TYPE_CHECKING:
+    from torchtitan.trainer import Trainer
+
+
+def use_attention(model_config, attention: str) -> None:
+    """Set every layer's inner attention: "flex" keeps torchtitan's, "sdpa" uses
+    :class:`titan_cfg.attention.MaskedSDPAttention`.
+
+    Raises:
+        ValueError: unknown name.
+    """
+    if attention == "flex":
+        return
+    if attention != "sdpa":
+        raise ValueError(f"attention: unknown implementation {attention!r}; known: flex, sdpa")
+    from titan_cfg.attention import MaskedSDPAttention
+
+    for layer in model_config.layers:
+        layer.attention.inner_attention = MaskedSDPAttention.Config()
+
+
+def build(job: Job) -> "Trainer.Config":
+    """The complete torchtitan config for ``job`` (no tensors are created)."""
+    from torchtitan.components.optimizer import default_adamw
+    from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC
+    from torchtitan.hf_datasets.text_datasets import HuggingFaceTextDataLoader
+
+    base, _ = SCENARIOS[job.scenario]
+    config = base(job)
+    use_attention(config.model_spec.model, job.attention)
+
+    config.hf_assets_path = job.weights_dir  # tokenizer (and HF weights) folder
+    config.dump_folder = job.dump_folder
+    config.dataloader = HuggingFaceTextDataLoader.Config(dataset="c4_test", dataset_path=job.dataset_path)
+    config.training = dataclasses.replace(
+        config.training,
+        steps=job.steps,
+        local_batch_size=job.local_batch_size,
+        global_batch_size=job.global_batch_size,
+        seq_len=job.seq_len,
+    )
+    config.optimizer = default_adamw(lr=job.lr)
+    config.lr_scheduler = dataclasses.replace(config.lr_scheduler, warmup_steps=job.warmup_steps)
+    config.parallelism = dataclasses.replace(config.parallelism, data_parallel_shard_degree=-1)
+    if job.spmd_backend:
+        config.parallelism.spmd_backend = job.spmd_backend
+    config.activation_checkpoint = {
+        "none": None,
+        "full": FullAC.Config(),
+        "selective": SelectiveAC.Config(),
+    }[job.activation_checkpoint]
+    config.compile = dataclasses.replace(config.compile, enable=job.compile, backend=job.compile_backend or "inductor")
+    config.metrics = dataclasses.replace(config.metrics, log_freq=1)
+    config.debug = dataclasses.replace(config.debug, seed=job.seed)
+
+    # Save the last step, model only, as HF safetensors (the export the flow validates).
+    config.checkpoint = dataclasses.replace(
+        config.checkpoint,
+        enable=True,
+        folder=CHECKPOINT_FOLDER,
+        interval=job.steps,
+        last_save_model_only=True,
+        last_save_in_hf=True,
+        export_dtype=job.export_dtype,
+        initial_load_path=None,
+        initial_load_in_hf=False,
+    )
+    return config
