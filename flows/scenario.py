@@ -1,0 +1,113 @@
+"""The ``qwen3-scenario`` flow: one scenario, from weights to a judged loss.
+
+    pull_weights -> render_config -> compile_warmup -> train -> export -> validate -> compare_loss -> report
+
+Parameters left ``None`` take :class:`titanflow.params.ScenarioRun`'s defaults;
+the resolved parameters are logged and written to ``summary.json``. Bad
+parameters fail here, before any task runs.
+"""
+
+from __future__ import annotations
+
+import datetime
+import secrets
+from pathlib import Path
+
+from prefect import flow, runtime
+from prefect.logging import get_run_logger
+
+from tasks.compare import compare_loss
+from tasks.config import render_config
+from tasks.export import export
+from tasks.report import report
+from tasks.train import train
+from tasks.validate import validate
+from tasks.warmup import compile_warmup
+from tasks.weights import pull_weights
+from titanflow.params import ScenarioRun, check_runs_dir_writable
+from titanflow.summary import SUMMARY, RunRecorder
+
+
+def new_run_id(run: ScenarioRun) -> str:
+    """``<scenario>-<target>-<init>-<UTC time>-<4 hex>``: sortable and unique."""
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M%S")
+    return f"{run.scenario}-{run.target}-{run.init}-{stamp}-{secrets.token_hex(2)}"
+
+
+def prepare(params: dict) -> tuple[ScenarioRun, Path]:
+    """Validate parameters and create ``runs/<run-id>/``; nothing else is written.
+
+    Raises:
+        pydantic.ValidationError / ValueError: a bad field (the message names it).
+        RuntimeError: the target cannot run on this machine.
+    """
+    run = ScenarioRun.model_validate({k: v for k, v in params.items() if v is not None})
+    missing = run.target_spec.missing_runtime()
+    if missing:
+        raise RuntimeError(f"target: {run.target} cannot run here: {missing}")
+    root = run.runs_root()
+    check_runs_dir_writable(root)
+    run_dir = root / (run.run_id or new_run_id(run))
+    run_dir.mkdir(exist_ok=False)
+    return run, run_dir
+
+
+@flow(name="qwen3-scenario")
+def qwen3_scenario(
+    scenario: str | None = None,
+    target: str | None = None,
+    init: str | None = None,
+    weights: str | None = None,
+    steps: int | None = None,
+    global_batch_size: int | None = None,
+    seq_len: int | None = None,
+    nproc: int | None = None,
+    lr: float | None = None,
+    warmup_steps: int | None = None,
+    seed: int | None = None,
+    export_dtype: str | None = None,
+    compile: bool | None = None,
+    timeout_s: float | None = None,
+    runs_dir: str | None = None,
+    run_id: str | None = None,
+) -> dict:
+    """Run one Qwen3 scenario; returns the summary dict (also in ``runs/<id>/summary.json``).
+
+    Raises:
+        on bad parameters before any task; otherwise the failing task's error,
+        after summary.json names that task.
+    """
+    run, run_dir = prepare(dict(locals()))  # first line: locals() is exactly the parameters
+    logger = get_run_logger()
+    logger.info("run %s with %s", run_dir.name, run.model_dump_json())
+    record = RunRecorder(run_dir, {
+        "run_id": run_dir.name, "scenario": run.scenario, "target": run.target, "init": run.init,
+        "steps": run.steps, "parameters": run.model_dump(), "flow_run_id": str(runtime.flow_run.id),
+    })
+    trained = None
+    try:
+        with record.task("pull_weights"):
+            weights_dir = pull_weights(run.weights)
+        with record.task("render_config"):
+            rendered = render_config(run, weights_dir, str(run_dir))
+        with record.task("compile_warmup"):
+            record.fields["compile_warmup"] = compile_warmup(run, rendered).model_dump()
+        with record.task("train"):
+            trained = train(rendered, run.timeout_s, run.nproc_resolved)
+            record.fields.update(losses=trained.losses, tokens_per_s=trained.tokens_per_s,
+                                 peak_rss_bytes=trained.peak_rss_bytes, peak_memory_gib=trained.peak_memory_gib,
+                                 train_log=trained.log_path)
+        with record.task("export"):
+            export_dir = export(rendered.job_path, str(run_dir))
+            record.fields["export_dir"] = export_dir
+        with record.task("validate"):
+            record.fields["validation"] = validate(export_dir).model_dump()
+        with record.task("compare_loss"):
+            verdict = compare_loss(trained.losses, weights_dir, run.init, run.tolerances)
+            record.fields.update(verdict.model_dump())
+    finally:
+        summary_path = record.write()
+        report(str(summary_path), trained.metrics_path if trained else None)
+    if verdict.verdict != "pass":
+        raise RuntimeError(f"verdict fail: {verdict.reason}; see {summary_path}")
+    return record.fields | {"timings_s": record.timings_s, "summary": str(run_dir / SUMMARY)}

@@ -1,0 +1,106 @@
+"""train: launch the rendered job with torchrun and measure it.
+
+Writes ``runs/<id>/train.log`` (rank 0, streamed live to the Prefect run log),
+``runs/<id>/train/ranks/`` (every rank's own log, from torchrun ``--log-dir``)
+and ``runs/<id>/metrics.csv`` (step, loss, grad_norm, memory_gib, tps).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from prefect import task
+from prefect.logging import get_run_logger
+from pydantic import BaseModel
+
+from tasks.config import RenderedJob
+from titanflow import paths
+from titanflow.metrics import metrics_table
+from titanflow.process import run_streaming
+
+
+class TrainingError(RuntimeError):
+    """torchrun failed, timed out, or logged no step; the message carries the log tail."""
+
+
+class TrainResult(BaseModel):
+    """Summary of a finished training launch (losses in nats, one per step, rank 0)."""
+
+    log_path: str
+    metrics_path: str
+    losses: list[float]
+    tokens_per_s: float        # all ranks: median per-rank tps over steps >= 2, times world size
+    peak_memory_gib: float     # largest per-rank peak torchtitan reported
+    peak_rss_bytes: int        # largest resident set of any process of the launch
+    wall_s: float
+
+
+def resolve_launcher(argv: list[str]) -> list[str]:
+    """Replace a bare ``torchrun`` by the one installed next to this Python (the project venv)."""
+    local = Path(sys.executable).parent / argv[0]
+    return [str(local) if local.exists() else (shutil.which(argv[0]) or argv[0]), *argv[1:]]
+
+
+def launch(rendered: RenderedJob, *, timeout_s: float, log_name: str = "train.log", on_line=lambda _: None,
+           extra_env: dict[str, str] | None = None):
+    """Run the rendered torchrun line; returns (ProcessResult, log path, output lines)."""
+    run_dir = Path(rendered.run_dir)
+    log_path = run_dir / log_name
+    lines: list[str] = []
+
+    def collect(line: str) -> None:
+        lines.append(line)
+        on_line(line)
+
+    result = run_streaming(
+        resolve_launcher(rendered.argv),
+        env={**os.environ, **rendered.env, **(extra_env or {})},
+        log_path=log_path, timeout_s=timeout_s, on_line=collect, cwd=paths.REPO_ROOT,
+    )
+    return result, log_path, lines
+
+
+def run_training(rendered: RenderedJob, *, timeout_s: float, world_size: int, on_line=lambda _: None) -> TrainResult:
+    """Launch, then parse the metrics table.
+
+    Raises:
+        TrainingError: non-zero exit, timeout, or no step line logged (message has the log tail).
+    """
+    result, log_path, lines = launch(rendered, timeout_s=timeout_s, on_line=on_line)
+    table = metrics_table(lines)
+    metrics_path = Path(rendered.run_dir) / "metrics.csv"
+    table.to_csv(metrics_path, index=False)
+    if result.timed_out or result.returncode != 0 or table.empty:
+        why = (f"timed out after {timeout_s:.0f} s" if result.timed_out
+               else f"torchrun exited {result.returncode}" if result.returncode else "no training step was logged")
+        tail = "\n".join(result.tail[-25:])
+        raise TrainingError(f"train: {why}; full log {log_path}\n--- last lines ---\n{tail}")
+    later = table[table.step >= 2].tps
+    per_rank_tps = float(later.median()) if len(later) else float(table.tps.iloc[0])
+    return TrainResult(
+        log_path=str(log_path),
+        metrics_path=str(metrics_path),
+        losses=[float(x) for x in table.loss],
+        tokens_per_s=per_rank_tps * world_size,
+        peak_memory_gib=float(table.memory_gib.max()),
+        peak_rss_bytes=result.peak_rss_bytes,
+        wall_s=result.wall_s,
+    )
+
+
+@task(name="train")
+def train(rendered: RenderedJob, timeout_s: float, world_size: int) -> TrainResult:
+    """Prefect task: :func:`run_training`, each output line forwarded to the run log.
+
+    No retries: a numerics failure must not be retried, and this task cannot
+    tell it from an infrastructure one (the nightly suite classifies).
+    """
+    logger = get_run_logger()
+    result = run_training(rendered, timeout_s=timeout_s, world_size=world_size, on_line=logger.info)
+    if any(math.isnan(x) for x in result.losses):
+        logger.warning("NaN loss logged")
+    return result

@@ -1,0 +1,126 @@
+"""Flow parameters: :class:`ScenarioRun`, validated before anything runs.
+
+Every check here is cheap (no torch import, no compute) and every error names
+the field and the fix, so a bad ``prefect deployment run --param`` or CLI flag
+fails in seconds rather than minutes into training.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from titan_cfg.scenarios import SCENARIOS
+from titan_cfg.targets import TARGETS, Target
+from titanflow import paths
+
+
+class Tolerances(BaseModel):
+    """How far a measured value may sit from its expectation (absolute, in nats)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    first_step_loss: float = Field(
+        0.15,
+        gt=0,
+        description="random init: |measured - derived| first-step loss. 0.15 covers the batch "
+        "mean of the target logit, measured at about +-0.06 (shared/notes), with margin",
+    )
+
+
+class ScenarioRun(BaseModel):
+    """One scenario run as the user asked for it; ``None`` means "the target's default".
+
+    Sizes are counts: ``global_batch_size`` sequences per step over all ranks,
+    ``seq_len`` tokens per sequence; ``timeout_s`` seconds for the training launch.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    scenario: str = "native"
+    target: str = "cpu"
+    init: Literal["random", "pretrained"] = "random"
+    weights: str | None = Field(None, description="local HF folder or Hub id; None: the embedded tiny Qwen3")
+    steps: int = Field(10, ge=1)
+    global_batch_size: int | None = Field(None, ge=1)
+    seq_len: int | None = Field(None, ge=16)
+    nproc: int | None = Field(None, ge=1, description="ranks; None: the target's world size")
+    lr: float = Field(8e-4, gt=0)
+    warmup_steps: int = Field(2, ge=0)
+    seed: int = 0
+    export_dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    compile: bool = False
+    timeout_s: float = Field(1800, gt=0)
+    runs_dir: str | None = Field(None, description="parent of runs/<run-id>; None: $TITANFLOW_RUNS or ./runs")
+    run_id: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    tolerances: Tolerances = Tolerances()
+
+    @model_validator(mode="after")
+    def _check(self) -> "ScenarioRun":
+        if self.scenario not in SCENARIOS:
+            raise ValueError(f"scenario: unknown {self.scenario!r}; known: {', '.join(SCENARIOS)}")
+        if self.target not in TARGETS:
+            raise ValueError(f"target: unknown {self.target!r}; known: {', '.join(TARGETS)}")
+        if self.init == "pretrained":
+            raise ValueError("init: 'pretrained' is not available for this scenario yet; use init='random'")
+        if self.global_batch_size_resolved % self.nproc_resolved:
+            raise ValueError(
+                f"nproc: {self.nproc_resolved} ranks do not divide global_batch_size "
+                f"{self.global_batch_size_resolved}; pick a global_batch_size that is a multiple of nproc"
+            )
+        if self.weights is not None and _looks_like_path(self.weights) and not Path(self.weights).is_dir():
+            raise ValueError(f"weights: folder {self.weights} does not exist; give a local HF folder or a Hub id")
+        return self
+
+    @property
+    def target_spec(self) -> Target:
+        """The :class:`Target` named by ``target``."""
+        return TARGETS[self.target]()
+
+    @property
+    def nproc_resolved(self) -> int:
+        return self.nproc or self.target_spec.nproc_per_node
+
+    @property
+    def global_batch_size_resolved(self) -> int:
+        return self.global_batch_size or self.target_spec.global_batch_size
+
+    @property
+    def seq_len_resolved(self) -> int:
+        return self.seq_len or self.target_spec.seq_len
+
+    def runs_root(self) -> Path:
+        """Parent folder of this run's ``<run-id>/``."""
+        return Path(self.runs_dir).resolve() if self.runs_dir else paths.runs_root()
+
+
+def _looks_like_path(weights: str) -> bool:
+    """A Hub id is ``name`` or ``org/name``; anything absolute, relative-dotted or deeper is a path."""
+    return weights.startswith(("/", ".", "~")) or weights.count("/") > 1 or os.path.isdir(weights)
+
+
+def is_hub_id(weights: str) -> bool:
+    """True for ``org/name``-style ids (what ``huggingface_hub.snapshot_download`` takes)."""
+    return not _looks_like_path(weights) and re.fullmatch(r"[\w.-]+(/[\w.-]+)?", weights) is not None
+
+
+def check_runs_dir_writable(root: Path) -> None:
+    """Fail before compute when the runs folder cannot be created and written.
+
+    Creates ``root`` if needed and writes (then removes) one probe file; a
+    permission check alone is not enough (root passes every ``os.access``).
+
+    Raises:
+        ValueError: names ``runs_dir``, the path and the OS error.
+    """
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=root, prefix=".write-probe-"):
+            pass
+    except OSError as err:
+        raise ValueError(f"runs_dir: {root} is not writable ({err.strerror}); pass runs_dir= a folder you can write") from err
