@@ -85,6 +85,7 @@ def make_job(run: ScenarioRun, weights_dir: Path, run_dir: Path) -> Job:
         spmd_backend=target.spmd_backend,
         compile_backend=target.compile_backend,
         activation_checkpoint=target.activation_checkpoint,
+        mixed_precision_param=target.mixed_precision_param,
     )
 
 
@@ -101,6 +102,7 @@ def launch_line(job: Job, run: ScenarioRun, job_path: Path) -> tuple[list[str], 
         **target.env,
         **cache_env(job, target, shape, paths.cache_root()),
         JOB_ENV: str(job_path),
+        "HF_DATASETS_CACHE": str(paths.cache_root() / "hf_datasets"),  # nothing written to ~/.cache
         "PYTHONUNBUFFERED": "1",  # lines reach the run log as they are printed
         "PYTHONPATH": str(paths.REPO_ROOT),  # titan_cfg importable by every rank
     }

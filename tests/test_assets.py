@@ -19,7 +19,10 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from titan_cfg.model_spec import rope_theta_of
 from titanflow import assets, paths
+from titanflow.assets import botchan
+from titanflow.assets.tokenizer import QWEN3_ADDED_TOKENS
 
 DATASET_DIR = paths.SHIPPED_ASSETS / "botchan_c4"
 
@@ -73,8 +76,8 @@ def test_added_tokens_sit_at_151643_to_151668_in_qwen3_order(built, hf_tokenizer
     config = json.loads((built.tokenizer_dir / "tokenizer_config.json").read_text())
     decoder = config["added_tokens_decoder"]
     assert list(decoder) == [str(i) for i in range(151643, 151669)]
-    assert [(d["content"], d["special"]) for d in decoder.values()] == list(assets.QWEN3_ADDED_TOKENS)
-    contents = [content for content, _ in assets.QWEN3_ADDED_TOKENS]
+    assert [(d["content"], d["special"]) for d in decoder.values()] == list(QWEN3_ADDED_TOKENS)
+    contents = [content for content, _ in QWEN3_ADDED_TOKENS]
     assert hf_tokenizer.convert_tokens_to_ids(contents) == list(range(151643, 151669))
     assert len(hf_tokenizer) == 151669
     special_ids = (hf_tokenizer.eos_token_id, hf_tokenizer.pad_token_id, hf_tokenizer.bos_token_id)
@@ -151,10 +154,10 @@ def test_readme_counts_match_the_committed_documents(hf_tokenizer, documents):
 def test_documents_are_sized_and_hold_no_gutenberg_boilerplate(documents):
     # Derived from split_botchan's knobs: a document is at least DOC_MIN_CHARS long and
     # is closed soon after DOC_MAX_CHARS (at the next sentence-ending line).
-    assert all(len(doc) >= assets.DOC_MIN_CHARS for doc in documents)
-    assert all(len(doc) <= 2 * assets.DOC_MAX_CHARS for doc in documents)
-    assert documents[0].startswith(assets.BOTCHAN_FIRST_LINE)
-    assert documents[-1].endswith(assets.BOTCHAN_LAST_LINE)
+    assert all(len(doc) >= botchan.DOC_MIN_CHARS for doc in documents)
+    assert all(len(doc) <= 2 * botchan.DOC_MAX_CHARS for doc in documents)
+    assert documents[0].startswith(botchan.BOTCHAN_FIRST_LINE)
+    assert documents[-1].endswith(botchan.BOTCHAN_LAST_LINE)
     assert not any("Gutenberg" in doc or "\r" in doc or "\ufeff" in doc for doc in documents)
     assert sum(doc.startswith("CHAPTER ") or "\nCHAPTER " in doc for doc in documents) == 11  # chapters I-XI
 
@@ -182,7 +185,7 @@ def test_tiny_weights_load_tied_with_spec_config_and_finite_logits(built):
     for field in dataclasses.fields(spec):
         if field.name not in ("rope_theta", "seed"):  # rope_theta is nested in 5.x; seed is not config
             assert config[field.name] == getattr(spec, field.name), field.name
-    assert assets.read_rope_theta(config) == spec.rope_theta
+    assert rope_theta_of(config) == spec.rope_theta
     assert model.dtype == torch.float32
     assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
     # Published figure: transformers' Qwen3 init is normal(0, initializer_range).
@@ -214,11 +217,10 @@ def test_tiny_weights_are_reproducible_from_the_seed(built, tmp_path):
     assert all(torch.equal(first[k], second[k]) for k in first)
 
 
-def test_read_rope_theta_reads_5x_and_4x_configs():
-    assert assets.read_rope_theta({"rope_parameters": {"rope_type": "default", "rope_theta": 1e6}}) == 1e6
-    assert assets.read_rope_theta({"rope_theta": 5e6}) == 5e6  # transformers 4.x layout
-    with pytest.raises(KeyError):
-        assets.read_rope_theta({"hidden_size": 64})
+def test_rope_theta_of_reads_5x_and_4x_configs():
+    assert rope_theta_of({"rope_parameters": {"rope_type": "default", "rope_theta": 1e6}}) == 1e6
+    assert rope_theta_of({"rope_theta": 5e6}) == 5e6  # transformers 4.x layout
+    assert rope_theta_of({"hidden_size": 64}) is None
 
 
 def test_tiny_spec_rejects_a_vocabulary_smaller_than_the_tokenizer():

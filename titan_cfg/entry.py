@@ -22,12 +22,13 @@ from titan_cfg.job import JOB_ENV, Job
 
 
 def render(job_path: Path, out_path: Path) -> None:
-    """Write ``trainer_config.build(job).to_dict()`` as JSON to ``out_path``."""
+    """Write the job's torchtitan config (``titan_cfg.config_json`` view) as JSON to ``out_path``."""
     make_importable_without_triton()  # import-only fix; changes no behaviour
     from titan_cfg import trainer_config
+    from titan_cfg.config_json import to_plain
 
     config = trainer_config.build(Job.read(job_path))
-    out_path.write_text(json.dumps(config.to_dict(), indent=2, sort_keys=True, default=str) + "\n")
+    out_path.write_text(json.dumps(to_plain(config), indent=2, sort_keys=True) + "\n")
 
 
 def main() -> None:

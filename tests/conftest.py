@@ -1,0 +1,50 @@
+"""Test environment: Prefect and titanflow caches in a per-session temporary folder.
+
+PREFECT_HOME must be set before anything imports prefect, so it is set here at
+import time; the titanflow cache (tokenizer, tiny weights, compile caches) is
+per session too, so a test never reads a stale build from the working tree.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+_SESSION_DIR = Path(tempfile.mkdtemp(prefix="titanflow-tests-"))
+os.environ["PREFECT_HOME"] = str(_SESSION_DIR / "prefect")
+os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
+os.environ["DO_NOT_TRACK"] = "1"
+os.environ["PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"] = "90"
+os.environ["TITANFLOW_CACHE"] = str(_SESSION_DIR / "cache")
+os.environ["TITANFLOW_RUNS"] = str(_SESSION_DIR / "runs")
+os.environ["HF_HOME"] = str(_SESSION_DIR / "hf")
+os.environ["HF_HUB_OFFLINE"] = "1"
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+@pytest.fixture(scope="session")
+def tiny_assets():
+    """The offline tokenizer, tiny Qwen3 weights and dataset (built once per session, ~3 s)."""
+    from titanflow.assets import ensure_assets
+
+    return ensure_assets()
+
+
+@pytest.fixture()
+def instruct_2507_folder(tmp_path, tiny_assets) -> Path:
+    """A weights folder with Qwen3-4B-Instruct-2507's config.json and the offline Qwen3 tokenizer (no weights)."""
+    folder = tmp_path / "Qwen3-4B-Instruct-2507"
+    folder.mkdir()
+    shutil.copy(FIXTURES / "qwen3-4b-instruct-2507" / "config.json", folder)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(tiny_assets.tokenizer_dir / name, folder)
+    return folder
+
+
+def pytest_sessionfinish(session, exitstatus):
+    shutil.rmtree(_SESSION_DIR, ignore_errors=True)

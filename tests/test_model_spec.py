@@ -1,0 +1,68 @@
+import json
+import shutil
+
+import pytest
+
+from titan_cfg.model_spec import ConfigError, qwen3_shape, rope_theta_of
+
+
+def _folder_with(tmp_path, instruct_2507_folder, **changes):
+    config = json.loads((instruct_2507_folder / "config.json").read_text())
+    config.update(changes)
+    folder = tmp_path / "edited"
+    shutil.copytree(instruct_2507_folder, folder)
+    (folder / "config.json").write_text(json.dumps({k: v for k, v in config.items() if v is not ...}))
+    return folder
+
+
+def test_instruct_2507_shape_keeps_its_rope_base(instruct_2507_folder):
+    shape = qwen3_shape(instruct_2507_folder)
+    # Published config.json: rope_theta 5e6 (the stock torchtitan "4B" flavor hard-codes 1e6).
+    assert shape.rope_theta == 5_000_000
+    assert (shape.hidden_size, shape.num_hidden_layers, shape.head_dim) == (2560, 36, 128)
+    assert shape.max_position_embeddings == 262_144 and shape.tie_word_embeddings
+
+
+def test_rope_theta_read_from_both_config_layouts():
+    assert rope_theta_of({"rope_theta": 1e6}) == 1e6  # transformers 4.x
+    assert rope_theta_of({"rope_parameters": {"rope_type": "default", "rope_theta": 5e6}}) == 5e6  # 5.x
+
+
+def test_torchtitan_spec_matches_the_checkpoint_not_the_stock_flavor(instruct_2507_folder):
+    from titan_cfg.compat.cpu import make_importable_without_triton
+
+    make_importable_without_triton()
+    from torchtitan.models.qwen3 import model_registry
+
+    from titan_cfg.model_spec import torchtitan_model_spec
+
+    shape = qwen3_shape(instruct_2507_folder)
+    spec = torchtitan_model_spec(shape, flavor="hf:x", max_seq_len=shape.max_position_embeddings)
+    attention = spec.model.layers[0].attention
+    assert attention.rope.theta == 5_000_000
+    assert (spec.model.dim, len(spec.model.layers), attention.n_heads, attention.n_kv_heads) == (2560, 36, 32, 8)
+    assert spec.model.enable_weight_tying
+    stock = model_registry("4B").model.layers[0].attention.rope.theta
+    assert stock == 1_000_000, "upstream's 4B flavor changed its rope base: revisit the pitfall note"
+
+
+@pytest.mark.parametrize(
+    ("changes", "names"),
+    [
+        ({"model_type": "llama"}, ["model_type", "'llama'"]),
+        ({"hidden_size": ...}, ["hidden_size"]),
+        ({"num_key_value_heads": 7}, ["num_key_value_heads", "7"]),
+        ({"rms_norm_eps": 1e-5}, ["rms_norm_eps"]),
+    ],
+)
+def test_bad_config_names_the_field(tmp_path, instruct_2507_folder, changes, names):
+    folder = _folder_with(tmp_path, instruct_2507_folder, **changes)
+    with pytest.raises(ConfigError) as err:
+        qwen3_shape(folder)
+    for name in names:
+        assert name in str(err.value)
+
+
+def test_missing_config_json_is_named(tmp_path):
+    with pytest.raises(ConfigError, match="config.json"):
+        qwen3_shape(tmp_path)

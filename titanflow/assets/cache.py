@@ -1,0 +1,63 @@
+"""The content-addressed cache the asset builders share.
+
+A built folder is ``<cache_root>/assets/<name>-<key>/`` where ``key`` hashes everything that
+decides its bytes (inputs, library versions, ``FORMAT_VERSION``). A folder appears under its final
+name only once complete, so a present folder is a finished one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+#: Bump when a builder changes its output without any input or library version changing.
+FORMAT_VERSION = 1
+
+
+def _sha256_file(path: Path) -> str:
+    with path.open("rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def _cache_key(parts: Mapping[str, object]) -> str:
+    """12 hex digits of the sha256 of ``parts`` as canonical JSON."""
+    blob = json.dumps(parts, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:12]
+
+
+def _versions(*distributions: str) -> dict[str, str]:
+    return {name: importlib.metadata.version(name) for name in distributions}
+
+
+def _build_once(final_dir: Path, build: Callable[[Path], object]) -> Path:
+    """Return ``final_dir``, running ``build(tmp_dir)`` first if it does not exist.
+
+    The build writes into a hidden temporary sibling that is renamed onto ``final_dir`` only when
+    ``build`` returns, so an interrupted or failed build leaves nothing under the final name (its
+    temporary folder is removed; only a hard kill leaves a ``.<name>.*.partial`` sibling behind).
+    If another process finishes the same folder first, its result is kept and ours is discarded.
+    """
+    if final_dir.is_dir():
+        return final_dir
+    final_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp_dir = Path(tempfile.mkdtemp(prefix=f".{final_dir.name}.", suffix=".partial", dir=final_dir.parent))
+    try:
+        build(tmp_dir)
+        tmp_dir.chmod(0o755)  # mkdtemp makes it 0700; give the folder ordinary permissions
+        os.replace(tmp_dir, final_dir)
+        log.info("built %s", final_dir)
+    except OSError:
+        if not final_dir.is_dir():  # a real error, not a lost race
+            raise
+    finally:
+        shutil.rmtree(tmp_dir, ignore_errors=True)
+    return final_dir

@@ -1,0 +1,103 @@
+"""Tiny Qwen3 weights: a seeded random init with Qwen3's real vocabulary, for fast scenarios.
+
+No download: ``build_tiny_qwen3`` instantiates ``Qwen3ForCausalLM`` from a ``TinySpec`` and saves a
+standard Hugging Face model folder that also holds a copy of the tokenizer files.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from titanflow.assets.tokenizer import QWEN3_ADDED_TOKENS, QWEN_RANKS_COUNT
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TinySpec:
+    """Shape of the tiny Qwen3 used by fast scenarios: real vocabulary, toy width and depth.
+
+    Vocabulary, rope_theta, rms_norm_eps and initializer_range are Qwen3's (Qwen3-4B config.json;
+    the 2507 releases raise rope_theta to 5e6). The rest is chosen small: about 9.8M parameters,
+    of which 9.7M are the tied embedding (151,936 x 64).
+    """
+
+    vocab_size: int = 151_936  # Qwen3 config.json; > 151,669 tokenizer ids (padded for sharding)
+    hidden_size: int = 64
+    num_hidden_layers: int = 2
+    num_attention_heads: int = 4
+    num_key_value_heads: int = 2
+    head_dim: int = 32
+    intermediate_size: int = 192
+    rope_theta: float = 1e6
+    rms_norm_eps: float = 1e-6
+    tie_word_embeddings: bool = True
+    max_position_embeddings: int = 4096
+    initializer_range: float = 0.02  # std of the normal init (transformers' Qwen3 _init_weights)
+    seed: int = 0  # torch.manual_seed before the init
+
+    def __post_init__(self) -> None:
+        tokenizer_ids = QWEN_RANKS_COUNT + len(QWEN3_ADDED_TOKENS)
+        if self.vocab_size < tokenizer_ids:
+            raise ValueError(f"vocab_size {self.vocab_size} < {tokenizer_ids} ids of the Qwen3 tokenizer")
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError(
+                f"num_attention_heads {self.num_attention_heads} is not a multiple of "
+                f"num_key_value_heads {self.num_key_value_heads}"
+            )
+
+
+def build_tiny_qwen3(out_dir: Path, spec: TinySpec, tokenizer_dir: Path) -> Path:
+    """Write a standard HF Qwen3 folder: config.json, model.safetensors, generation_config.json + tokenizer.
+
+    Weights are fp32, initialised by ``Qwen3ForCausalLM`` after ``torch.manual_seed(spec.seed)``
+    (inside ``torch.random.fork_rng``, so the caller's RNG state is untouched); the same spec, torch
+    and transformers give the same tensors. With tied embeddings the file has no ``lm_head.weight``.
+    ``rope_theta`` is saved the transformers 5.x way, under ``rope_parameters`` (read it back with
+    ``titan_cfg.model_spec.rope_theta_of``).
+    EOS and PAD ids are read from the tokenizer (<|im_end|> 151645, <|endoftext|> 151643); no BOS.
+    Returns ``out_dir``.
+    """
+    import torch
+    from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
+
+    start = time.perf_counter()
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    config = Qwen3Config(
+        vocab_size=spec.vocab_size,
+        hidden_size=spec.hidden_size,
+        num_hidden_layers=spec.num_hidden_layers,
+        num_attention_heads=spec.num_attention_heads,
+        num_key_value_heads=spec.num_key_value_heads,
+        head_dim=spec.head_dim,
+        intermediate_size=spec.intermediate_size,
+        rope_parameters={"rope_type": "default", "rope_theta": spec.rope_theta},
+        rms_norm_eps=spec.rms_norm_eps,
+        tie_word_embeddings=spec.tie_word_embeddings,
+        max_position_embeddings=spec.max_position_embeddings,
+        initializer_range=spec.initializer_range,
+        bos_token_id=None,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        dtype="float32",
+    )
+    default_dtype = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float32)
+    try:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(spec.seed)
+            model = Qwen3ForCausalLM(config)
+    finally:
+        torch.set_default_dtype(default_dtype)
+
+    out_dir = Path(out_dir)
+    model.save_pretrained(out_dir)
+    for name in sorted(os.listdir(tokenizer_dir)):
+        shutil.copy2(Path(tokenizer_dir) / name, out_dir / name)
+    log.info("tiny Qwen3 built in %.2f s", time.perf_counter() - start)
+    return out_dir
