@@ -83,14 +83,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     run_id = run.run_id or new_run_id(run)
     summary_path = run.runs_root() / run_id / "summary.json"
-    try:
-        qwen3_scenario(**{**given, "run_id": run_id})
-    except Exception as err:  # noqa: BLE001 - reported below, exit code says it failed
-        print(f"titanflow: run failed: {type(err).__name__}: {err}", file=sys.stderr)
+    state = qwen3_scenario(**{**given, "run_id": run_id}, return_state=True)
     if not summary_path.is_file():
+        print(f"titanflow: flow run {state.name} before writing a summary: {state.message}", file=sys.stderr)
         return 2
     summary = json.loads(summary_path.read_text())
     print_summary(summary)
+    print(f"prefect flow run {summary.get('flow_run_id')}: {state.name}")
     return 0 if summary.get("verdict") == "pass" else 1
 
 

@@ -159,11 +159,7 @@ def _patch_pg_timeouts() -> None:
 # distributed/fsdp.py sets gradient_divide_factor=1.0 so the trainer can scale
 # by the global token count; FSDP then reduces with ReduceOp.PREMUL_SUM, which
 # gloo rejects. Forcing plain SUM reductions gives the same result on CPU.
-def premul_sum_still_needed() -> bool:
-    """True while gloo lacks PREMUL_SUM (checked by the test on a 1-rank gloo group)."""
-    return True  # the runtime check needs a process group: tests/test_compat_cpu.py does it
-
-
+# (tests/test_compat_cpu.py checks on a 1-rank gloo group that PREMUL_SUM is still rejected.)
 def _patch_fsdp_reduce_op() -> None:
     import torchtitan.distributed.fsdp as tt_fsdp
     from torch.distributed.fsdp import FSDPModule

@@ -1,0 +1,66 @@
+"""End to end on CPU: the console script runs the qwen3-scenario flow on Prefect's temporary
+server with real torchrun, torchtitan and transformers (about a minute each)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from titanflow.expectations import random_init_first_step_loss
+
+pytestmark = pytest.mark.e2e
+
+TITANFLOW = Path(sys.executable).parent / "titanflow"
+
+
+def _run(runs_dir: Path, *options: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(TITANFLOW), "run", "native", "--target", "cpu", "--runs-dir", str(runs_dir), *options],
+                          capture_output=True, text=True, timeout=900, env=dict(os.environ))
+
+
+def _summary(runs_dir: Path) -> dict:
+    (run_dir,) = runs_dir.iterdir()
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+def test_native_cpu_random_init_passes_end_to_end(tmp_path):
+    proc = _run(tmp_path, "--steps", "3")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert ": Completed" in proc.stdout
+    summary = _summary(tmp_path)
+    # the tiny model: vocab 151936, hidden 64 -> ln V + 64 * 0.02^2 / 2 (titanflow.expectations)
+    assert summary["expected_first_step_loss"] == pytest.approx(random_init_first_step_loss(151_936, 64))
+    assert abs(summary["first_step_loss"] - summary["expected_first_step_loss"]) <= 0.15
+    assert summary["verdict"] == "pass" and summary["failed_task"] is None
+    assert len(summary["losses"]) == 3 and summary["losses"][-1] < summary["losses"][0]
+    assert summary["validation"]["missing_in_files"] == ["lm_head.weight"]
+    assert summary["validation"]["tied"] and summary["validation"]["lm_head_is_embedding"]
+    assert summary["validation"]["unexpected"] == [] and summary["validation"]["missing"] == []
+    assert summary["compile_warmup"]["status"] == "skipped"
+    assert set(summary["timings_s"]) == {"pull_weights", "render_config", "compile_warmup", "train", "export",
+                                         "validate", "compare_loss"}
+    assert summary["tokens_per_s"] > 0 and summary["peak_rss_bytes"] > 100 * 2**20
+    assert summary["flow_run_id"]
+    run_dir = Path(summary["export_dir"]).parent
+    assert sorted(p.name for p in run_dir.iterdir()) == ["export", "job", "metrics.csv", "summary.json",
+                                                         "train", "train.log"]
+
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(summary["export_dir"])
+    assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
+
+
+def test_killed_training_fails_the_run_and_keeps_its_logs(tmp_path):
+    proc = _run(tmp_path, "--steps", "3", "--timeout-s", "8")
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    summary = _summary(tmp_path)
+    assert summary["failed_task"] == "train" and summary["verdict"] == "fail"
+    assert "timed out after 8 s" in summary["error"]
+    run_dir = tmp_path / summary["run_id"]
+    assert "killed after the 8 s timeout" in (run_dir / "train.log").read_text()
+    assert not (run_dir / "export").exists()
+    assert ": Failed" in proc.stdout
