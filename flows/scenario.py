@@ -9,8 +9,6 @@ parameters fail here, before any task runs.
 
 from __future__ import annotations
 
-import datetime
-import secrets
 from pathlib import Path
 
 from prefect import flow, runtime
@@ -24,31 +22,20 @@ from tasks.train import train
 from tasks.validate import validate
 from tasks.warmup import compile_warmup
 from tasks.weights import pull_weights
-from titanflow.params import ScenarioRun, check_runs_dir_writable
+from titanflow.params import ScenarioRun
+from titanflow.preflight import preflight
 from titanflow.summary import SUMMARY, RunRecorder
 
 
-def new_run_id(run: ScenarioRun) -> str:
-    """``<scenario>-<target>-<init>-<UTC time>-<4 hex>``: sortable and unique."""
-    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M%S")
-    return f"{run.scenario}-{run.target}-{run.init}-{stamp}-{secrets.token_hex(2)}"
-
-
 def prepare(params: dict) -> tuple[ScenarioRun, Path]:
-    """Validate parameters and create ``runs/<run-id>/``; nothing else is written.
+    """Validate parameters (titanflow.preflight) and create ``runs/<run-id>/``; nothing else is written.
 
     Raises:
         pydantic.ValidationError / ValueError: a bad field (the message names it).
-        RuntimeError: the target cannot run on this machine.
     """
     run = ScenarioRun.model_validate({k: v for k, v in params.items() if v is not None})
-    missing = run.target_spec.missing_runtime()
-    if missing:
-        raise RuntimeError(f"target: {run.target} cannot run here: {missing}")
-    root = run.runs_root()
-    check_runs_dir_writable(root)
-    run_dir = root / (run.run_id or new_run_id(run))
-    run_dir.mkdir(exist_ok=False)
+    run_dir = preflight(run)
+    run_dir.mkdir(parents=True)
     return run, run_dir
 
 
@@ -101,7 +88,9 @@ def qwen3_scenario(
             export_dir = export(rendered.job_path, str(run_dir))
             record.fields["export_dir"] = export_dir
         with record.task("validate"):
-            record.fields["validation"] = validate(export_dir).model_dump()
+            validation = validate(export_dir)
+            record.fields["validation"] = validation.model_dump()
+            validation.raise_for_problems()
         with record.task("compare_loss"):
             verdict = compare_loss(trained.losses, weights_dir, run.init, run.tolerances)
             record.fields.update(verdict.model_dump())

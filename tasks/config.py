@@ -24,6 +24,7 @@ from pydantic import BaseModel
 from titan_cfg.compile_cache import cache_env
 from titan_cfg.job import JOB_ENV, Job
 from titan_cfg.model_spec import qwen3_shape
+from titanflow.preflight import check_weights_folder
 from titanflow import paths
 from titanflow.params import ScenarioRun
 
@@ -52,18 +53,10 @@ def make_job(run: ScenarioRun, weights_dir: Path, run_dir: Path) -> Job:
     """Resolve ``run`` against the target and the weights folder.
 
     Raises:
-        RenderError: seq_len beyond the model's context, no tokenizer in the folder.
-        titan_cfg.model_spec.ConfigError: config.json is not a usable Qwen3 config.
+        ValueError: the folder does not fit the run (titanflow.preflight.check_weights_folder).
     """
     target = run.target_spec
-    shape = qwen3_shape(weights_dir)
-    seq_len = run.seq_len_resolved
-    if seq_len > shape.max_position_embeddings:
-        raise RenderError(
-            f"seq_len: {seq_len} exceeds the model's max_position_embeddings {shape.max_position_embeddings}"
-        )
-    if not (weights_dir / "tokenizer.json").is_file():
-        raise RenderError(f"weights: {weights_dir} has no tokenizer.json; torchtitan reads the tokenizer from it")
+    check_weights_folder(run, weights_dir)
     return Job(
         run_id=run_dir.name,
         scenario=run.scenario,
@@ -75,9 +68,9 @@ def make_job(run: ScenarioRun, weights_dir: Path, run_dir: Path) -> Job:
         steps=run.steps,
         global_batch_size=run.global_batch_size_resolved,
         local_batch_size=run.global_batch_size_resolved // run.nproc_resolved,
-        seq_len=seq_len,
+        seq_len=run.seq_len_resolved,
         lr=run.lr,
-        warmup_steps=min(run.warmup_steps, run.steps),
+        warmup_steps=run.warmup_steps_resolved,
         seed=run.seed,
         export_dtype=run.export_dtype,
         compile=run.compile,
@@ -103,6 +96,9 @@ def launch_line(job: Job, run: ScenarioRun, job_path: Path) -> tuple[list[str], 
         **cache_env(job, target, shape, paths.cache_root()),
         JOB_ENV: str(job_path),
         "HF_DATASETS_CACHE": str(paths.cache_root() / "hf_datasets"),  # nothing written to ~/.cache
+        # torch inductor puts its precompiled headers under tempfile.gettempdir() whatever
+        # TORCHINDUCTOR_CACHE_DIR says (torch 2.13 codecache._HEADER_DIR): keep them in the cache too.
+        "TMPDIR": str(paths.cache_root() / "tmp"),
         "PYTHONUNBUFFERED": "1",  # lines reach the run log as they are printed
         "PYTHONPATH": str(paths.REPO_ROOT),  # titan_cfg importable by every rank
     }
@@ -130,6 +126,7 @@ def render(run: ScenarioRun, weights_dir: Path, run_dir: Path) -> RenderedJob:
     job_dir.mkdir(parents=True, exist_ok=True)
     job = make_job(run, weights_dir, run_dir)
     job_path = job.write(job_dir / "job.json")
+    (paths.cache_root() / "tmp").mkdir(parents=True, exist_ok=True)
     argv, env = launch_line(job, run, job_path)
     (job_dir / "launch.json").write_text(json.dumps({"argv": argv, "env": env}, indent=2, sort_keys=True) + "\n")
     exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in sorted(env.items()))

@@ -31,6 +31,14 @@ class ExportError(RuntimeError):
     """torchtitan's save is missing or incomplete; the message names the file."""
 
 
+def _link_or_copy(src: Path, dst: Path) -> None:
+    """Hard-link (no second copy of the weights on disk), or copy across filesystems."""
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
 def assemble_export(job: Job, run_dir: Path) -> Path:
     """Build ``run_dir/export`` from the job's last-step save; return its path.
 
@@ -50,7 +58,7 @@ def assemble_export(job: Job, run_dir: Path) -> Path:
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir()
     for name in [INDEX, *shards]:
-        shutil.copy2(step_dir / name, partial / name)
+        _link_or_copy(step_dir / name, partial / name)
     weights_dir = Path(job.weights_dir)
     config = json.loads((weights_dir / "config.json").read_text())
     config["dtype"] = job.export_dtype

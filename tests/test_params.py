@@ -52,3 +52,62 @@ def test_cli_refuses_bad_input_in_seconds_without_prefect(capsys):
     assert main(["run", "native", "--target", "cpu", "--steps", "0"]) == 2
     assert time.monotonic() - start < 5  # no server started, nothing trained
     assert "steps" in capsys.readouterr().err
+
+
+def test_warmup_longer_than_the_run_is_refused():
+    with pytest.raises(ValidationError, match="warmup_steps"):
+        ScenarioRun(steps=3, warmup_steps=5)
+    assert ScenarioRun(steps=1).warmup_steps_resolved == 1
+
+
+def _llama_folder(tmp_path, tiny_assets):
+    import json
+    import shutil
+
+    folder = tmp_path / "llama"
+    shutil.copytree(tiny_assets.weights_dir, folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "model_type": "llama"}))
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (["--seq-len", "100000"], "seq_len: 100000 exceeds the model's max_position_embeddings 4096"),
+        (["--target", "trn2"], "titanflow render native --target trn2"),
+        (["--runs-dir", "/proc/titanflow-runs"], "runs_dir"),
+    ],
+)
+def test_cli_preflight_refuses_before_prefect_and_writes_nothing(tmp_path, capsys, tiny_assets, options, message):
+    runs = tmp_path / "runs"
+    args = ["run", "native", "--target", "cpu", "--runs-dir", str(runs), *options]
+    if "--runs-dir" in options:
+        args = ["run", "native", *options]
+    start = time.monotonic()
+    assert main(args) == 2
+    assert time.monotonic() - start < 5
+    assert message in capsys.readouterr().err
+    assert not runs.exists() or not any(runs.iterdir())
+
+
+def test_cli_refuses_a_non_qwen3_folder_and_an_existing_run_id(tmp_path, capsys, tiny_assets):
+    runs = tmp_path / "runs"
+    assert main(["run", "native", "--weights", str(_llama_folder(tmp_path, tiny_assets)),
+                 "--runs-dir", str(runs)]) == 2
+    assert "model_type is 'llama'" in capsys.readouterr().err
+    (runs / "taken").mkdir(parents=True)
+    assert main(["run", "native", "--run-id", "taken", "--runs-dir", str(runs)]) == 2
+    assert "run_id" in capsys.readouterr().err and list(runs.iterdir()) == [runs / "taken"]
+
+
+def test_weights_pointing_at_a_file_is_refused(tmp_path, capsys, tiny_assets):
+    assert main(["run", "native", "--weights", str(tiny_assets.weights_dir / "config.json"),
+                 "--runs-dir", str(tmp_path)]) == 2
+    assert "is a file" in capsys.readouterr().err
+
+
+def test_cli_names_an_unreachable_prefect_api(monkeypatch, capsys, tmp_path):
+    monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:9/api")  # nothing listens on port 9
+    assert main(["run", "native", "--runs-dir", str(tmp_path)]) == 2
+    assert "PREFECT_API_URL=http://127.0.0.1:9/api does not answer" in capsys.readouterr().err

@@ -45,3 +45,21 @@ def test_nonzero_exit_keeps_the_tail(tmp_path):
     result = run_streaming(_python("print('last words'); raise SystemExit(3)"), env=dict(os.environ),
                            log_path=tmp_path / "log", timeout_s=60)
     assert result.returncode == 3 and result.tail[-1] == "last words"
+
+
+def test_ctrl_c_stops_the_group_before_propagating(tmp_path):
+    import signal
+    import threading
+
+    import pytest
+
+    pid_file = tmp_path / "child.pid"
+    threading.Timer(2.0, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+    with pytest.raises(KeyboardInterrupt):
+        run_streaming(_python(f"""
+            import os, time
+            open({str(pid_file)!r}, "w").write(str(os.getpid()))
+            time.sleep(600)
+        """), env=dict(os.environ), log_path=tmp_path / "log", timeout_s=600)
+    child = int(pid_file.read_text())
+    assert not os.path.exists(f"/proc/{child}") or open(f"/proc/{child}/stat").read().split()[2] == "Z"

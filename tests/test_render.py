@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tasks.config import RenderError, render
+from tasks.config import render
 from titan_cfg.job import JOB_ENV, Job
 from titanflow.params import ScenarioRun
 
@@ -41,7 +41,7 @@ def test_cpu_job_matches_the_weights_folder(tmp_path, tiny_assets):
 
 
 def test_seq_len_beyond_the_model_context_is_refused(tmp_path, tiny_assets):
-    with pytest.raises(RenderError, match="seq_len"):
+    with pytest.raises(ValueError, match="seq_len"):
         render(ScenarioRun(seq_len=8192), tiny_assets.weights_dir, tmp_path / "run")
 
 

