@@ -56,3 +56,34 @@ class MaskedSDPAttention(FlexAttention):
             enable_gqa=enable_gqa,
         )
         return out_BNLH.transpose(1, 2)
+
+
+def hf_masked_sdpa(module, query_BNLH, key_BNLH, value_BNLH, attention_mask: BlockMask, **kwargs):
+    """transformers ``AttentionInterface`` function for torchtitan's transformers backend:
+    its BlockMask evaluated densely, then transformers' own ``sdpa_attention_forward``.
+
+    Inputs [batch, heads, seq, head_dim] (HF layout); returns ([batch, seq, heads, head_dim], None).
+    """
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    batch, _, seq_len, _ = query_BNLH.shape
+    mask_B1LL = create_mask(attention_mask.mask_mod, batch, None, seq_len, seq_len, device=query_BNLH.device)
+    return sdpa_attention_forward(module, query_BNLH, key_BNLH, value_BNLH, mask_B1LL, **kwargs)
+
+
+def use_hf_backend_attention(attention: str) -> None:
+    """Route torchtitan's transformers backend through ``attention``: "flex" keeps it,
+    "sdpa" swaps in :func:`hf_masked_sdpa` for transformers' ``flex_attention_forward``
+    in the backend's model module (both of its attention paths, the registered
+    ``AttentionInterface`` shim and the per-module ``HFFlexKernel``, call that name).
+
+    Raises:
+        ValueError: unknown name.
+    """
+    if attention == "flex":
+        return
+    if attention != "sdpa":
+        raise ValueError(f"attention: unknown implementation {attention!r}; known: flex, sdpa")
+    from torchtitan.experiments.transformers_modeling_backend import model as hf_backend_model
+
+    hf_backend_model.flex_attention_forward = hf_masked_sdpa

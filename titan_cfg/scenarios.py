@@ -37,10 +37,33 @@ def native(job: Job) -> "Trainer.Config":
         shape, flavor=f"hf:{Path(job.weights_dir).name}", max_seq_len=shape.max_position_embeddings
     )
     config.loss.loss_fn.global_vocab_size = shape.vocab_size
+    if job.spmd_backend:  # the target's choice for torchtitan's own models (cpu: partial_dtensor)
+        config.parallelism.spmd_backend = job.spmd_backend
+    return config
+
+
+def hf_backend(job: Job) -> "Trainer.Config":
+    """torchtitan's transformers modeling backend (walkthrough scenario 1):
+    ``transformers_modeling_backend_full()`` with ``hf_model`` set to the weights
+    folder, so transformers itself builds the model from its config.json.
+
+    The folder must still be a dense Qwen3 checkpoint: the scenario's
+    expectations and export checks are Qwen3's.
+    """
+    from torchtitan.experiments.transformers_modeling_backend.config_registry import (
+        transformers_modeling_backend_full,
+    )
+
+    qwen3_shape(Path(job.weights_dir))
+    config = transformers_modeling_backend_full()
+    config.hf_model = job.weights_dir
+    config.debug.print_config = False
+    # The backend accepts only spmd_backend="spmd_types" (its own check), whatever the target prefers.
     return config
 
 
 #: scenario name -> (base-config function, one-line description)
 SCENARIOS: dict[str, tuple[Callable[[Job], "Trainer.Config"], str]] = {
     "native": (native, "torchtitan native Qwen3 (dense), spec from the checkpoint's config.json"),
+    "hf_backend": (hf_backend, "torchtitan's transformers modeling backend, model from the folder's config.json"),
 }

@@ -37,12 +37,17 @@ def use_attention(model_config, attention: str) -> None:
 def build(job: Job) -> "Trainer.Config":
     """The complete torchtitan config for ``job`` (no tensors are created)."""
     from torchtitan.components.optimizer import default_adamw
+
+    from titan_cfg.attention import use_hf_backend_attention
     from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC
     from torchtitan.hf_datasets.text_datasets import HuggingFaceTextDataLoader
 
     base, _ = SCENARIOS[job.scenario]
     config = base(job)
-    use_attention(config.model_spec.model, job.attention)
+    if job.scenario == "hf_backend":
+        use_hf_backend_attention(job.attention)
+    else:
+        use_attention(config.model_spec.model, job.attention)
 
     config.hf_assets_path = job.weights_dir  # tokenizer (and HF weights) folder
     config.dump_folder = job.dump_folder
@@ -58,8 +63,6 @@ def build(job: Job) -> "Trainer.Config":
     config.optimizer = default_adamw(lr=job.lr)
     config.lr_scheduler = dataclasses.replace(config.lr_scheduler, warmup_steps=job.warmup_steps)
     config.parallelism = dataclasses.replace(config.parallelism, data_parallel_shard_degree=-1)
-    if job.spmd_backend:
-        config.parallelism.spmd_backend = job.spmd_backend
     config.activation_checkpoint = {
         "none": None,
         "full": FullAC.Config(),
