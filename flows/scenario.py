@@ -22,6 +22,7 @@ from tasks.train import train
 from tasks.validate import validate
 from tasks.warmup import compile_warmup
 from tasks.weights import pull_weights
+from titan_cfg.scenarios import SCENARIOS
 from titanflow.params import ScenarioRun
 from titanflow.preflight import preflight
 from titanflow.summary import SUMMARY, RunRecorder
@@ -92,7 +93,8 @@ def qwen3_scenario(
             record.fields["validation"] = validation.model_dump()
             validation.raise_for_problems()
         with record.task("compare_loss"):
-            verdict = compare_loss(trained.losses, weights_dir, run.init, run.tolerances)
+            verdict = compare_loss(trained.losses, weights_dir, run.init, run.tolerances,
+                                   SCENARIOS[run.scenario].output_init)
             record.fields.update(verdict.model_dump())
     finally:
         summary_path = record.write()

@@ -15,7 +15,7 @@ from prefect.logging import get_run_logger
 from pydantic import BaseModel
 
 from titan_cfg.model_spec import qwen3_shape
-from titanflow.expectations import QWEN3_OUTPUT_INIT_STD, random_init_first_step_loss
+from titanflow.expectations import OUTPUT_INIT_VARIANCE, random_init_first_step_loss
 from titanflow.params import Tolerances
 
 
@@ -30,8 +30,10 @@ class LossVerdict(BaseModel):
     reason: str
 
 
-def judge(losses: list[float], weights_dir: Path, init: str, tolerances: Tolerances) -> LossVerdict:
-    """Compare ``losses[0]`` with the expectation for ``init``.
+def judge(losses: list[float], weights_dir: Path, init: str, tolerances: Tolerances,
+          output_init: str = "normal_0.02") -> LossVerdict:
+    """Compare ``losses[0]`` with the expectation for ``init`` (``output_init``: the
+    scenario's output-projection init, titanflow.expectations).
 
     Raises:
         ValueError: no losses, or an init with no expectation defined.
@@ -41,9 +43,10 @@ def judge(losses: list[float], weights_dir: Path, init: str, tolerances: Toleran
     if init != "random":
         raise ValueError(f"init: no first-step expectation is defined for {init!r}")
     shape = qwen3_shape(weights_dir)
-    expected = random_init_first_step_loss(shape.vocab_size, shape.hidden_size)
-    source = (f"derived: ln({shape.vocab_size}) + {shape.hidden_size} x {QWEN3_OUTPUT_INIT_STD}^2 / 2 "
-              "(random-init logits, titanflow.expectations)")
+    expected = random_init_first_step_loss(shape.vocab_size, shape.hidden_size, output_init)
+    variance = OUTPUT_INIT_VARIANCE[output_init](shape.hidden_size)
+    source = (f"derived: ln({shape.vocab_size}) + {shape.hidden_size} x {variance:.6g} / 2 "
+              f"(random-init logits, {output_init} output init; titanflow.expectations)")
     first, tol = losses[0], tolerances.first_step_loss
     bad_steps = [i + 1 for i, x in enumerate(losses) if not math.isfinite(x)]
     if bad_steps:
@@ -57,9 +60,10 @@ def judge(losses: list[float], weights_dir: Path, init: str, tolerances: Toleran
 
 
 @task(name="compare_loss")
-def compare_loss(losses: list[float], weights_dir: str, init: str, tolerances: Tolerances) -> LossVerdict:
+def compare_loss(losses: list[float], weights_dir: str, init: str, tolerances: Tolerances,
+                 output_init: str) -> LossVerdict:
     """Prefect task: :func:`judge`, logging the verdict with both numbers."""
-    verdict = judge(losses, Path(weights_dir), init, tolerances)
+    verdict = judge(losses, Path(weights_dir), init, tolerances, output_init)
     get_run_logger().info("first-step loss %.4f vs expected %.4f: %s (%s)", verdict.first_step_loss,
                           verdict.expected_first_step_loss, verdict.verdict, verdict.reason)
     return verdict

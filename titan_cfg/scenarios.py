@@ -9,6 +9,7 @@ importable without torch (the flow validates against them).
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
@@ -62,8 +63,28 @@ def hf_backend(job: Job) -> "Trainer.Config":
     return config
 
 
-#: scenario name -> (base-config function, one-line description)
-SCENARIOS: dict[str, tuple[Callable[[Job], "Trainer.Config"], str]] = {
-    "native": (native, "torchtitan native Qwen3 (dense), spec from the checkpoint's config.json"),
-    "hf_backend": (hf_backend, "torchtitan's transformers modeling backend, model from the folder's config.json"),
+@dataclass(frozen=True)
+class Scenario:
+    """A scenario: its base-config function and what the pipeline must know about it.
+
+    ``output_init`` names how the model initialises its output projection at
+    random init (a key of ``titanflow.expectations.OUTPUT_INIT_VARIANCE``);
+    ``rank_limits`` maps a target to (most ranks, why).
+    """
+
+    build: Callable[[Job], "Trainer.Config"]
+    description: str
+    output_init: str
+    rank_limits: dict[str, tuple[int, str]] = field(default_factory=dict)
+
+
+SCENARIOS: dict[str, Scenario] = {
+    "native": Scenario(native, "torchtitan native Qwen3 (dense), spec from the checkpoint's config.json",
+                       output_init="normal_0.02"),
+    "hf_backend": Scenario(
+        hf_backend, "torchtitan's transformers modeling backend, model from the folder's config.json",
+        output_init="trunc_normal_inv_sqrt_hidden",
+        rank_limits={"cpu": (1, "torchtitan 0.3.0's transformers backend needs spmd_backend='spmd_types', "
+                                "whose FSDP fails on CPU ('all parameters must be DTensors')")},
+    ),
 }

@@ -42,8 +42,7 @@ def build(job: Job) -> "Trainer.Config":
     from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC
     from torchtitan.hf_datasets.text_datasets import HuggingFaceTextDataLoader
 
-    base, _ = SCENARIOS[job.scenario]
-    config = base(job)
+    config = SCENARIOS[job.scenario].build(job)
     if job.scenario == "hf_backend":
         use_hf_backend_attention(job.attention)
     else:

@@ -68,6 +68,9 @@ class ScenarioRun(BaseModel):
             raise ValueError(f"target: unknown {self.target!r}; known: {', '.join(TARGETS)}")
         if self.init == "pretrained":
             raise ValueError("init: 'pretrained' is not available for this scenario yet; use random (--init random)")
+        limit = SCENARIOS[self.scenario].rank_limits.get(self.target)
+        if limit and self.nproc_resolved > limit[0]:
+            raise ValueError(f"nproc: {self.scenario} on {self.target} runs on at most {limit[0]} rank(s): {limit[1]}")
         if self.global_batch_size_resolved % self.nproc_resolved:
             raise ValueError(
                 f"nproc: {self.nproc_resolved} ranks do not divide global_batch_size "
@@ -86,7 +89,11 @@ class ScenarioRun(BaseModel):
 
     @property
     def nproc_resolved(self) -> int:
-        return self.nproc or self.target_spec.nproc_per_node
+        """Ranks: as given, else the target's world size capped by the scenario's limit there."""
+        if self.nproc:
+            return self.nproc
+        limit = SCENARIOS[self.scenario].rank_limits.get(self.target)
+        return min(self.target_spec.nproc_per_node, limit[0]) if limit else self.target_spec.nproc_per_node
 
     @property
     def global_batch_size_resolved(self) -> int:
