@@ -86,10 +86,11 @@ def qwen3_scenario(
                                  peak_rss_bytes=trained.peak_rss_bytes, peak_memory_gib=trained.peak_memory_gib,
                                  train_log=trained.log_path)
         with record.task("export"):
-            export_dir = export(rendered.job_path, str(run_dir))
-            record.fields["export_dir"] = export_dir
+            exported = export(rendered.job_path, str(run_dir))
+            export_dir = exported.export_dir
+            record.fields.update(export_dir=export_dir, export_untied_lm_head=exported.untied_lm_head)
         with record.task("validate"):
-            validation = validate(export_dir)
+            validation = validate(export_dir, rendered.job_path, run.tolerances)
             record.fields["validation"] = validation.model_dump()
             validation.raise_for_problems()
         with record.task("compare_loss"):

@@ -1,6 +1,10 @@
-"""validate: load the export with ``transformers.AutoModelForCausalLM`` and check it.
+"""validate: check the export at three levels, each timed and reported in summary.json.
 
-Checks (each reported in summary.json):
+1. structure (titanflow.structure): index, dtypes and config.json from the safetensors headers;
+2. load: ``transformers.AutoModelForCausalLM`` on the export (below);
+3. parity (titanflow.parity): its logits against the trained torchtitan model's.
+
+The load level checks:
 - keys: the model's state-dict keys absent from the safetensors files are exactly
   ``{lm_head.weight}`` for a tied model and nothing for an untied one;
   transformers reports nothing missing (a missing key would be randomly
@@ -12,11 +16,19 @@ Checks (each reported in summary.json):
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 from prefect import task
 from prefect.logging import get_run_logger
 from pydantic import BaseModel
+
+from titan_cfg.job import Job
+from titan_cfg.model_spec import read_config, rope_theta_of
+from titan_cfg.probe import PROBE_FILE
+from titanflow.params import Tolerances
+from titanflow.parity import ParityReport, check_parity
+from titanflow.structure import StructureReport, check_structure
 
 #: The fixed input of the forward check (real text, tokenised with the export's tokenizer).
 PROBE_TEXT = "It was a fine spring morning when I left Tokyo for the school in the country."
@@ -26,8 +38,8 @@ class ValidationError(RuntimeError):
     """The export failed a check; the message lists every failed check."""
 
 
-class ValidationReport(BaseModel):
-    """Outcome of the export checks; ``problems`` lists each failed check in words."""
+class LoadReport(BaseModel):
+    """Outcome of loading the export in transformers; ``problems`` lists each failed check in words."""
 
     missing_in_files: list[str]
     missing: list[str]       # transformers' missing_keys (randomly initialised on load)
@@ -38,14 +50,6 @@ class ValidationReport(BaseModel):
     forward_finite: bool
     problems: list[str]
 
-    @property
-    def passed(self) -> bool:
-        return not self.problems
-
-    def raise_for_problems(self) -> None:
-        """Raises :class:`ValidationError` listing every failed check, if any failed."""
-        if self.problems:
-            raise ValidationError("validate: " + "; ".join(self.problems))
 
 
 def keys_in_files(export_dir: Path) -> set[str]:
@@ -59,7 +63,7 @@ def keys_in_files(export_dir: Path) -> set[str]:
         return set(f.keys())
 
 
-def check_export(export_dir: Path) -> ValidationReport:
+def check_export(export_dir: Path) -> LoadReport:
     """Load ``export_dir`` in transformers (fp32, CPU) and run the checks above."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -87,7 +91,7 @@ def check_export(export_dir: Path) -> ValidationReport:
     forward_finite = bool(torch.isfinite(logits).all())
     if not forward_finite:
         problems.append("forward pass on the probe sentence gave non-finite logits")
-    return ValidationReport(
+    return LoadReport(
         missing_in_files=missing_in_files,
         missing=sorted(info["missing_keys"]),
         unexpected=sorted(info["unexpected_keys"]),
@@ -99,10 +103,51 @@ def check_export(export_dir: Path) -> ValidationReport:
     )
 
 
+class ValidationReport(LoadReport):
+    """All three levels: the load level's fields, the structure and parity reports,
+    seconds per level, and every problem found."""
+
+    structure: StructureReport
+    parity: ParityReport | None
+    seconds: dict[str, float]
+
+    @property
+    def passed(self) -> bool:
+        return not self.problems
+
+    def raise_for_problems(self) -> None:
+        """Raises :class:`ValidationError` listing every failed check, if any failed."""
+        if self.problems:
+            raise ValidationError("validate: " + "; ".join(self.problems))
+
+
+def validate_export(export_dir: Path, job: Job, tolerances: Tolerances) -> ValidationReport:
+    """Run the three levels; a level that cannot run (damaged file) is reported as a problem."""
+    seconds: dict[str, float] = {}
+    start = time.monotonic()
+    trained_theta = rope_theta_of(read_config(Path(job.weights_dir)))
+    structure = check_structure(export_dir, job.export_dtype, trained_theta)
+    seconds["structure"] = round(time.monotonic() - start, 3)
+    problems = [f"structure: {p}" for p in structure.problems]
+    start = time.monotonic()
+    load = check_export(export_dir)
+    seconds["load"] = round(time.monotonic() - start, 3)
+    problems += [f"load: {p}" for p in load.problems]
+    start = time.monotonic()
+    parity = check_parity(export_dir, Path(job.dump_folder) / PROBE_FILE)
+    seconds["parity"] = round(time.monotonic() - start, 3)
+    if parity.kl > tolerances.parity_kl or parity.top1_agreement < tolerances.parity_top1:
+        problems.append(f"parity: KL {parity.kl:.3g} (max {tolerances.parity_kl:g}), top-1 agreement "
+                        f"{parity.top1_agreement:.4f} (min {tolerances.parity_top1:g}) between the trained model "
+                        "and its export")
+    return ValidationReport(**{**load.model_dump(), "problems": problems}, structure=structure, parity=parity,
+                            seconds=seconds)
+
+
 @task(name="validate")
-def validate(export_dir: str) -> ValidationReport:
-    """Prefect task: :func:`check_export`, logged. The flow records the report, then
+def validate(export_dir: str, job_path: str, tolerances: Tolerances) -> ValidationReport:
+    """Prefect task: :func:`validate_export`, logged. The flow records the report, then
     calls :meth:`ValidationReport.raise_for_problems`, so a failed check is in summary.json."""
-    report = check_export(Path(export_dir))
+    report = validate_export(Path(export_dir), Job.read(Path(job_path)), tolerances)
     get_run_logger().info("validation: %s", report.model_dump_json())
     return report

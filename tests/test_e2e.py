@@ -16,8 +16,8 @@ pytestmark = pytest.mark.e2e
 TITANFLOW = Path(sys.executable).parent / "titanflow"
 
 
-def _run(runs_dir: Path, *options: str) -> subprocess.CompletedProcess:
-    return subprocess.run([str(TITANFLOW), "run", "native", "--target", "cpu", "--runs-dir", str(runs_dir), *options],
+def _run(runs_dir: Path, *options: str, scenario: str = "native") -> subprocess.CompletedProcess:
+    return subprocess.run([str(TITANFLOW), "run", scenario, "--target", "cpu", "--runs-dir", str(runs_dir), *options],
                           capture_output=True, text=True, timeout=900, env=dict(os.environ))
 
 
@@ -39,6 +39,9 @@ def test_native_cpu_random_init_passes_end_to_end(tmp_path):
     assert summary["validation"]["missing_in_files"] == ["lm_head.weight"]
     assert summary["validation"]["tied"] and summary["validation"]["lm_head_is_embedding"]
     assert summary["validation"]["unexpected"] == [] and summary["validation"]["missing"] == []
+    assert summary["validation"]["structure"]["problems"] == []
+    assert summary["validation"]["parity"]["kl"] <= 1e-6 and summary["validation"]["parity"]["top1_agreement"] == 1.0
+    assert set(summary["validation"]["seconds"]) == {"structure", "load", "parity"}
     assert summary["compile_warmup"]["status"] == "skipped"
     assert set(summary["timings_s"]) == {"pull_weights", "render_config", "compile_warmup", "train", "export",
                                          "validate", "compare_loss"}
@@ -64,3 +67,17 @@ def test_killed_training_fails_the_run_and_keeps_its_logs(tmp_path):
     assert "killed after the 8 s timeout" in (run_dir / "train.log").read_text()
     assert not (run_dir / "export").exists()
     assert ": Failed" in proc.stdout
+
+
+def test_hf_backend_cpu_random_init_passes_with_exact_parity(tmp_path):
+    proc = _run(tmp_path, "--steps", "3", scenario="hf_backend")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    summary = _summary(tmp_path)
+    # transformers-backend init: lm_head truncated normal std d^-1/2 (titanflow.expectations)
+    expected = random_init_first_step_loss(151_936, 64, "trunc_normal_inv_sqrt_hidden")
+    assert summary["expected_first_step_loss"] == pytest.approx(expected)
+    assert abs(summary["first_step_loss"] - expected) <= 0.15
+    # The backend unties lm_head for FSDP and trains it: the export carries it, untied, and matches exactly.
+    assert summary["export_untied_lm_head"] and summary["validation"]["tied"] is False
+    assert summary["validation"]["missing_in_files"] == [] and summary["validation"]["missing"] == []
+    assert summary["validation"]["parity"]["kl"] <= 1e-6

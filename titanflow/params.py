@@ -31,6 +31,8 @@ class Tolerances(BaseModel):
         description="random init: |measured - derived| first-step loss. 0.15 covers the batch "
         "mean of the target logit, measured at about +-0.06 (shared/notes), with margin",
     )
+    parity_kl: float = Field(1e-6, gt=0, description="max mean KL(trained || export) per token, nats (fp32 on CPU)")
+    parity_top1: float = Field(1.0, gt=0, le=1, description="min top-1 agreement, trained vs export")
 
 
 class ScenarioRun(BaseModel):

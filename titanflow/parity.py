@@ -1,0 +1,57 @@
+"""Logit parity: the exported model in transformers against the trained torchtitan model.
+
+The trained model's logits on the probe batch are saved inside torchrun
+(titan_cfg.probe); here the export is loaded with ``AutoModelForCausalLM`` in
+float32 and run on the same ids. A transposed tensor, a wrong RoPE base, a tie
+lost on export or a skipped load shows up as a large KL divergence, even when
+every key and shape is right.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel
+
+
+class ParityReport(BaseModel):
+    """KL(trained || export) in nats per token (mean over positions), top-1 agreement (fraction),
+    and the largest absolute logit difference, on ``tokens`` probe positions."""
+
+    kl: float
+    top1_agreement: float
+    max_abs_logit_diff: float
+    tokens: int
+
+
+def kl_and_top1(reference_BLV, candidate_BLV) -> tuple[float, float, float]:
+    """Mean KL(softmax(reference) || softmax(candidate)) over [batch, seq] positions, top-1 agreement,
+    max |reference - candidate|. Inputs: logits [batch, seq, vocab], any float dtype (computed in fp64)."""
+    ref, cand = reference_BLV.double(), candidate_BLV.double()
+    log_p, log_q = ref.log_softmax(-1), cand.log_softmax(-1)
+    kl = (log_p.exp() * (log_p - log_q)).sum(-1).mean().item()
+    top1 = (ref.argmax(-1) == cand.argmax(-1)).double().mean().item()
+    return max(kl, 0.0), top1, (ref - cand).abs().max().item()
+
+
+def check_parity(export_dir: Path, probe_path: Path) -> ParityReport:
+    """Run the export on the probe ids and compare with the trained model's saved logits.
+
+    Raises:
+        FileNotFoundError: no probe file (the training run did not finish its probe).
+        ValueError: vocab or length differ between the two logits.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    if not probe_path.is_file():
+        raise FileNotFoundError(f"validate: {probe_path} missing; the trained model's probe logits were not saved")
+    probe = torch.load(probe_path)
+    model = AutoModelForCausalLM.from_pretrained(export_dir, dtype=torch.float32)
+    with torch.no_grad():
+        exported = model(probe["input_ids"]).logits
+    trained = probe["logits"]
+    if exported.shape != trained.shape:
+        raise ValueError(f"validate: export logits {tuple(exported.shape)} vs trained {tuple(trained.shape)}")
+    kl, top1, max_diff = kl_and_top1(trained, exported)
+    return ParityReport(kl=kl, top1_agreement=top1, max_abs_logit_diff=max_diff, tokens=trained.shape[1])
