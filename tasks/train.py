@@ -19,7 +19,7 @@ from pydantic import BaseModel
 
 from tasks.config import RenderedJob
 from titanflow import paths
-from titanflow.metrics import metrics_table
+from titanflow.metrics import metrics_table, strip_ansi
 from titanflow.process import run_streaming
 
 
@@ -70,10 +70,18 @@ def run_training(rendered: RenderedJob, *, timeout_s: float, world_size: int, on
     Raises:
         TrainingError: non-zero exit, timeout, or no step line logged (message has the log tail).
     """
-    result, log_path, lines = launch(rendered, timeout_s=timeout_s, on_line=on_line)
-    table = metrics_table(lines)
+    lines: list[str] = []
     metrics_path = Path(rendered.run_dir) / "metrics.csv"
-    table.to_csv(metrics_path, index=False)
+
+    def keep(line: str) -> None:
+        lines.append(line)
+        on_line(line)
+
+    try:
+        result, log_path, _ = launch(rendered, timeout_s=timeout_s, on_line=keep)
+    finally:  # interrupted or not, the steps that ran are kept
+        table = metrics_table(lines)
+        table.to_csv(metrics_path, index=False)
     if result.timed_out or result.returncode != 0 or table.empty:
         why = (f"timed out after {timeout_s:.0f} s" if result.timed_out
                else f"torchrun exited {result.returncode}" if result.returncode else "no training step was logged")
@@ -100,7 +108,8 @@ def train(rendered: RenderedJob, timeout_s: float, world_size: int) -> TrainResu
     tell it from an infrastructure one (the nightly suite classifies).
     """
     logger = get_run_logger()
-    result = run_training(rendered, timeout_s=timeout_s, world_size=world_size, on_line=logger.info)
+    result = run_training(rendered, timeout_s=timeout_s, world_size=world_size,
+                          on_line=lambda line: logger.info(strip_ansi(line)))
     if any(math.isnan(x) for x in result.losses):
         logger.warning("NaN loss logged")
     return result

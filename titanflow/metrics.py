@@ -24,9 +24,14 @@ _STEP = re.compile(
 COLUMNS = ["step", "loss", "grad_norm", "memory_gib", "tps"]
 
 
+def strip_ansi(line: str) -> str:
+    """``line`` without terminal colour codes."""
+    return _ANSI.sub("", line)
+
+
 def parse_step_line(line: str) -> dict | None:
     """One metric row from a log line, or None when the line is not a step line."""
-    match = _STEP.search(_ANSI.sub("", line))
+    match = _STEP.search(strip_ansi(line))
     if match is None:
         return None
     row = match.groupdict()

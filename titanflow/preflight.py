@@ -28,9 +28,10 @@ def describe(err: ValidationError) -> str:
     """One ``field: message`` line per pydantic error, without pydantic's links and input dumps."""
     lines = []
     for error in err.errors():
-        field = ".".join(str(part) for part in error["loc"]) or "parameters"
+        field = ".".join(str(part) for part in error["loc"])
         message = error["msg"].removeprefix("Value error, ")
-        lines.append(message if message.startswith(f"{field}:") else f"{field}: {message}")
+        # whole-model checks (loc empty) already start with the field they are about
+        lines.append(f"{field}: {message}" if field and not message.startswith(f"{field}:") else message)
     return "\n".join(lines)
 
 

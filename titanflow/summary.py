@@ -46,7 +46,8 @@ class RunRecorder:
             yield
         except BaseException as err:
             self.failed_task = name
-            self.fields["error"] = f"{type(err).__name__}: {err}"
+            reason = "interrupted (Ctrl-C)" if isinstance(err, KeyboardInterrupt) else str(err)
+            self.fields["error"] = f"{type(err).__name__}: {reason}"
             self.fields["verdict"] = "fail"
             raise
         finally:
