@@ -23,6 +23,7 @@ from tasks.validate import validate
 from tasks.warmup import compile_warmup
 from tasks.weights import pull_weights
 from titan_cfg.scenarios import SCENARIOS
+from titanflow.expectations import golden_path
 from titanflow.params import ScenarioRun
 from titanflow.preflight import preflight
 from titanflow.summary import SUMMARY, RunRecorder
@@ -75,7 +76,7 @@ def qwen3_scenario(
     trained = None
     try:
         with record.task("pull_weights"):
-            weights_dir = pull_weights(run.weights)
+            weights_dir = pull_weights(run.weights, run.init)
         with record.task("render_config"):
             rendered = render_config(run, weights_dir, str(run_dir))
         with record.task("compile_warmup"):
@@ -95,7 +96,7 @@ def qwen3_scenario(
             validation.raise_for_problems()
         with record.task("compare_loss"):
             verdict = compare_loss(trained.losses, weights_dir, run.init, run.tolerances,
-                                   SCENARIOS[run.scenario].output_init)
+                                   SCENARIOS[run.scenario].output_init, str(golden_path(run.scenario, run.target)))
             record.fields.update(verdict.model_dump())
     finally:
         summary_path = record.write()

@@ -2,7 +2,10 @@
 
 Random init: the derived value (titanflow.expectations), from the vocab and
 hidden sizes of the model actually trained (its config.json), +- the run's
-tolerance. A NaN or infinite loss at any step fails regardless.
+tolerance. Pretrained init: the golden first-step loss of (scenario, target) in
+``expectations/``, and at least ``pretrained_gap`` nats below the random-init
+value, so weights that were silently not loaded cannot pass. A NaN or infinite
+loss at any step fails regardless.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from prefect.logging import get_run_logger
 from pydantic import BaseModel
 
 from titan_cfg.model_spec import qwen3_shape
-from titanflow.expectations import OUTPUT_INIT_VARIANCE, random_init_first_step_loss
+from titanflow.expectations import OUTPUT_INIT_VARIANCE, random_init_first_step_loss, read_golden
 from titanflow.params import Tolerances
 
 
@@ -31,26 +34,33 @@ class LossVerdict(BaseModel):
 
 
 def judge(losses: list[float], weights_dir: Path, init: str, tolerances: Tolerances,
-          output_init: str = "normal_0.02") -> LossVerdict:
+          output_init: str = "normal_0.02", golden: Path | None = None) -> LossVerdict:
     """Compare ``losses[0]`` with the expectation for ``init`` (``output_init``: the
-    scenario's output-projection init, titanflow.expectations).
+    scenario's output-projection init; ``golden``: the pretrained golden file).
 
     Raises:
-        ValueError: no losses, or an init with no expectation defined.
+        ValueError: no losses.
+        FileNotFoundError: pretrained init without a golden file (the message says how to make one).
     """
     if not losses:
         raise ValueError("compare_loss: no losses to judge")
-    if init != "random":
-        raise ValueError(f"init: no first-step expectation is defined for {init!r}")
     shape = qwen3_shape(weights_dir)
-    expected = random_init_first_step_loss(shape.vocab_size, shape.hidden_size, output_init)
-    variance = OUTPUT_INIT_VARIANCE[output_init](shape.hidden_size)
-    source = (f"derived: ln({shape.vocab_size}) + {shape.hidden_size} x {variance:.6g} / 2 "
-              f"(random-init logits, {output_init} output init; titanflow.expectations)")
-    first, tol = losses[0], tolerances.first_step_loss
+    random_expected = random_init_first_step_loss(shape.vocab_size, shape.hidden_size, output_init)
+    first = losses[0]
+    if init == "pretrained":
+        expected, tol = read_golden(golden)[1], tolerances.pretrained_first_step_loss
+        source = f"golden: {golden.name} step 1"
+    else:
+        expected, tol = random_expected, tolerances.first_step_loss
+        variance = OUTPUT_INIT_VARIANCE[output_init](shape.hidden_size)
+        source = (f"derived: ln({shape.vocab_size}) + {shape.hidden_size} x {variance:.6g} / 2 "
+                  f"(random-init logits, {output_init} output init; titanflow.expectations)")
     bad_steps = [i + 1 for i, x in enumerate(losses) if not math.isfinite(x)]
     if bad_steps:
         verdict, reason = "fail", f"non-finite loss at steps {bad_steps}"
+    elif init == "pretrained" and first > random_expected - tolerances.pretrained_gap:
+        verdict, reason = "fail", (f"first-step loss {first:.4f} is not {tolerances.pretrained_gap} nats below the "
+                                   f"random-init {random_expected:.4f}: were the weights loaded?")
     elif abs(first - expected) <= tol:
         verdict, reason = "pass", f"|{first:.4f} - {expected:.4f}| = {abs(first - expected):.4f} <= {tol}"
     else:
@@ -61,9 +71,9 @@ def judge(losses: list[float], weights_dir: Path, init: str, tolerances: Toleran
 
 @task(name="compare_loss")
 def compare_loss(losses: list[float], weights_dir: str, init: str, tolerances: Tolerances,
-                 output_init: str) -> LossVerdict:
+                 output_init: str, golden: str) -> LossVerdict:
     """Prefect task: :func:`judge`, logging the verdict with both numbers."""
-    verdict = judge(losses, Path(weights_dir), init, tolerances, output_init)
+    verdict = judge(losses, Path(weights_dir), init, tolerances, output_init, Path(golden))
     get_run_logger().info("first-step loss %.4f vs expected %.4f: %s (%s)", verdict.first_step_loss,
                           verdict.expected_first_step_loss, verdict.verdict, verdict.reason)
     return verdict

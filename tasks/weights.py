@@ -1,6 +1,7 @@
 """pull_weights: resolve the run's Hugging Face weights folder.
 
-``None`` -> the embedded tiny Qwen3 (built offline by ``titanflow assets``);
+``None`` -> the embedded tiny Qwen3 (built offline by ``titanflow assets``), or for
+pretrained init its pretrained checkpoint (titanflow.assets.pretrained);
 a local folder -> used in place; a Hub id -> ``huggingface_hub.snapshot_download``
 (honours ``HF_HOME``, ``HF_TOKEN``, ``HF_HUB_OFFLINE``; files land in the HF cache).
 """
@@ -67,12 +68,17 @@ def download(repo_id: str) -> Path:
         raise TransientDownloadError(f"weights: downloading {repo_id} failed: {err}") from err
 
 
-def resolve_weights(weights: str | None) -> Path:
-    """The local weights folder for ``weights`` (see module docstring); absolute.
+def resolve_weights(weights: str | None, init: str = "random") -> Path:
+    """The local weights folder for ``weights`` (see module docstring); absolute. With no
+    ``weights``, pretrained init uses the embedded pretrained tiny checkpoint.
 
     Raises:
         WeightsError: missing folder, folder without config.json, or a failed download.
     """
+    if weights is None and init == "pretrained":
+        from titanflow.assets.pretrained import ensure_pretrained
+
+        return ensure_pretrained().resolve()
     if weights is None:
         from titanflow.assets import ensure_assets
 
@@ -89,11 +95,11 @@ def resolve_weights(weights: str | None) -> Path:
 
 
 @task(name="pull_weights", retries=2, retry_delay_seconds=10, retry_condition_fn=_is_transient)
-def pull_weights(weights: str | None) -> str:
+def pull_weights(weights: str | None, init: str) -> str:
     """Prefect task: :func:`resolve_weights`; returns the folder as a string.
 
     Retried twice for transient download failures only.
     """
-    folder = resolve_weights(weights)
+    folder = resolve_weights(weights, init)
     get_run_logger().info("weights folder: %s", folder)
     return str(folder)

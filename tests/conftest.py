@@ -1,8 +1,11 @@
-"""Test environment: Prefect and titanflow caches in a per-session temporary folder.
+"""Test environment: Prefect state and run folders in a per-session temporary folder.
 
 PREFECT_HOME must be set before anything imports prefect, so it is set here at
-import time; the titanflow cache (tokenizer, tiny weights, compile caches) is
-per session too, so a test never reads a stale build from the working tree.
+import time. The titanflow cache (tokenizer, tiny weights, the pretrained tiny
+checkpoint, compile caches) is the project's own (``.cache`` or
+``$TITANFLOW_CACHE``): its folders are keyed by a hash of their inputs, so a
+build is reused only when nothing that decides it changed (tests/test_assets.py
+builds into a fresh folder of its own).
 """
 
 from __future__ import annotations
@@ -19,7 +22,6 @@ os.environ["PREFECT_HOME"] = str(_SESSION_DIR / "prefect")
 os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
 os.environ["DO_NOT_TRACK"] = "1"
 os.environ["PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"] = "90"
-os.environ["TITANFLOW_CACHE"] = str(_SESSION_DIR / "cache")
 os.environ["TITANFLOW_RUNS"] = str(_SESSION_DIR / "runs")
 os.environ["HF_HOME"] = str(_SESSION_DIR / "hf")
 os.environ["HF_HUB_OFFLINE"] = "1"

@@ -24,3 +24,27 @@ def test_first_step_outside_tolerance_fails_with_both_numbers(tiny_assets):
 def test_nan_at_any_step_fails(tiny_assets):
     verdict = judge([TINY_EXPECTED, math.nan], tiny_assets.weights_dir, "random", Tolerances())
     assert verdict.verdict == "fail" and "non-finite" in verdict.reason
+
+
+def _golden(tmp_path, loss):
+    from titanflow.expectations import write_golden
+
+    return write_golden(tmp_path / "native-cpu-pretrained.txt", [loss, loss - 0.1], "test golden")
+
+
+def test_pretrained_within_golden_tolerance_passes(tmp_path, tiny_assets):
+    verdict = judge([6.50, 6.4], tiny_assets.weights_dir, "pretrained", Tolerances(), golden=_golden(tmp_path, 6.52))
+    assert verdict.verdict == "pass" and verdict.expected_first_step_loss == 6.52
+    assert verdict.tolerance == 0.05 and verdict.expectation_source.startswith("golden")
+
+
+def test_pretrained_weights_that_were_not_loaded_fail_even_against_a_bad_golden(tmp_path, tiny_assets):
+    # a golden recorded from a broken run (random-init level) must not make a silent skip pass
+    verdict = judge([TINY_EXPECTED], tiny_assets.weights_dir, "pretrained", Tolerances(),
+                    golden=_golden(tmp_path, TINY_EXPECTED))
+    assert verdict.verdict == "fail" and "were the weights loaded" in verdict.reason
+
+
+def test_pretrained_without_golden_says_how_to_record_one(tmp_path, tiny_assets):
+    with pytest.raises(FileNotFoundError, match="TITANFLOW_UPDATE_GOLDEN"):
+        judge([6.5], tiny_assets.weights_dir, "pretrained", Tolerances(), golden=tmp_path / "none.txt")

@@ -14,6 +14,7 @@ from titanflow.expectations import random_init_first_step_loss
 pytestmark = pytest.mark.e2e
 
 TITANFLOW = Path(sys.executable).parent / "titanflow"
+SCENARIO_OUTPUT_INIT = {"native": "normal_0.02", "hf_backend": "trunc_normal_inv_sqrt_hidden"}
 
 
 def _run(runs_dir: Path, *options: str, scenario: str = "native") -> subprocess.CompletedProcess:
@@ -22,7 +23,7 @@ def _run(runs_dir: Path, *options: str, scenario: str = "native") -> subprocess.
 
 
 def _summary(runs_dir: Path) -> dict:
-    (run_dir,) = runs_dir.iterdir()
+    (run_dir,) = [p for p in runs_dir.iterdir() if p.name != "again"]
     return json.loads((run_dir / "summary.json").read_text())
 
 
@@ -80,4 +81,28 @@ def test_hf_backend_cpu_random_init_passes_with_exact_parity(tmp_path):
     # The backend unties lm_head for FSDP and trains it: the export carries it, untied, and matches exactly.
     assert summary["export_untied_lm_head"] and summary["validation"]["tied"] is False
     assert summary["validation"]["missing_in_files"] == [] and summary["validation"]["missing"] == []
+    assert summary["validation"]["parity"]["kl"] <= 1e-6
+
+
+@pytest.mark.parametrize("scenario", ["native", "hf_backend"])
+def test_fine_tune_from_the_pretrained_tiny_checkpoint_matches_its_golden(tmp_path, scenario):
+    """The CPU analogue of the walkthrough's 6.54 (pretrained) vs 12.43 (random init).
+
+    Record the golden after an intended change:
+        TITANFLOW_UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/test_e2e.py -k pretrained
+    """
+    from titanflow.expectations import golden_path, read_golden, write_golden
+
+    proc = _run(tmp_path, "--steps", "3", "--init", "pretrained", scenario=scenario)
+    summary = _summary(tmp_path)
+    golden = golden_path(scenario, "cpu")
+    if os.environ.get("TITANFLOW_UPDATE_GOLDEN"):
+        write_golden(golden, summary["losses"], f"{scenario} on cpu, fine-tuning the pretrained tiny Qwen3 "
+                     "(titanflow.assets.pretrained), 3 steps, seed 0; recorded by tests/test_e2e.py")
+        proc = _run(tmp_path / "again", "--steps", "3", "--init", "pretrained", scenario=scenario)
+        summary = _summary(tmp_path / "again")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    random_expected = random_init_first_step_loss(151_936, 64, SCENARIO_OUTPUT_INIT[scenario])
+    assert summary["first_step_loss"] < random_expected - 2.0  # weights really loaded: far below random init
+    assert abs(summary["first_step_loss"] - read_golden(golden)[1]) <= 0.05
     assert summary["validation"]["parity"]["kl"] <= 1e-6

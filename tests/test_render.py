@@ -52,16 +52,17 @@ def _normalised(files: dict, replacements: dict[str, str]) -> dict:
     return json.loads(text)
 
 
-def test_trn2_native_render_matches_golden(tmp_path, instruct_2507_folder):
-    run_dir = tmp_path / "runs" / "native-trn2-golden"
-    rendered = render(ScenarioRun(target="trn2", run_id="native-trn2-golden"), instruct_2507_folder, run_dir)
+@pytest.mark.parametrize("scenario", ["native", "hf_backend"])
+def test_trn2_render_matches_golden(tmp_path, instruct_2507_folder, scenario):
+    run_dir = tmp_path / "runs" / f"{scenario}-trn2-golden"
+    rendered = render(ScenarioRun(scenario=scenario, target="trn2", run_id=run_dir.name), instruct_2507_folder, run_dir)
     from titanflow import paths
 
     files = _normalised(_rendered_files(Path(rendered.job_path).parent), {
         str(instruct_2507_folder): "<WEIGHTS>", str(run_dir): "<RUN>",
         str(paths.cache_root()): "<CACHE>", str(paths.REPO_ROOT): "<REPO>",
     })
-    golden = GOLDEN / "native-trn2.json"
+    golden = GOLDEN / f"{scenario}-trn2.json"
     if os.environ.get("TITANFLOW_UPDATE_GOLDEN"):
         golden.parent.mkdir(exist_ok=True)
         golden.write_text(json.dumps(files, indent=2, sort_keys=True) + "\n")

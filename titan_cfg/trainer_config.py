@@ -8,6 +8,7 @@ reader sees every value that differs from the scenario's upstream config here.
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from titan_cfg.job import CHECKPOINT_FOLDER, Job
@@ -71,7 +72,11 @@ def build(job: Job) -> "Trainer.Config":
     config.metrics = dataclasses.replace(config.metrics, log_freq=1)
     config.debug = dataclasses.replace(config.debug, seed=job.seed)
 
-    # Save the last step, model only, as HF safetensors (the export the flow validates).
+    # Save the last step, model only, as HF safetensors (the export the flow validates);
+    # pretrained: first load the weights folder, model only, from HF safetensors.
+    pretrained = job.init == "pretrained"
+    if pretrained:
+        check_pretrained_source(Path(job.weights_dir))
     config.checkpoint = dataclasses.replace(
         config.checkpoint,
         enable=True,
@@ -80,7 +85,23 @@ def build(job: Job) -> "Trainer.Config":
         last_save_model_only=True,
         last_save_in_hf=True,
         export_dtype=job.export_dtype,
-        initial_load_path=None,
-        initial_load_in_hf=False,
+        initial_load_path=job.weights_dir if pretrained else None,
+        initial_load_in_hf=pretrained,
+        initial_load_model_only=True,
     )
     return config
+
+
+def check_pretrained_source(weights_dir: Path) -> None:
+    """Refuse a pretrained load torchtitan would skip or misread: relative path, no safetensors.
+
+    torchtitan resolves a relative ``initial_load_path`` against the working directory, and a
+    folder without weights gives a model that silently trains from its random init.
+
+    Raises:
+        ValueError: naming ``weights`` and the fix.
+    """
+    if not weights_dir.is_absolute():
+        raise ValueError(f"weights: {weights_dir} is relative; a pretrained load needs an absolute folder")
+    if not any(weights_dir.glob("*.safetensors")):
+        raise ValueError(f"weights: {weights_dir} holds no *.safetensors; nothing to load for init=pretrained")

@@ -143,7 +143,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     from tasks.weights import resolve_weights
 
     run_dir.mkdir(parents=True)
-    rendered = render(run, resolve_weights(run.weights), run_dir)
+    rendered = render(run, resolve_weights(run.weights, run.init), run_dir)
     print(Path(rendered.job_path).parent)
     return 0
 

@@ -17,6 +17,12 @@ matrix of i.i.d. entries of variance v, s^2 = d v. The init decides v:
 from __future__ import annotations
 
 import math
+from pathlib import Path
+
+from titanflow.paths import REPO_ROOT
+
+#: Golden loss files, one per (scenario, target), torchtitan-style: "step loss" per line, "#" comments.
+GOLDEN_DIR = REPO_ROOT / "expectations"
 
 #: Init std of the output projection in torchtitan's Qwen3 and transformers' Qwen3 (initializer_range).
 QWEN3_OUTPUT_INIT_STD = 0.02
@@ -51,3 +57,36 @@ def random_init_first_step_loss(vocab_size: int, hidden_size: int, output_init: 
     if output_init not in OUTPUT_INIT_VARIANCE:
         raise ValueError(f"output_init: unknown {output_init!r}; known: {', '.join(OUTPUT_INIT_VARIANCE)}")
     return math.log(vocab_size) + hidden_size * OUTPUT_INIT_VARIANCE[output_init](hidden_size) / 2
+
+
+def golden_path(scenario: str, target: str, init: str = "pretrained") -> Path:
+    """``expectations/<scenario>-<target>-<init>.txt``."""
+    return GOLDEN_DIR / f"{scenario}-{target}-{init}.txt"
+
+
+def read_golden(path: Path) -> dict[int, float]:
+    """{step: loss} from a golden file.
+
+    Raises:
+        FileNotFoundError: no golden for this combination (the message says how to make one).
+        ValueError: a line that is not ``<step> <loss>``.
+    """
+    if not path.is_file():
+        raise FileNotFoundError(f"no golden loss file {path.name}; record one with "
+                                f"TITANFLOW_UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/test_e2e.py -k pretrained")
+    losses = {}
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if line.strip() and not line.startswith("#"):
+            try:
+                step, loss = line.split()
+                losses[int(step)] = float(loss)
+            except ValueError as err:
+                raise ValueError(f"{path}:{number}: expected '<step> <loss>', got {line!r}") from err
+    return losses
+
+
+def write_golden(path: Path, losses: list[float], header: str) -> Path:
+    """Write ``losses`` (step 1 first) under ``#`` comment lines ``header``."""
+    comments = "".join(f"# {line}\n" for line in header.splitlines())
+    path.write_text(comments + "".join(f"{step} {loss:.5f}\n" for step, loss in enumerate(losses, 1)))
+    return path

@@ -31,6 +31,11 @@ class Tolerances(BaseModel):
         description="random init: |measured - derived| first-step loss. 0.15 covers the batch "
         "mean of the target logit, measured at about +-0.06 (shared/notes), with margin",
     )
+    pretrained_first_step_loss: float = Field(
+        0.05, gt=0, description="pretrained init: |measured - golden| first-step loss (nats)")
+    pretrained_gap: float = Field(
+        2.0, gt=0, description="pretrained init: first-step loss at least this far below the random-init value, "
+        "so weights that were silently not loaded fail")
     parity_kl: float = Field(1e-6, gt=0, description="max mean KL(trained || export) per token, nats (fp32 on CPU)")
     parity_top1: float = Field(1.0, gt=0, le=1, description="min top-1 agreement, trained vs export")
 
@@ -47,7 +52,8 @@ class ScenarioRun(BaseModel):
     scenario: str = Field("native", description=f"one of: {', '.join(SCENARIOS)}")
     target: str = Field("cpu", description=f"one of: {', '.join(TARGETS)} (titan_cfg/targets.py)")
     init: Literal["random", "pretrained"] = Field("random", description="random | pretrained")
-    weights: str | None = Field(None, description="local HF folder or Hub id; None: the embedded tiny Qwen3")
+    weights: str | None = Field(None, description="local HF folder or Hub id; None: the embedded tiny Qwen3 "
+                                "(random init) or its pretrained checkpoint (pretrained init)")
     steps: int = Field(10, ge=1)
     global_batch_size: int | None = Field(None, ge=1)
     seq_len: int | None = Field(None, ge=16)
@@ -68,8 +74,6 @@ class ScenarioRun(BaseModel):
             raise ValueError(f"scenario: unknown {self.scenario!r}; known: {', '.join(SCENARIOS)}")
         if self.target not in TARGETS:
             raise ValueError(f"target: unknown {self.target!r}; known: {', '.join(TARGETS)}")
-        if self.init == "pretrained":
-            raise ValueError("init: 'pretrained' is not available for this scenario yet; use random (--init random)")
         limit = SCENARIOS[self.scenario].rank_limits.get(self.target)
         if limit and self.nproc_resolved > limit[0]:
             raise ValueError(f"nproc: {self.scenario} on {self.target} runs on at most {limit[0]} rank(s): {limit[1]}")

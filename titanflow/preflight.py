@@ -51,6 +51,10 @@ def check_weights_folder(run: ScenarioRun, folder: Path) -> None:
         )
     if not (folder / "tokenizer.json").is_file():
         raise ValueError(f"weights: {folder} has no tokenizer.json; torchtitan reads the tokenizer from it")
+    if run.init == "pretrained":
+        from titan_cfg.trainer_config import check_pretrained_source
+
+        check_pretrained_source(folder)
 
 
 def preflight(run: ScenarioRun, *, launch: bool = True) -> Path:
@@ -71,10 +75,11 @@ def preflight(run: ScenarioRun, *, launch: bool = True) -> Path:
     run_dir = root / (run.run_id or new_run_id(run))
     if run_dir.exists():
         raise ValueError(f"run_id: {run_dir} already exists; pass another run id, or none for a fresh one")
-    if run.weights is None:  # the embedded tiny model: built once (seconds), then cached
+    if run.weights is None and run.init == "random":  # the embedded tiny model: built once (seconds)
         from titanflow.assets import ensure_assets
 
         check_weights_folder(run, ensure_assets().weights_dir)
-    elif not is_hub_id(run.weights):  # a Hub id is checked once downloaded, by render_config
+    elif run.weights is not None and not is_hub_id(run.weights):  # Hub ids and the pretrained
+        # tiny checkpoint (built by pull_weights, minutes) are checked by render_config
         check_weights_folder(run, Path(run.weights).expanduser().resolve())
     return run_dir
