@@ -71,19 +71,26 @@ def hf_masked_sdpa(module, query_BNLH, key_BNLH, value_BNLH, attention_mask: Blo
     return sdpa_attention_forward(module, query_BNLH, key_BNLH, value_BNLH, mask_B1LL, **kwargs)
 
 
-def use_hf_backend_attention(attention: str) -> None:
-    """Route torchtitan's transformers backend through ``attention``: "flex" keeps it,
-    "sdpa" swaps in :func:`hf_masked_sdpa` for transformers' ``flex_attention_forward``
-    in the backend's model module (both of its attention paths, the registered
-    ``AttentionInterface`` shim and the per-module ``HFFlexKernel``, call that name).
+def use_attention(trainer_config, attention: str) -> None:
+    """Set the attention of ``trainer_config``'s model: "flex" keeps torchtitan's; "sdpa"
+    puts :class:`MaskedSDPAttention` in every layer of a torchtitan decoder, or, for the
+    transformers backend, swaps :func:`hf_masked_sdpa` in for transformers'
+    ``flex_attention_forward`` in the backend's model module (both of its attention
+    paths, the registered ``AttentionInterface`` shim and the per-module
+    ``HFFlexKernel``, call that name).
 
     Raises:
         ValueError: unknown name.
     """
+    if attention not in ("flex", "sdpa"):
+        raise ValueError(f"attention: unknown implementation {attention!r}; known: flex, sdpa")
     if attention == "flex":
         return
-    if attention != "sdpa":
-        raise ValueError(f"attention: unknown implementation {attention!r}; known: flex, sdpa")
-    from torchtitan.experiments.transformers_modeling_backend import model as hf_backend_model
+    model_config = trainer_config.model_spec.model
+    if hasattr(model_config, "layers"):  # a torchtitan Decoder config
+        for layer in model_config.layers:
+            layer.attention.inner_attention = MaskedSDPAttention.Config()
+    else:
+        from torchtitan.experiments.transformers_modeling_backend import model as hf_backend_model
 
-    hf_backend_model.flex_attention_forward = hf_masked_sdpa
+        hf_backend_model.flex_attention_forward = hf_masked_sdpa

@@ -103,7 +103,7 @@ def qwen3_shape(weights_dir: Path) -> Qwen3Shape:
 
 def torchtitan_model_spec(shape: Qwen3Shape, *, flavor: str, max_seq_len: int):
     """torchtitan ``ModelSpec`` for ``shape``, with flex attention (swap it with
-    :func:`titan_cfg.trainer_config.use_attention`).
+    :func:`titan_cfg.attention.use_attention`).
 
     Built with torchtitan 0.3.0's own Qwen3 builders (``_build_qwen3_layers``,
     private but the only place that encodes its init and layer layout), and the

@@ -18,36 +18,16 @@ if TYPE_CHECKING:
     from torchtitan.trainer import Trainer
 
 
-def use_attention(model_config, attention: str) -> None:
-    """Set every layer's inner attention: "flex" keeps torchtitan's, "sdpa" uses
-    :class:`titan_cfg.attention.MaskedSDPAttention`.
-
-    Raises:
-        ValueError: unknown name.
-    """
-    if attention == "flex":
-        return
-    if attention != "sdpa":
-        raise ValueError(f"attention: unknown implementation {attention!r}; known: flex, sdpa")
-    from titan_cfg.attention import MaskedSDPAttention
-
-    for layer in model_config.layers:
-        layer.attention.inner_attention = MaskedSDPAttention.Config()
-
-
 def build(job: Job) -> "Trainer.Config":
     """The complete torchtitan config for ``job`` (no tensors are created)."""
     from torchtitan.components.optimizer import default_adamw
-
-    from titan_cfg.attention import use_hf_backend_attention
     from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC
     from torchtitan.hf_datasets.text_datasets import HuggingFaceTextDataLoader
 
+    from titan_cfg.attention import use_attention
+
     config = SCENARIOS[job.scenario].build(job)
-    if job.scenario == "hf_backend":
-        use_hf_backend_attention(job.attention)
-    else:
-        use_attention(config.model_spec.model, job.attention)
+    use_attention(config, job.attention)
 
     config.hf_assets_path = job.weights_dir  # tokenizer (and HF weights) folder
     config.dump_folder = job.dump_folder
