@@ -1,7 +1,8 @@
 """validate: check the export at three levels, each timed and reported in summary.json.
 
 1. structure (titanflow.structure): index, dtypes and config.json from the safetensors headers;
-2. load: ``transformers.AutoModelForCausalLM`` on the export (below);
+2. round trip (titanflow.roundtrip): HF -> torchtitan -> HF bit-exact, for the native scenario;
+   load: ``transformers.AutoModelForCausalLM`` on the export (below);
 3. parity (titanflow.parity): its logits against the trained torchtitan model's.
 
 The load level checks:
@@ -28,6 +29,7 @@ from titan_cfg.model_spec import read_config, rope_theta_of
 from titan_cfg.probe import PROBE_FILE
 from titanflow.params import Tolerances
 from titanflow.parity import ParityReport, check_parity
+from titanflow.roundtrip import RoundTripReport, check_round_trip
 from titanflow.structure import StructureReport, check_structure
 
 #: The fixed input of the forward check (real text, tokenised with the export's tokenizer).
@@ -108,6 +110,7 @@ class ValidationReport(LoadReport):
     seconds per level, and every problem found."""
 
     structure: StructureReport
+    round_trip: RoundTripReport | None  # None: the scenario has no torchtitan <-> HF conversion to test
     parity: ParityReport | None
     seconds: dict[str, float]
 
@@ -129,6 +132,15 @@ def validate_export(export_dir: Path, job: Job, tolerances: Tolerances) -> Valid
     structure = check_structure(export_dir, job.export_dtype, trained_theta)
     seconds["structure"] = round(time.monotonic() - start, 3)
     problems = [f"structure: {p}" for p in structure.problems]
+    round_trip = None
+    if job.scenario == "native":  # the transformers backend keeps HF names: nothing is converted
+        start = time.monotonic()
+        round_trip = check_round_trip(export_dir, Path(job.weights_dir))
+        seconds["round_trip"] = round(time.monotonic() - start, 3)
+        for what in ("differing", "lost", "gained"):
+            if getattr(round_trip, what):
+                problems.append(f"round trip: tensors {what} after HF -> torchtitan -> HF: "
+                                f"{getattr(round_trip, what)[:5]}")
     start = time.monotonic()
     load = check_export(export_dir)
     seconds["load"] = round(time.monotonic() - start, 3)
@@ -140,8 +152,8 @@ def validate_export(export_dir: Path, job: Job, tolerances: Tolerances) -> Valid
         problems.append(f"parity: KL {parity.kl:.3g} (max {tolerances.parity_kl:g}), top-1 agreement "
                         f"{parity.top1_agreement:.4f} (min {tolerances.parity_top1:g}) between the trained model "
                         "and its export")
-    return ValidationReport(**{**load.model_dump(), "problems": problems}, structure=structure, parity=parity,
-                            seconds=seconds)
+    return ValidationReport(**{**load.model_dump(), "problems": problems}, structure=structure,
+                            round_trip=round_trip, parity=parity, seconds=seconds)
 
 
 @task(name="validate")

@@ -42,7 +42,9 @@ def test_native_cpu_random_init_passes_end_to_end(tmp_path):
     assert summary["validation"]["unexpected"] == [] and summary["validation"]["missing"] == []
     assert summary["validation"]["structure"]["problems"] == []
     assert summary["validation"]["parity"]["kl"] <= 1e-6 and summary["validation"]["parity"]["top1_agreement"] == 1.0
-    assert set(summary["validation"]["seconds"]) == {"structure", "load", "parity"}
+    assert set(summary["validation"]["seconds"]) == {"structure", "round_trip", "load", "parity"}
+    round_trip = summary["validation"]["round_trip"]
+    assert round_trip["tensors"] == 24 and round_trip["differing"] == round_trip["lost"] == round_trip["gained"] == []
     assert summary["compile_warmup"]["status"] == "skipped"
     assert set(summary["timings_s"]) == {"pull_weights", "render_config", "compile_warmup", "train", "export",
                                          "validate", "compare_loss"}

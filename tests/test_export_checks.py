@@ -89,3 +89,32 @@ def test_parity_catches_a_permuted_tensor_with_every_shape_right(export_dir, tin
     save_file(tensors, export_dir / SHARD, metadata={"format": "pt"})
     report = check_parity(export_dir, export_dir / "probe.pt")
     assert report.kl > 1e-6  # the default threshold (titanflow.params.Tolerances.parity_kl)
+
+
+def test_round_trip_is_bit_exact_for_the_tiny_model(tiny_assets):
+    from titanflow.roundtrip import check_round_trip
+
+    report = check_round_trip(tiny_assets.weights_dir, tiny_assets.weights_dir)
+    # 2 layers x 11 tensors + embedding + final norm; the tied lm_head is neither lost nor gained
+    assert report.tensors == 24 and report.differing == report.lost == report.gained == []
+
+
+def test_round_trip_catches_a_conversion_that_reorders_a_tensor(tiny_assets, monkeypatch):
+    from titan_cfg.compat.cpu import make_importable_without_triton
+
+    make_importable_without_triton()
+    from torchtitan.models.qwen3.state_dict_adapter import Qwen3StateDictAdapter
+
+    from titanflow.roundtrip import check_round_trip
+
+    upstream = Qwen3StateDictAdapter.to_hf
+
+    def to_hf_with_swapped_heads(self, state_dict):
+        hf = upstream(self, state_dict)
+        key = "model.layers.1.self_attn.k_proj.weight"  # [kv_heads * head_dim, hidden]: swap the two kv heads
+        hf[key] = torch.cat([hf[key][32:], hf[key][:32]])
+        return hf
+
+    monkeypatch.setattr(Qwen3StateDictAdapter, "to_hf", to_hf_with_swapped_heads)
+    report = check_round_trip(tiny_assets.weights_dir, tiny_assets.weights_dir)
+    assert report.differing == ["model.layers.1.self_attn.k_proj.weight"]
