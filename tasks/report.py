@@ -36,6 +36,13 @@ def summary_markdown(summary: dict) -> str:
         v = summary["validation"]
         lines += [f"- export {summary.get('export_dir')}: absent from files {v['missing_in_files']}, "
                   f"missing {v['missing']}, unexpected {v['unexpected']}, tied {v['tied']}"]
+        if v.get("parity"):
+            lines += [f"- parity with the trained model: KL {v['parity']['kl']:.3g}, "
+                      f"top-1 {v['parity']['top1_agreement']:.4f}"]
+        if v.get("round_trip"):
+            lines += [f"- round trip HF -> torchtitan -> HF: {v['round_trip']['tensors']} tensors, "
+                      f"{len(v['round_trip']['differing'])} differing"]
+        lines += [f"- validation seconds: {v.get('seconds')}"]
     if "tokens_per_s" in summary:
         lines += [f"- {summary['tokens_per_s']:.0f} tokens/s, peak RSS {summary['peak_rss_bytes'] / 2**30:.2f} GiB"]
     lines += ["", "| task | seconds |", "|---|---|"]

@@ -1,6 +1,7 @@
 """``titanflow``: the command line.
 
     titanflow assets                       build (or reuse) the offline tokenizer and tiny weights
+    titanflow assets --regenerate-dataset  rebuild assets/botchan_c4/ from the sentencepiece sdist
     titanflow run native --target cpu      run a scenario flow, print its summary, exit 0 only on pass
     titanflow render native --target trn2  write runs/<id>/job/ (command, environment, torchtitan config) only
 
@@ -18,10 +19,9 @@ import os
 import sys
 from pathlib import Path
 
-#: Prefect settings for command-line use, applied unless the caller set them.
-#: A cold temporary server took up to 14 s here, over Prefect's 20 s default on a slow machine.
+#: Prefect settings for command-line use, applied unless the caller set them: no telemetry
+#: (the server otherwise logs a DNS error at every start on a machine without network).
 PREFECT_DEFAULTS = {
-    "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "90",
     "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
     "DO_NOT_TRACK": "1",
 }
