@@ -1,6 +1,7 @@
 """Bad input fails before any compute, naming the field (issue: bad input)."""
 
 import time
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
@@ -111,3 +112,20 @@ def test_cli_names_an_unreachable_prefect_api(monkeypatch, capsys, tmp_path):
     monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:9/api")  # nothing listens on port 9
     assert main(["run", "native", "--runs-dir", str(tmp_path)]) == 2
     assert "PREFECT_API_URL=http://127.0.0.1:9/api does not answer" in capsys.readouterr().err
+
+
+def test_pretrained_from_a_folder_without_weights_is_refused_before_training(tmp_path, capsys, tiny_assets):
+    import shutil
+
+    folder = tmp_path / "no-weights"
+    shutil.copytree(tiny_assets.weights_dir, folder, ignore=shutil.ignore_patterns("*.safetensors"))
+    assert main(["run", "native", "--init", "pretrained", "--weights", str(folder),
+                 "--runs-dir", str(tmp_path / "runs")]) == 2
+    assert "holds no *.safetensors; nothing to load for init=pretrained" in capsys.readouterr().err
+
+
+def test_pretrained_load_needs_an_absolute_folder(tmp_path):
+    from titan_cfg.trainer_config import check_pretrained_source
+
+    with pytest.raises(ValueError, match="relative"):
+        check_pretrained_source(Path("models/qwen3"))

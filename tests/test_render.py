@@ -81,3 +81,11 @@ def test_trn2_render_handles_the_walkthrough_pitfalls(tmp_path, instruct_2507_fo
     assert launch["env"]["NEURON_LOGICAL_NC_CONFIG"] == "2"
     assert "NEURON_COMPILE_CACHE_URL" in launch["env"]
     assert "0x" not in json.dumps(trainer)  # no memory addresses: renders compare equal
+
+
+def test_pretrained_job_loads_the_folder_from_hf_model_only(tmp_path, tiny_assets):
+    rendered = render(ScenarioRun(init="pretrained", weights=str(tiny_assets.weights_dir)), tiny_assets.weights_dir,
+                      tmp_path / "run")
+    checkpoint = _rendered_files(Path(rendered.job_path).parent)["trainer_config.json"]["checkpoint"]
+    assert checkpoint["enable"] and checkpoint["initial_load_in_hf"] and checkpoint["initial_load_model_only"]
+    assert checkpoint["initial_load_path"] == str(tiny_assets.weights_dir)
