@@ -96,7 +96,7 @@ def qwen3_scenario(
             validation.raise_for_problems()
         with record.task("compare_loss"):
             verdict = compare_loss(trained.losses, weights_dir, run.init, run.tolerances,
-                                   SCENARIOS[run.scenario].output_init, str(golden_path(run.scenario, run.target)))
+                                   SCENARIOS[run.scenario].output_init, str(golden_path(run.scenario, run.target, run.init)))
             record.fields.update(verdict.model_dump())
     finally:
         summary_path = record.write()

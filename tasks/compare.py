@@ -48,6 +48,8 @@ def judge(losses: list[float], weights_dir: Path, init: str, tolerances: Toleran
     random_expected = random_init_first_step_loss(shape.vocab_size, shape.hidden_size, output_init)
     first = losses[0]
     if init == "pretrained":
+        if golden is None:
+            raise FileNotFoundError("compare_loss: pretrained init needs a golden loss file")
         expected, tol = read_golden(golden)[1], tolerances.pretrained_first_step_loss
         source = f"golden: {golden.name} step 1"
     else:

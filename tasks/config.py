@@ -26,10 +26,11 @@ from titan_cfg.job import JOB_ENV, Job
 from titan_cfg.model_spec import qwen3_shape
 from titanflow.preflight import check_weights_folder
 from titanflow import paths
+from titanflow.assets.botchan import DATASET_NAME
 from titanflow.params import ScenarioRun
 
 #: The shipped real-text dataset in torchtitan's c4_test format.
-DATASET_DIR = paths.SHIPPED_ASSETS / "botchan_c4"
+DATASET_DIR = paths.SHIPPED_ASSETS / DATASET_NAME
 
 #: torchrun's module entry: applies the target's compat layer, then torchtitan.train.
 ENTRY = ["-m", "titan_cfg.entry", "--module", "titan_cfg.config_registry", "--config", "titanflow_job"]

@@ -27,11 +27,11 @@ from pydantic import BaseModel
 
 from titan_cfg.job import Job
 from titan_cfg.probe import UNTIED_HEAD_FILE
+from titanflow.structure import INDEX
 
 #: Files copied from the weights folder when present (tokenizer and generation settings).
 SIDE_FILES = ("generation_config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
               "vocab.json", "merges.txt", "chat_template.jinja")
-INDEX = "model.safetensors.index.json"
 
 
 class ExportError(RuntimeError):

@@ -47,21 +47,14 @@ def resolve_launcher(argv: list[str]) -> list[str]:
 
 def launch(rendered: RenderedJob, *, timeout_s: float, log_name: str = "train.log", on_line=lambda _: None,
            extra_env: dict[str, str] | None = None):
-    """Run the rendered torchrun line; returns (ProcessResult, log path, output lines)."""
-    run_dir = Path(rendered.run_dir)
-    log_path = run_dir / log_name
-    lines: list[str] = []
-
-    def collect(line: str) -> None:
-        lines.append(line)
-        on_line(line)
-
+    """Run the rendered torchrun line, each output line to ``on_line``; returns (ProcessResult, log path)."""
+    log_path = Path(rendered.run_dir) / log_name
     result = run_streaming(
         resolve_launcher(rendered.argv),
         env={**os.environ, **rendered.env, **(extra_env or {})},
-        log_path=log_path, timeout_s=timeout_s, on_line=collect, cwd=paths.REPO_ROOT,
+        log_path=log_path, timeout_s=timeout_s, on_line=on_line, cwd=paths.REPO_ROOT,
     )
-    return result, log_path, lines
+    return result, log_path
 
 
 def run_training(rendered: RenderedJob, *, timeout_s: float, world_size: int, on_line=lambda _: None) -> TrainResult:
@@ -78,7 +71,7 @@ def run_training(rendered: RenderedJob, *, timeout_s: float, world_size: int, on
         on_line(line)
 
     try:
-        result, log_path, _ = launch(rendered, timeout_s=timeout_s, on_line=keep)
+        result, log_path = launch(rendered, timeout_s=timeout_s, on_line=keep)
     finally:  # interrupted or not, the steps that ran are kept
         table = metrics_table(lines)
         table.to_csv(metrics_path, index=False)

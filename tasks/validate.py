@@ -1,11 +1,15 @@
-"""validate: check the export at three levels, each timed and reported in summary.json.
+"""validate: check the export at three levels, each part timed and reported in summary.json.
 
-1. structure (titanflow.structure): index, dtypes and config.json from the safetensors headers;
+1. structure: index, dtypes and config.json from the safetensors headers
+   (titanflow.structure), then the load in ``transformers.AutoModelForCausalLM`` (below);
 2. round trip (titanflow.roundtrip): HF -> torchtitan -> HF bit-exact, for the native scenario;
-   load: ``transformers.AutoModelForCausalLM`` on the export (below);
-3. parity (titanflow.parity): its logits against the trained torchtitan model's.
+3. parity (titanflow.parity): the export's logits against the trained torchtitan model's.
 
-The load level checks:
+A check that finds a problem records it and the task fails after summary.json has
+the report; a check that cannot run at all (a damaged shard, no probe file) fails
+the task with its own message, which summary.json keeps as the error.
+
+The load checks:
 - keys: the model's state-dict keys absent from the safetensors files are exactly
   ``{lm_head.weight}`` for a tied model and nothing for an untied one;
   transformers reports nothing missing (a missing key would be randomly
@@ -16,7 +20,6 @@ The load level checks:
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
@@ -26,14 +29,11 @@ from pydantic import BaseModel
 
 from titan_cfg.job import Job
 from titan_cfg.model_spec import read_config, rope_theta_of
-from titan_cfg.probe import PROBE_FILE
+from titan_cfg.probe import PROBE_FILE, PROBE_TEXT
 from titanflow.params import Tolerances
 from titanflow.parity import ParityReport, check_parity
 from titanflow.roundtrip import RoundTripReport, check_round_trip
-from titanflow.structure import StructureReport, check_structure
-
-#: The fixed input of the forward check (real text, tokenised with the export's tokenizer).
-PROBE_TEXT = "It was a fine spring morning when I left Tokyo for the school in the country."
+from titanflow.structure import StructureReport, check_structure, read_headers
 
 
 class ValidationError(RuntimeError):
@@ -53,26 +53,23 @@ class LoadReport(BaseModel):
     problems: list[str]
 
 
-
-def keys_in_files(export_dir: Path) -> set[str]:
-    """Tensor names listed by the export's safetensors index (or single file's header)."""
-    index = export_dir / "model.safetensors.index.json"
-    if index.is_file():
-        return set(json.loads(index.read_text())["weight_map"])
-    from safetensors import safe_open
-
-    with safe_open(export_dir / "model.safetensors", "pt") as f:
-        return set(f.keys())
-
-
-def check_export(export_dir: Path) -> LoadReport:
-    """Load ``export_dir`` in transformers (fp32, CPU) and run the checks above."""
+def load_export(export_dir: Path):
+    """(model, loading info) of ``AutoModelForCausalLM.from_pretrained`` on the export, fp32 on CPU."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
-    model, info = AutoModelForCausalLM.from_pretrained(export_dir, output_loading_info=True, dtype=torch.float32)
+    return AutoModelForCausalLM.from_pretrained(export_dir, output_loading_info=True, dtype=torch.float32)
+
+
+def check_export(export_dir: Path, loaded=None) -> LoadReport:
+    """Run the load checks above on ``loaded`` (from :func:`load_export`; loaded here when None)."""
+    import torch
+    from transformers import AutoTokenizer
+
+    model, info = loaded or load_export(export_dir)
     tied = bool(model.config.tie_word_embeddings)
-    missing_in_files = sorted(set(model.state_dict()) - keys_in_files(export_dir))
+    in_files = {name for tensors in read_headers(export_dir).values() for name in tensors}
+    missing_in_files = sorted(set(model.state_dict()) - in_files)
     expected_absent = ["lm_head.weight"] if tied else []
     problems = []
     if missing_in_files != expected_absent:
@@ -106,17 +103,13 @@ def check_export(export_dir: Path) -> LoadReport:
 
 
 class ValidationReport(LoadReport):
-    """All three levels: the load level's fields, the structure and parity reports,
-    seconds per level, and every problem found."""
+    """All three levels: the load checks' fields, the structure, round-trip and parity
+    reports, seconds per check, and every problem found."""
 
     structure: StructureReport
     round_trip: RoundTripReport | None  # None: the scenario has no torchtitan <-> HF conversion to test
     parity: ParityReport | None
     seconds: dict[str, float]
-
-    @property
-    def passed(self) -> bool:
-        return not self.problems
 
     def raise_for_problems(self) -> None:
         """Raises :class:`ValidationError` listing every failed check, if any failed."""
@@ -125,7 +118,7 @@ class ValidationReport(LoadReport):
 
 
 def validate_export(export_dir: Path, job: Job, tolerances: Tolerances) -> ValidationReport:
-    """Run the three levels; a level that cannot run (damaged file) is reported as a problem."""
+    """Run the three levels (module docstring); raises when a check cannot run at all."""
     seconds: dict[str, float] = {}
     start = time.monotonic()
     trained_theta = rope_theta_of(read_config(Path(job.weights_dir)))
@@ -142,11 +135,12 @@ def validate_export(export_dir: Path, job: Job, tolerances: Tolerances) -> Valid
                 problems.append(f"round trip: tensors {what} after HF -> torchtitan -> HF: "
                                 f"{getattr(round_trip, what)[:5]}")
     start = time.monotonic()
-    load = check_export(export_dir)
+    loaded = load_export(export_dir)
+    load = check_export(export_dir, loaded)
     seconds["load"] = round(time.monotonic() - start, 3)
     problems += [f"load: {p}" for p in load.problems]
     start = time.monotonic()
-    parity = check_parity(export_dir, Path(job.dump_folder) / PROBE_FILE)
+    parity = check_parity(loaded[0], Path(job.dump_folder) / PROBE_FILE)
     seconds["parity"] = round(time.monotonic() - start, 3)
     if parity.kl > tolerances.parity_kl or parity.top1_agreement < tolerances.parity_top1:
         problems.append(f"parity: KL {parity.kl:.3g} (max {tolerances.parity_kl:g}), top-1 agreement "

@@ -56,7 +56,7 @@ def warm_up(run: ScenarioRun, rendered: RenderedJob, on_line=lambda _: None) -> 
     warm_job = job.model_copy(update={"steps": 1, "warmup_steps": 0,
                                       "dump_folder": str(Path(rendered.run_dir) / "warmup")})
     warm_path = warm_job.write(Path(rendered.job_path).with_name("warmup_job.json"))
-    result, log_path, _ = launch(rendered, timeout_s=run.timeout_s, log_name="warmup.log", on_line=on_line,
+    result, log_path = launch(rendered, timeout_s=run.timeout_s, log_name="warmup.log", on_line=on_line,
                                  extra_env={JOB_ENV: str(warm_path)})
     if result.returncode != 0 or result.timed_out:
         tail = "\n".join(result.tail[-25:])

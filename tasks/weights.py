@@ -83,7 +83,7 @@ def resolve_weights(weights: str | None, init: str = "random") -> Path:
         from titanflow.assets import ensure_assets
 
         return ensure_assets().weights_dir.resolve()
-    if is_hub_id(weights) and not Path(weights).is_dir():
+    if is_hub_id(weights):
         folder = download(weights)
     else:
         folder = Path(weights).expanduser().resolve()

@@ -14,7 +14,6 @@ from titanflow.expectations import random_init_first_step_loss
 pytestmark = pytest.mark.e2e
 
 TITANFLOW = Path(sys.executable).parent / "titanflow"
-SCENARIO_OUTPUT_INIT = {"native": "normal_0.02", "hf_backend": "trunc_normal_inv_sqrt_hidden"}
 
 
 def _run(runs_dir: Path, *options: str, scenario: str = "native") -> subprocess.CompletedProcess:
@@ -104,7 +103,9 @@ def test_fine_tune_from_the_pretrained_tiny_checkpoint_matches_its_golden(tmp_pa
         proc = _run(tmp_path / "again", "--steps", "3", "--init", "pretrained", scenario=scenario)
         summary = _summary(tmp_path / "again")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    random_expected = random_init_first_step_loss(151_936, 64, SCENARIO_OUTPUT_INIT[scenario])
+    from titan_cfg.scenarios import SCENARIOS
+
+    random_expected = random_init_first_step_loss(151_936, 64, SCENARIOS[scenario].output_init)
     assert summary["first_step_loss"] < random_expected - 2.0  # weights really loaded: far below random init
     assert abs(summary["first_step_loss"] - read_golden(golden)[1]) <= 0.05
     assert summary["validation"]["parity"]["kl"] <= 1e-6

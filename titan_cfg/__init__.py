@@ -3,5 +3,5 @@ the job file that carries a rendered run to torchrun, and the torchrun entry mod
 
 Nothing here imports torch or torchtitan at module level except the modules that
 run inside torchrun (``entry``, ``config_registry``, ``trainer_config``,
-``attention``, ``compat``), so flows can import the light parts cheaply.
+``attention``, ``compat``, ``probe``: torch is imported inside its functions), so flows can import the light parts cheaply.
 """

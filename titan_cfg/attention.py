@@ -30,7 +30,7 @@ class MaskedSDPAttention(FlexAttention):
 
     @dataclass(kw_only=True, slots=True)
     class Config(FlexAttention.Config):
-        pass
+        """FlexAttention's config (so torchtitan still builds the BlockMask); selects this module."""
 
     def forward(
         self,
@@ -43,6 +43,7 @@ class MaskedSDPAttention(FlexAttention):
         enable_gqa: bool = False,
         **_unused,
     ) -> torch.Tensor:
+        """Attention of ``q_BLNH`` over ``k_BLNH``/``v_BLNH`` where ``attention_masks`` allows; [B, L, N, H] out."""
         if not isinstance(attention_masks, BlockMask):
             raise TypeError(f"MaskedSDPAttention needs a BlockMask, got {type(attention_masks).__name__}")
         batch, seq_len = q_BLNH.shape[0], q_BLNH.shape[1]

@@ -33,10 +33,12 @@ def compiler_version(backend: str) -> str:
 
 
 def cache_key(job: Job, target: Target, model_shape: dict) -> str:
-    """16-hex-digit sha256 of (target, compiler version, flags, LNC, shapes)."""
+    """16-hex-digit sha256 of (scenario, target, world size, compiler version, flags, LNC, shapes)."""
     backend = job.compile_backend or "inductor"
     material = {
+        "scenario": job.scenario,  # native and transformers-backend graphs differ
         "target": target.name,
+        "world_size": job.global_batch_size // job.local_batch_size,
         "compiler": compiler_version(backend),
         "flags": {k: target.env.get(k) for k in FLAG_ENV},
         "lnc": target.lnc,

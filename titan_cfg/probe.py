@@ -20,8 +20,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import torch
-
 #: Real text, long enough for a few dozen tokens; the ids come from the run's own tokenizer.
 PROBE_TEXT = (
     "Ever since I was a child, my inborn recklessness has brought me nothing but trouble. "
@@ -31,18 +29,27 @@ PROBE_FILE = "probe_logits.pt"
 UNTIED_HEAD_FILE = "untied_lm_head.safetensors"
 
 
-def probe_ids(tokenizer_dir: Path) -> torch.Tensor:
-    """[1, L] int64 ids of :data:`PROBE_TEXT` from ``tokenizer_dir/tokenizer.json`` (no special tokens)."""
+def probe_ids(tokenizer_dir: Path):
+    """[1, L] int64 tensor: the ids of :data:`PROBE_TEXT` from ``tokenizer_dir/tokenizer.json`` (no special tokens)."""
+    import torch
     from tokenizers import Tokenizer
 
     tokenizer = Tokenizer.from_file(str(Path(tokenizer_dir) / "tokenizer.json"))
     return torch.tensor([tokenizer.encode(PROBE_TEXT, add_special_tokens=False).ids], dtype=torch.int64)
 
 
-@torch.no_grad()
 def save_probe_logits(trainer, tokenizer_dir: Path, out_path: Path, tied_checkpoint: bool) -> None:
     """Forward the trained model on the probe batch (all ranks); rank 0 saves ids and logits,
     and the lm_head when training untied a ``tied_checkpoint`` (module docstring)."""
+    import torch
+
+    with torch.no_grad():
+        _save_probe_logits(trainer, tokenizer_dir, out_path, tied_checkpoint)
+
+
+def _save_probe_logits(trainer, tokenizer_dir: Path, out_path: Path, tied_checkpoint: bool) -> None:
+    import torch
+
     model = trainer.model_parts[0]
     ids = probe_ids(tokenizer_dir).to(trainer.device)
     positions = torch.arange(ids.shape[1], device=trainer.device)[None]

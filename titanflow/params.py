@@ -49,7 +49,7 @@ class ScenarioRun(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    scenario: str = Field("native", description=f"one of: {', '.join(SCENARIOS)}")
+    scenario: str = Field("native", description="; ".join(f"{name}: {s.description}" for name, s in SCENARIOS.items()))
     target: str = Field("cpu", description=f"one of: {', '.join(TARGETS)} (titan_cfg/targets.py)")
     init: Literal["random", "pretrained"] = Field("random", description="random | pretrained")
     weights: str | None = Field(None, description="local HF folder or Hub id; None: the embedded tiny Qwen3 "
@@ -103,14 +103,17 @@ class ScenarioRun(BaseModel):
 
     @property
     def global_batch_size_resolved(self) -> int:
+        """Sequences per step over all ranks: as given, else the target's."""
         return self.global_batch_size or self.target_spec.global_batch_size
 
     @property
     def seq_len_resolved(self) -> int:
+        """Tokens per sequence: as given, else the target's."""
         return self.seq_len or self.target_spec.seq_len
 
     @property
     def warmup_steps_resolved(self) -> int:
+        """Warm-up steps: as given, else min(2, steps)."""
         return self.warmup_steps if self.warmup_steps is not None else min(2, self.steps)
 
     def runs_root(self) -> Path:

@@ -34,22 +34,21 @@ def kl_and_top1(reference_BLV, candidate_BLV) -> tuple[float, float, float]:
     return max(kl, 0.0), top1, (ref - cand).abs().max().item()
 
 
-def check_parity(export_dir: Path, probe_path: Path) -> ParityReport:
-    """Run the export on the probe ids and compare with the trained model's saved logits.
+def check_parity(exported_model, probe_path: Path) -> ParityReport:
+    """Run the exported model (transformers, fp32) on the probe ids and compare with the
+    trained model's saved logits.
 
     Raises:
         FileNotFoundError: no probe file (the training run did not finish its probe).
         ValueError: vocab or length differ between the two logits.
     """
     import torch
-    from transformers import AutoModelForCausalLM
 
     if not probe_path.is_file():
         raise FileNotFoundError(f"validate: {probe_path} missing; the trained model's probe logits were not saved")
     probe = torch.load(probe_path)
-    model = AutoModelForCausalLM.from_pretrained(export_dir, dtype=torch.float32)
     with torch.no_grad():
-        exported = model(probe["input_ids"]).logits
+        exported = exported_model(probe["input_ids"]).logits
     trained = probe["logits"]
     if exported.shape != trained.shape:
         raise ValueError(f"validate: export logits {tuple(exported.shape)} vs trained {tuple(trained.shape)}")

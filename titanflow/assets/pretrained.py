@@ -13,6 +13,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from titanflow.assets.botchan import DATASET_FILE
 from titanflow.assets.cache import _build_once, _cache_key, _sha256_file, _versions
 
 #: The pretraining recipe (one rank, batch 4 x 256 tokens, about 2.4 passes over the 63k-token text).
@@ -56,7 +57,7 @@ def ensure_pretrained(cache_root: Path | None = None) -> Path:
     found = ensure_assets(root)
     key = _cache_key({
         "weights": found.weights_dir.name,
-        "dataset": _sha256_file(found.dataset_dir / "botchan.json"),
+        "dataset": _sha256_file(found.dataset_dir / DATASET_FILE),
         "recipe": PRETRAIN,
         "versions": _versions("torch", "torchtitan", "transformers"),
     })
