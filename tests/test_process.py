@@ -4,27 +4,11 @@ import os
 import sys
 import textwrap
 
-from titanflow.process import run_streaming
+from titanflow.process import run_streaming, wait_gone
 
 
 def _python(code: str) -> list[str]:
     return [sys.executable, "-c", textwrap.dedent(code)]
-
-
-def _gone(pid: int, within_s: float = 10.0) -> bool:
-    """True once ``pid`` no longer runs (gone or a zombie); signalled processes take a moment to die."""
-    import time
-
-    deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline:
-        try:
-            with open(f"/proc/{pid}/stat") as stat:
-                if stat.read().split(")")[-1].split()[0] == "Z":
-                    return True
-        except FileNotFoundError:
-            return True
-        time.sleep(0.1)
-    return False
 
 
 def test_lines_stream_to_callback_and_log_from_both_pipes(tmp_path):
@@ -51,7 +35,7 @@ def test_timeout_kills_the_whole_group_and_keeps_the_log(tmp_path):
     """), env=dict(os.environ), log_path=tmp_path / "log", timeout_s=3)
     assert result.timed_out and result.returncode != 0
     assert result.wall_s < 30
-    assert _gone(int(pid_file.read_text()))
+    assert wait_gone(int(pid_file.read_text()), 10.0)  # signalled processes take a moment to die
     log = (tmp_path / "log").read_text()
     assert "started" in log and "killed after the 3 s timeout" in log
 
@@ -76,4 +60,4 @@ def test_ctrl_c_stops_the_group_before_propagating(tmp_path):
             open({str(pid_file)!r}, "w").write(str(os.getpid()))
             time.sleep(600)
         """), env=dict(os.environ), log_path=tmp_path / "log", timeout_s=600)
-    assert _gone(int(pid_file.read_text()))
+    assert wait_gone(int(pid_file.read_text()), 10.0)  # signalled processes take a moment to die

@@ -81,7 +81,7 @@ def run_streaming(
             with lock:
                 tail_at_kill.extend(tail)  # what the job printed, not the launcher's own dying words
             _signal_group(proc.pid, signal.SIGTERM)
-            if not _wait_exit(proc.pid, KILL_GRACE_S):
+            if not wait_gone(proc.pid, KILL_GRACE_S):
                 _signal_group(proc.pid, signal.SIGKILL)
 
         def on_timeout() -> None:
@@ -120,8 +120,8 @@ def _signal_group(pgid: int, sig: int) -> None:
         pass
 
 
-def _wait_exit(pid: int, seconds: float) -> bool:
-    """Poll until ``pid`` no longer exists (or is a zombie awaiting wait4)."""
+def wait_gone(pid: int, seconds: float) -> bool:
+    """Poll up to ``seconds`` until ``pid`` no longer runs (gone, or a zombie awaiting wait4); True if it stopped."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         try:

@@ -1,8 +1,8 @@
 """The run record: per-task timings, the failure if any, and ``summary.json``.
 
-A :class:`RunRecorder` wraps each task call of the flow; when one raises, the
-summary still gets written, naming the failed task and its error, before the
-exception propagates (the flow run ends Failed, its logs stay in ``runs/<id>/``).
+A :class:`RunRecorder` wraps each task call of the flow; when one raises it records
+the failed task and its error, and the flow writes the summary in its ``finally``
+before the exception propagates (the flow run ends Failed, its logs stay in ``runs/<id>/``).
 """
 
 from __future__ import annotations
@@ -40,7 +40,8 @@ class RunRecorder:
 
     @contextlib.contextmanager
     def task(self, name: str) -> Iterator[None]:
-        """Time the block as task ``name``; on an exception record it, write the summary, re-raise."""
+        """Time the block as task ``name``; on an exception record it and re-raise (the flow writes
+        the summary in its ``finally``)."""
         start = time.monotonic()
         try:
             yield
@@ -52,8 +53,6 @@ class RunRecorder:
             raise
         finally:
             self.timings_s[name] = round(time.monotonic() - start, 3)
-            if self.failed_task:
-                self.write()
 
     def write(self) -> Path:
         """Write ``run_dir/summary.json`` (atomically) and return its path."""
