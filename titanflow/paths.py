@@ -25,3 +25,8 @@ def cache_root() -> Path:
 def runs_root() -> Path:
     """Default parent of ``<run-id>/`` folders: ``$TITANFLOW_RUNS`` or ``<repo>/runs``."""
     return Path(os.environ.get("TITANFLOW_RUNS", REPO_ROOT / "runs")).resolve()
+
+
+def history_root() -> Path:
+    """Folder of the run-history table (titanflow.history): ``$TITANFLOW_HISTORY`` or ``<repo>/history``."""
+    return Path(os.environ.get("TITANFLOW_HISTORY", REPO_ROOT / "history")).resolve()
