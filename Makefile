@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup run test test-fast assets clean
+.PHONY: setup run test test-fast assets clean server stop chromium
 
 # torch is installed first and alone, pinned to the CPU build (2.13.0); the project then
 # pins it again, so nothing can resolve a multi-GB CUDA build.
@@ -24,12 +24,26 @@ assets: setup
 run: assets
 	$(BIN)/titanflow run native --target cpu
 
-test: setup
+test: setup chromium
 	$(BIN)/python -m pytest -q
 
 # Unit tests only (skips the end-to-end flow runs).
 test-fast: setup
 	$(BIN)/python -m pytest -q -m "not e2e"
+
+# Headless Chromium (Debian package) for tests/test_browser.py; CI machines are fresh Debian, as root.
+chromium:
+	command -v chromium >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium)
+
+# A local Prefect server (SQLite in .prefect/), the work pools, every deployment of
+# deployments/prefect.yaml and a worker on the cpu pool; prints the UI URL. PORT=0 picks a free port.
+PORT ?= 4200
+server: setup
+	$(BIN)/python -m titanflow.server start --port $(PORT)
+
+# Ends exactly what `make server` started (the recorded PIDs, their process groups and children).
+stop: setup
+	$(BIN)/python -m titanflow.server stop
 
 clean:
 	rm -rf runs .cache
