@@ -19,6 +19,7 @@ from pydantic import BaseModel
 
 from tasks.config import RenderedJob
 from titanflow import paths
+from titanflow.failures import retry_infrastructure_only
 from titanflow.metrics import metrics_table, strip_ansi
 from titanflow.process import run_streaming
 
@@ -93,16 +94,19 @@ def run_training(rendered: RenderedJob, *, timeout_s: float, world_size: int, on
     )
 
 
-@task(name="train")
+@task(name="train", retries=2, retry_delay_seconds=10, retry_condition_fn=retry_infrastructure_only)
 def train(rendered: RenderedJob, timeout_s: float, world_size: int) -> TrainResult:
     """Prefect task: :func:`run_training`, each output line forwarded to the run log.
 
-    No retries: a numerics failure must not be retried, and this task cannot
-    tell it from an infrastructure one (the nightly suite classifies).
+    Retried twice, 10 s apart, only for an infrastructure failure (a killed or
+    timed-out launch, a taken port: ``titanflow.failures.retry_infrastructure_only``).
+    A NaN or infinite loss fails as numerics and is never retried: torchtitan stops
+    at one on the steps it logs ("Loss is not finite"), and any that reaches here raises.
     """
     logger = get_run_logger()
     result = run_training(rendered, timeout_s=timeout_s, world_size=world_size,
                           on_line=lambda line: logger.info(strip_ansi(line)))
-    if any(math.isnan(x) for x in result.losses):
-        logger.warning("NaN loss logged")
+    bad_steps = [step for step, loss in enumerate(result.losses, 1) if not math.isfinite(loss)]
+    if bad_steps:  # a diverged model is not exported
+        raise TrainingError(f"train: non-finite loss at steps {bad_steps}; full log {result.log_path}")
     return result
