@@ -56,6 +56,7 @@ def qwen3_scenario(
     seed: int | None = None,
     export_dtype: str | None = None,
     compile: bool | None = None,
+    kernels: dict[str, str] | None = None,
     timeout_s: float | None = None,
     runs_dir: str | None = None,
     run_id: str | None = None,
@@ -71,12 +72,13 @@ def qwen3_scenario(
     logger.info("run %s with %s", run_dir.name, run.model_dump_json())
     record = RunRecorder(run_dir, {
         "run_id": run_dir.name, "scenario": run.scenario, "target": run.target, "init": run.init,
-        "steps": run.steps, "parameters": run.model_dump(), "flow_run_id": str(runtime.flow_run.id),
+        "steps": run.steps, "kernels": run.kernels_resolved, "parameters": run.model_dump(),
+        "flow_run_id": str(runtime.flow_run.id),
     })
     trained = None
     try:
         with record.task("pull_weights"):
-            weights_dir = pull_weights(run.weights, run.init)
+            weights_dir = pull_weights(run.weights, run.init, SCENARIOS[run.scenario].model_type)
         with record.task("render_config"):
             rendered = render_config(run, weights_dir, str(run_dir))
         with record.task("compile_warmup"):

@@ -75,7 +75,7 @@ def make_job(run: ScenarioRun, weights_dir: Path, run_dir: Path) -> Job:
         seed=run.seed,
         export_dtype=run.export_dtype,
         compile=run.compile,
-        attention=target.attention,
+        kernels=run.kernels_resolved,
         spmd_backend=target.spmd_backend,
         compile_backend=target.compile_backend,
         activation_checkpoint=target.activation_checkpoint,

@@ -11,7 +11,8 @@ the task with its own message, which summary.json keeps as the error.
 
 The load checks:
 - keys: the model's state-dict keys absent from the safetensors files are exactly
-  ``{lm_head.weight}`` for a tied model and nothing for an untied one;
+  ``{lm_head.weight}`` for a tied model and nothing for an untied one (an MoE's experts,
+  fused in memory by transformers 5.x, are compared as the per-expert keys they load from);
   transformers reports nothing missing (a missing key would be randomly
   initialised), nothing unexpected, nothing mismatched in shape;
 - tie: with ``tie_word_embeddings`` the loaded ``lm_head.weight`` is the embedding matrix;
@@ -30,6 +31,7 @@ from pydantic import BaseModel
 from titan_cfg.job import Job
 from titan_cfg.model_spec import read_config, rope_theta_of
 from titan_cfg.probe import PROBE_FILE, PROBE_TEXT
+from titan_cfg.scenarios import SCENARIOS
 from titanflow.params import Tolerances
 from titanflow.parity import ParityReport, check_parity
 from titanflow.roundtrip import RoundTripReport, check_round_trip
@@ -69,7 +71,7 @@ def check_export(export_dir: Path, loaded=None) -> LoadReport:
     model, info = loaded or load_export(export_dir)
     tied = bool(model.config.tie_word_embeddings)
     in_files = {name for tensors in read_headers(export_dir).values() for name in tensors}
-    missing_in_files = sorted(set(model.state_dict()) - in_files)
+    missing_in_files = sorted(checkpoint_keys(model) - in_files)
     expected_absent = ["lm_head.weight"] if tied else []
     problems = []
     if missing_in_files != expected_absent:
@@ -102,6 +104,27 @@ def check_export(export_dir: Path, loaded=None) -> LoadReport:
     )
 
 
+def checkpoint_keys(model) -> set[str]:
+    """The checkpoint keys ``model``'s state dict is loaded from: its own keys, except those transformers
+    builds by merging checkpoint tensors (its conversion mapping for the model_type, e.g. Qwen3 MoE's
+    ``mlp.experts.gate_up_proj`` [E, 2F, D] from ``mlp.experts.{e}.gate_proj/up_proj.weight``), which
+    are replaced by their sources, ``*`` taking every expert index 0..num_experts-1."""
+    from transformers.conversion_mapping import WeightConverter, get_checkpoint_conversion_mapping
+
+    converters = [c for c in get_checkpoint_conversion_mapping(model.config.model_type) or []
+                  if isinstance(c, WeightConverter)]
+    experts = range(getattr(model.config, "num_experts", 0) or 0)
+    keys = set()
+    for key in model.state_dict():
+        converter = next((c for c in converters for t in c.target_patterns if key.endswith(t)), None)
+        if converter is None:
+            keys.add(key)
+            continue
+        prefix = key[: -len(next(t for t in converter.target_patterns if key.endswith(t)))]
+        keys |= {prefix + source.replace("*", str(e)) for source in converter.source_patterns for e in experts}
+    return keys
+
+
 class ValidationReport(LoadReport):
     """All three levels: the load checks' fields, the structure, round-trip and parity
     reports, seconds per check, and every problem found."""
@@ -126,7 +149,7 @@ def validate_export(export_dir: Path, job: Job, tolerances: Tolerances) -> Valid
     seconds["structure"] = round(time.monotonic() - start, 3)
     problems = [f"structure: {p}" for p in structure.problems]
     round_trip = None
-    if job.scenario == "native":  # the transformers backend keeps HF names: nothing is converted
+    if SCENARIOS[job.scenario].round_trip:  # the transformers backend keeps HF names: nothing is converted
         start = time.monotonic()
         round_trip = check_round_trip(export_dir, Path(job.weights_dir))
         seconds["round_trip"] = round(time.monotonic() - start, 3)
@@ -146,6 +169,9 @@ def validate_export(export_dir: Path, job: Job, tolerances: Tolerances) -> Valid
         problems.append(f"parity: KL {parity.kl:.3g} (max {tolerances.parity_kl:g}), top-1 agreement "
                         f"{parity.top1_agreement:.4f} (min {tolerances.parity_top1:g}) between the trained model "
                         "and its export")
+    if parity.router_agreement is not None and parity.router_agreement < tolerances.parity_router:
+        problems.append(f"parity: router top-k choices agree on {parity.router_agreement:.4f} of (layer, token) "
+                        f"pairs (min {tolerances.parity_router:g}) between the trained model and its export")
     return ValidationReport(**{**load.model_dump(), "problems": problems}, structure=structure,
                             round_trip=round_trip, parity=parity, seconds=seconds)
 

@@ -68,9 +68,10 @@ def download(repo_id: str) -> Path:
         raise TransientDownloadError(f"weights: downloading {repo_id} failed: {err}") from err
 
 
-def resolve_weights(weights: str | None, init: str = "random") -> Path:
+def resolve_weights(weights: str | None, init: str = "random", model_type: str = "qwen3") -> Path:
     """The local weights folder for ``weights`` (see module docstring); absolute. With no
-    ``weights``, pretrained init uses the embedded pretrained tiny checkpoint.
+    ``weights``, the embedded tiny model of ``model_type`` ("qwen3" or "qwen3_moe"), or for
+    pretrained init its pretrained checkpoint.
 
     Raises:
         WeightsError: missing folder, folder without config.json, or a failed download.
@@ -78,11 +79,11 @@ def resolve_weights(weights: str | None, init: str = "random") -> Path:
     if weights is None and init == "pretrained":
         from titanflow.assets.pretrained import ensure_pretrained
 
-        return ensure_pretrained().resolve()
+        return ensure_pretrained(model_type=model_type).resolve()
     if weights is None:
-        from titanflow.assets import ensure_assets
+        from titanflow.assets import TINY_SPECS, ensure_assets
 
-        return ensure_assets().weights_dir.resolve()
+        return ensure_assets(spec=TINY_SPECS[model_type]).weights_dir.resolve()
     if is_hub_id(weights):
         folder = download(weights)
     else:
@@ -95,11 +96,11 @@ def resolve_weights(weights: str | None, init: str = "random") -> Path:
 
 
 @task(name="pull_weights", retries=2, retry_delay_seconds=10, retry_condition_fn=_is_transient)
-def pull_weights(weights: str | None, init: str) -> str:
+def pull_weights(weights: str | None, init: str, model_type: str = "qwen3") -> str:
     """Prefect task: :func:`resolve_weights`; returns the folder as a string.
 
     Retried twice for transient download failures only.
     """
-    folder = resolve_weights(weights, init)
+    folder = resolve_weights(weights, init, model_type)
     get_run_logger().info("weights folder: %s", folder)
     return str(folder)

@@ -38,14 +38,25 @@ def tiny_assets():
 
 
 @pytest.fixture()
-def instruct_2507_folder(tmp_path, tiny_assets) -> Path:
-    """A weights folder with Qwen3-4B-Instruct-2507's config.json and the offline Qwen3 tokenizer (no weights)."""
-    folder = tmp_path / "Qwen3-4B-Instruct-2507"
-    folder.mkdir()
-    shutil.copy(FIXTURES / "qwen3-4b-instruct-2507" / "config.json", folder)
-    for name in ("tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(tiny_assets.tokenizer_dir / name, folder)
-    return folder
+def config_only_folder(tmp_path, tiny_assets):
+    """Factory: ``make(fixture_name, folder_name) -> Path``, a weights folder named like the published
+    model, with the config.json in ``tests/fixtures/<fixture_name>/`` and the offline Qwen3 tokenizer
+    (no weights)."""
+
+    def make(name: str, folder_name: str) -> Path:
+        folder = tmp_path / folder_name
+        shutil.copytree(FIXTURES / name, folder)
+        for file in ("tokenizer.json", "tokenizer_config.json"):
+            shutil.copy(tiny_assets.tokenizer_dir / file, folder)
+        return folder
+
+    return make
+
+
+@pytest.fixture()
+def instruct_2507_folder(config_only_folder) -> Path:
+    """Qwen3-4B-Instruct-2507's config.json and the offline Qwen3 tokenizer (no weights)."""
+    return config_only_folder("qwen3-4b-instruct-2507", "Qwen3-4B-Instruct-2507")
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -21,7 +21,7 @@ def _job(tmp_path: Path, weights_dir: Path, steps: int = 3) -> Job:
     return Job(run_id="r", scenario="native", target="cpu", init="random", weights_dir=str(weights_dir),
                dataset_path="unused", dump_folder=str(tmp_path / "run" / "train"), steps=steps,
                global_batch_size=4, local_batch_size=2, seq_len=256, lr=1e-3, warmup_steps=1, seed=0,
-               export_dtype="float32", compile=False, attention="sdpa", spmd_backend=None,
+               export_dtype="float32", compile=False, kernels={"rope": "reference", "attention": "sdpa"}, spmd_backend=None,
                compile_backend=None, activation_checkpoint="none", mixed_precision_param="float32")
 
 

@@ -43,7 +43,7 @@ def cache_key(job: Job, target: Target, model_shape: dict) -> str:
         "flags": {k: target.env.get(k) for k in FLAG_ENV},
         "lnc": target.lnc,
         "shapes": {"local_batch_size": job.local_batch_size, "seq_len": job.seq_len, "model": model_shape},
-        "attention": job.attention,
+        "kernels": job.kernels,
     }
     return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:16]
 

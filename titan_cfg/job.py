@@ -42,7 +42,7 @@ class Job(BaseModel):
     seed: int
     export_dtype: Literal["float32", "bfloat16", "float16"]
     compile: bool
-    attention: str           # "flex" or "sdpa"
+    kernels: dict[str, str]  # implementation per op (titan_cfg.kernels), e.g. {"rope": "cpu", "attention": "sdpa"}
     spmd_backend: str | None
     compile_backend: str | None
     activation_checkpoint: Literal["none", "full", "selective"]

@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 
 #: torchtitan 0.3.0's Qwen3 builders use this RMSNorm eps (models/qwen3/__init__.py `_EPS`).
 TORCHTITAN_QWEN3_EPS = 1e-6
@@ -47,6 +47,26 @@ class Qwen3Shape(BaseModel):
     max_position_embeddings: int = Field(gt=0)
 
 
+class Qwen3MoeShape(Qwen3Shape):
+    """A Qwen3 MoE ``config.json`` (transformers' ``Qwen3MoeConfig``): the dense fields plus the
+    routed experts. ``moe_intermediate_size`` is each expert's FFN width; ``intermediate_size``
+    is only used by dense layers, which torchtitan's Qwen3 MoE does not build (checked below).
+    transformers 5.x writes ``num_local_experts`` where released checkpoints say ``num_experts``.
+    """
+
+    model_type: Literal["qwen3_moe"]
+    num_experts: int = Field(gt=0, validation_alias=AliasChoices("num_experts", "num_local_experts"))
+    num_experts_per_tok: int = Field(gt=0)
+    moe_intermediate_size: int = Field(gt=0)
+    norm_topk_prob: bool
+    decoder_sparse_step: int = 1
+    mlp_only_layers: list[int] = []
+
+
+#: config.json model_type -> the shape class that reads it.
+SHAPES: dict[str, type[Qwen3Shape]] = {"qwen3": Qwen3Shape, "qwen3_moe": Qwen3MoeShape}
+
+
 def rope_theta_of(config: dict) -> float | None:
     """RoPE base from a config dict: transformers 5.x nests it in ``rope_parameters``, 4.x has ``rope_theta``."""
     params = config.get("rope_parameters") or {}
@@ -68,23 +88,25 @@ def read_config(weights_dir: Path) -> dict:
         raise ConfigError(f"weights_dir: {path} is not valid JSON ({err})") from err
 
 
-def qwen3_shape(weights_dir: Path) -> Qwen3Shape:
-    """Read and check the dense Qwen3 shape of a weights folder.
+def qwen3_shape(weights_dir: Path, model_type: str | None = None) -> Qwen3Shape:
+    """Read and check the Qwen3 shape of a weights folder: dense (``model_type`` "qwen3")
+    or MoE ("qwen3_moe", a :class:`Qwen3MoeShape`); ``None`` accepts either.
 
     Raises:
-        ConfigError: not a Qwen3 config (names the field and the value found), a
-            field missing, GQA heads that do not divide, or an eps torchtitan
-            cannot build.
+        ConfigError: another model_type than asked (names the value found), a
+            field missing, GQA heads that do not divide, an eps torchtitan
+            cannot build, or (MoE) routing torchtitan's Qwen3 MoE does not build.
     """
     config = read_config(weights_dir)
     config = {**config, "rope_theta": rope_theta_of(config)}
-    if config.get("model_type") != "qwen3":
+    wanted = [model_type] if model_type else list(SHAPES)
+    if config.get("model_type") not in wanted:
         raise ConfigError(
-            f"weights_dir: config.json model_type is {config.get('model_type')!r}; "
-            "the native scenario needs a dense Qwen3 checkpoint (model_type 'qwen3')"
+            f"weights_dir: config.json model_type is {config.get('model_type')!r}; this scenario needs "
+            f"model_type {' or '.join(map(repr, wanted))} (qwen3: dense Qwen3, qwen3_moe: Qwen3 MoE)"
         )
     try:
-        shape = Qwen3Shape.model_validate(config)
+        shape = SHAPES[config["model_type"]].model_validate(config)
     except ValidationError as err:
         fields = ", ".join(".".join(map(str, e["loc"])) for e in err.errors())
         raise ConfigError(f"weights_dir: config.json is missing or has invalid fields: {fields}") from err
@@ -98,15 +120,34 @@ def qwen3_shape(weights_dir: Path) -> Qwen3Shape:
             f"weights_dir: rms_norm_eps {shape.rms_norm_eps} differs from the {TORCHTITAN_QWEN3_EPS} "
             "torchtitan's Qwen3 builds; the trained model would not be the checkpoint's architecture"
         )
+    if isinstance(shape, Qwen3MoeShape):
+        _check_moe_routing(shape)
     return shape
 
 
-def torchtitan_model_spec(shape: Qwen3Shape, *, flavor: str, max_seq_len: int):
-    """torchtitan ``ModelSpec`` for ``shape``, with flex attention (swap it with
-    :func:`titan_cfg.attention.use_attention`).
+def _check_moe_routing(shape: Qwen3MoeShape) -> None:
+    """torchtitan 0.3.0's Qwen3 MoE makes every layer an MoE layer with softmax routing and
+    top-k renormalisation (``route_norm=True``); refuse checkpoints that route otherwise."""
+    if shape.decoder_sparse_step != 1 or shape.mlp_only_layers:
+        raise ConfigError(
+            f"weights_dir: config.json has decoder_sparse_step {shape.decoder_sparse_step} and mlp_only_layers "
+            f"{shape.mlp_only_layers}; torchtitan's Qwen3 MoE builds every layer as MoE (needs 1 and [])"
+        )
+    if not shape.norm_topk_prob:
+        raise ConfigError("weights_dir: config.json norm_topk_prob is false; torchtitan's Qwen3 MoE "
+                          "renormalises the top-k weights (route_norm=True), as Qwen3-30B-A3B does")
+    if shape.num_experts_per_tok > shape.num_experts:
+        raise ConfigError(f"weights_dir: num_experts_per_tok {shape.num_experts_per_tok} exceeds "
+                          f"num_experts {shape.num_experts}")
 
-    Built with torchtitan 0.3.0's own Qwen3 builders (``_build_qwen3_layers``,
-    private but the only place that encodes its init and layer layout), and the
+
+def torchtitan_model_spec(shape: Qwen3Shape, *, flavor: str, max_seq_len: int):
+    """torchtitan ``ModelSpec`` for ``shape`` (dense or MoE), with torchtitan's own kernels
+    (flex attention, CosSinRoPE; :mod:`titan_cfg.kernels` swaps them).
+
+    Built with torchtitan 0.3.0's own Qwen3 builders (``_build_qwen3_layers`` /
+    ``_build_qwen3_moe_layers``, private but the only place that encodes its init
+    and layer layout), and the
     spec's callables (parallelize, state-dict adapter) taken from
     ``model_registry``, so training, init and HF conversion are upstream's.
     ``max_seq_len`` sets the RoPE cache length; the trainer resizes it to
@@ -119,7 +160,6 @@ def torchtitan_model_spec(shape: Qwen3Shape, *, flavor: str, max_seq_len: int):
         _EMBEDDING_INIT,
         _EMBEDDING_SKIP_INIT,
         _LINEAR_INIT,
-        _build_qwen3_layers,
         _qwen3_norm,
         model_registry,
     )
@@ -138,16 +178,29 @@ def torchtitan_model_spec(shape: Qwen3Shape, *, flavor: str, max_seq_len: int):
             param_init=_EMBEDDING_SKIP_INIT if tied else _EMBEDDING_INIT,
         ),
         lm_head=Linear.Config(in_features=shape.hidden_size, out_features=shape.vocab_size, param_init=_LINEAR_INIT),
-        layers=_build_qwen3_layers(
-            n_layers=shape.num_hidden_layers,
-            dim=shape.hidden_size,
-            n_heads=shape.num_attention_heads,
-            n_kv_heads=shape.num_key_value_heads,
-            head_dim=shape.head_dim,
-            hidden_dim=shape.intermediate_size,
-            attn_backend="flex",
-            rope=CosSinRoPE.Config(dim=shape.head_dim, max_seq_len=max_seq_len, theta=shape.rope_theta),
-        ),
+        layers=_layers(shape, rope=CosSinRoPE.Config(dim=shape.head_dim, max_seq_len=max_seq_len,
+                                                     theta=shape.rope_theta)),
     )
-    upstream = model_registry("debugmodel")
+    upstream = model_registry("debugmodel_moe" if isinstance(shape, Qwen3MoeShape) else "debugmodel")
     return dataclasses.replace(upstream, flavor=flavor, model=model)
+
+
+def _layers(shape: Qwen3Shape, rope) -> list:
+    """torchtitan's per-layer configs: dense, or MoE with the expert-bias load balancing off.
+
+    torchtitan's MoE defaults to auxiliary-loss-free balancing (``load_balance_coeff=1e-3``): a
+    per-expert bias, updated every step, that shifts which experts are chosen. transformers'
+    ``Qwen3MoeForCausalLM`` has no such bias, so a trained bias would make the export route
+    differently from the trained model; Qwen3 itself was trained with an auxiliary loss instead.
+    """
+    from torchtitan.models.qwen3 import _build_qwen3_layers, _build_qwen3_moe_layers
+
+    common = dict(n_layers=shape.num_hidden_layers, dim=shape.hidden_size, n_heads=shape.num_attention_heads,
+                  n_kv_heads=shape.num_key_value_heads, head_dim=shape.head_dim, attn_backend="flex", rope=rope)
+    if not isinstance(shape, Qwen3MoeShape):
+        return _build_qwen3_layers(hidden_dim=shape.intermediate_size, **common)
+    layers = _build_qwen3_moe_layers(moe_hidden_dim=shape.moe_intermediate_size, num_experts=shape.num_experts,
+                                     top_k=shape.num_experts_per_tok, moe_comm_backend="standard", **common)
+    for layer in layers:
+        layer.moe.load_balance_coeff = None
+    return layers

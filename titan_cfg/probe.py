@@ -5,8 +5,10 @@ closes, every rank runs one forward pass of the trained model on
 :data:`PROBE_TEXT` (FSDP needs all ranks), the way the trainer itself calls the
 model (``post_dataloading_process`` builds positions and attention masks), with
 the lm_head applied; rank 0 writes ``<dump_folder>/probe_logits.pt``:
-``{"input_ids": [1, L] int64, "logits": [1, L, vocab] float32}``. The validate
-task runs the exported model in transformers on the same ids and compares.
+``{"input_ids": [1, L] int64, "logits": [1, L, vocab] float32}``, and for an MoE
+``"router_topk": [moe layers, L, top_k] int64``, each token's chosen experts per
+layer in ascending order. The validate task runs the exported model in
+transformers on the same ids and compares.
 
 It also saves ``<dump_folder>/untied_lm_head.safetensors`` when the trained
 model's lm_head is no longer the embedding although the checkpoint was tied:
@@ -56,10 +58,13 @@ def _save_probe_logits(trainer, tokenizer_dir: Path, out_path: Path, tied_checkp
     inputs, _, extra = trainer.post_dataloading_process({"input": ids, "positions": positions}, ids)
     skip_lm_head = getattr(model, "_skip_lm_head", False)
     model._skip_lm_head = False  # chunked losses apply lm_head inside the loss; the probe needs logits
+    routes, hooks = _record_routes(model)
     try:
         logits = model(inputs, **extra)
     finally:
         model._skip_lm_head = skip_lm_head
+        for hook in hooks:
+            hook.remove()
     if hasattr(logits, "full_tensor"):
         logits = logits.full_tensor()
     head, embedding = model.lm_head, model.tok_embeddings
@@ -67,12 +72,32 @@ def _save_probe_logits(trainer, tokenizer_dir: Path, out_path: Path, tied_checkp
     if head is not None and embedding is not None and head.weight is not embedding.weight and tied_checkpoint:
         untied_head = head.weight.full_tensor() if hasattr(head.weight, "full_tensor") else head.weight
     if int(os.environ.get("RANK", "0")) == 0:
-        torch.save({"input_ids": ids.cpu(), "logits": logits.float().cpu()}, out_path)
+        probe = {"input_ids": ids.cpu(), "logits": logits.float().cpu()}
+        if routes:
+            probe["router_topk"] = torch.stack(routes)
+        torch.save(probe, out_path)
         if untied_head is not None:
             from safetensors.torch import save_file
 
             save_file({"lm_head.weight": untied_head.detach().float().cpu().contiguous()},
                       out_path.with_name(UNTIED_HEAD_FILE))
+
+
+def _record_routes(model) -> tuple[list, list]:
+    """Forward hooks on every torchtitan MoE router of ``model`` (in layer order), appending each
+    call's top-k expert ids, batch 0, sorted: [L, top_k]. Returns (that list, the hook handles)."""
+    from torchtitan.models.common.moe import TokenChoiceTopKRouter
+
+    routes: list = []
+
+    def record(_module, _inputs, output):
+        topk_expert_ids_BLK = output[1]
+        if hasattr(topk_expert_ids_BLK, "full_tensor"):
+            topk_expert_ids_BLK = topk_expert_ids_BLK.full_tensor()
+        routes.append(topk_expert_ids_BLK[0].sort(dim=-1).values.cpu())
+
+    hooks = [m.register_forward_hook(record) for m in model.modules() if isinstance(m, TokenChoiceTopKRouter)]
+    return routes, hooks
 
 
 def install(tokenizer_dir: Path, dump_folder: Path, tied_checkpoint: bool) -> None:

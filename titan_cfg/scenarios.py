@@ -20,6 +20,20 @@ if TYPE_CHECKING:
     from torchtitan.trainer import Trainer
 
 
+def _native_qwen3(job: Job, upstream: "Callable[[], Trainer.Config]", model_type: str) -> "Trainer.Config":
+    """``upstream()`` (a torchtitan Qwen3 config function) with the model spec built from the
+    weights folder's config.json, and the target's SPMD backend for torchtitan's own models."""
+    shape = qwen3_shape(Path(job.weights_dir), model_type)
+    config = upstream()
+    config.model_spec = torchtitan_model_spec(
+        shape, flavor=f"hf:{Path(job.weights_dir).name}", max_seq_len=shape.max_position_embeddings
+    )
+    config.loss.loss_fn.global_vocab_size = shape.vocab_size
+    if job.spmd_backend:  # the target's choice for torchtitan's own models (cpu: partial_dtensor)
+        config.parallelism.spmd_backend = job.spmd_backend
+    return config
+
+
 def native(job: Job) -> "Trainer.Config":
     """torchtitan's own Qwen3 (walkthrough scenario 2): ``qwen3_32b()`` with the
     checkpoint's spec swapped in.
@@ -32,15 +46,20 @@ def native(job: Job) -> "Trainer.Config":
     """
     from torchtitan.models.qwen3.config_registry import qwen3_32b
 
-    shape = qwen3_shape(Path(job.weights_dir))
-    config = qwen3_32b()
-    config.model_spec = torchtitan_model_spec(
-        shape, flavor=f"hf:{Path(job.weights_dir).name}", max_seq_len=shape.max_position_embeddings
-    )
-    config.loss.loss_fn.global_vocab_size = shape.vocab_size
-    if job.spmd_backend:  # the target's choice for torchtitan's own models (cpu: partial_dtensor)
-        config.parallelism.spmd_backend = job.spmd_backend
-    return config
+    return _native_qwen3(job, qwen3_32b, "qwen3")
+
+
+def moe(job: Job) -> "Trainer.Config":
+    """torchtitan's native Qwen3 MoE (walkthrough scenario 3): ``qwen3_30b_a3b()`` with the
+    checkpoint's spec swapped in, tensor parallel 1 and no expert parallel (as upstream's
+    function sets them). The walkthrough trims Qwen3-30B-A3B to 4 layers, 64 experts, top-4
+    in the checkpoint's config.json; the expert-bias load balancing is off (see
+    ``titan_cfg.model_spec._layers``). The 30B's ``hf_assets_path`` and float16 export are
+    replaced in :func:`titan_cfg.trainer_config.build`.
+    """
+    from torchtitan.models.qwen3.config_registry import qwen3_30b_a3b
+
+    return _native_qwen3(job, qwen3_30b_a3b, "qwen3_moe")
 
 
 def hf_backend(job: Job) -> "Trainer.Config":
@@ -55,7 +74,7 @@ def hf_backend(job: Job) -> "Trainer.Config":
         transformers_modeling_backend_full,
     )
 
-    qwen3_shape(Path(job.weights_dir))
+    qwen3_shape(Path(job.weights_dir), "qwen3")
     config = transformers_modeling_backend_full()
     config.hf_model = job.weights_dir
     config.debug.print_config = False
@@ -67,24 +86,37 @@ def hf_backend(job: Job) -> "Trainer.Config":
 class Scenario:
     """A scenario: its base-config function and what the pipeline must know about it.
 
-    ``output_init`` names how the model initialises its output projection at
-    random init (a key of ``titanflow.expectations.OUTPUT_INIT_VARIANCE``);
-    ``rank_limits`` maps a target to (most ranks, why).
+    ``model_type`` is the config.json model_type it trains ("qwen3" or "qwen3_moe"; the
+    embedded tiny model of that type is its default weights); ``output_init`` names how
+    the model initialises its output projection at random init (a key of
+    ``titanflow.expectations.OUTPUT_INIT_VARIANCE``); ``kernels`` maps a target to the
+    kernel implementations this scenario selects there (over the target's defaults,
+    ``titan_cfg.kernels``); ``round_trip``: the export can be checked HF -> torchtitan
+    -> HF (torchtitan's own models, not the transformers backend); ``rank_limits``
+    maps a target to (most ranks, why).
     """
 
     build: Callable[[Job], "Trainer.Config"]
     description: str
+    model_type: str
     output_init: str
+    round_trip: bool
+    kernels: dict[str, dict[str, str]] = field(default_factory=dict)
     rank_limits: dict[str, tuple[int, str]] = field(default_factory=dict)
 
 
 SCENARIOS: dict[str, Scenario] = {
     "native": Scenario(native, "torchtitan native Qwen3 (dense), spec from the checkpoint's config.json",
-                       output_init="normal_0.02"),
+                       model_type="qwen3", output_init="normal_0.02", round_trip=True),
     "hf_backend": Scenario(
         hf_backend, "torchtitan's transformers modeling backend, model from the folder's config.json",
-        output_init="trunc_normal_inv_sqrt_hidden",
+        model_type="qwen3", output_init="trunc_normal_inv_sqrt_hidden", round_trip=False,
         rank_limits={"cpu": (1, "torchtitan 0.3.0's transformers backend needs spmd_backend='spmd_types', "
                                 "whose FSDP fails on CPU ('all parameters must be DTensors')")},
+    ),
+    "moe": Scenario(
+        moe, "torchtitan native Qwen3 MoE (trimmed Qwen3-30B-A3B on trn2), RoPE through the kernel registry",
+        model_type="qwen3_moe", output_init="normal_0.02", round_trip=True,
+        kernels={"trn2": {"rope": "neuron"}, "cpu": {"rope": "cpu"}},
     ),
 }

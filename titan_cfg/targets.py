@@ -28,7 +28,7 @@ class Target(BaseModel):
     lnc: int | None = None       # Neuron logical-NeuronCore config (trn2 only)
     global_batch_size: int       # sequences per optimizer step, all ranks
     seq_len: int                 # tokens per sequence
-    attention: str               # inner attention: "flex" (upstream) or "sdpa" (titan_cfg.attention)
+    kernels: dict[str, str]      # default implementation per op (titan_cfg.kernels); scenarios may override
     spmd_backend: str | None = None  # torchtitan parallelism.spmd_backend override
     compile_backend: str | None = None  # torch.compile backend when compile is on
     activation_checkpoint: str = "full"  # "none" | "full" | "selective"
@@ -62,7 +62,7 @@ def cpu() -> Target:
         nproc_per_node=2,
         global_batch_size=4,
         seq_len=256,
-        attention="sdpa",  # FlexAttention has no backward on CPU
+        kernels={"rope": "reference", "attention": "sdpa"},  # FlexAttention has no backward on CPU
         spmd_backend="partial_dtensor",
         compile_backend="inductor",
         activation_checkpoint="none",  # tiny model: memory is not the limit, time is
@@ -91,7 +91,7 @@ def trn2() -> Target:
         lnc=2,
         global_batch_size=64,
         seq_len=4096,
-        attention="sdpa",  # the walkthrough's model_registry("4B", attn_backend="sdpa")
+        kernels={"rope": "reference", "attention": "sdpa"},  # walkthrough: model_registry("4B", attn_backend="sdpa")
         compile_backend="neuron",
         env={
             "NEURON_LOGICAL_NC_CONFIG": "2",
@@ -112,7 +112,7 @@ def cuda() -> Target:
         nproc_per_node=8,
         global_batch_size=64,
         seq_len=4096,
-        attention="flex",
+        kernels={"rope": "reference", "attention": "flex"},
         compile_backend="inductor",
         env={"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"},
     )

@@ -24,10 +24,10 @@ def build(job: Job) -> "Trainer.Config":
     from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC
     from torchtitan.hf_datasets.text_datasets import HuggingFaceTextDataLoader
 
-    from titan_cfg.attention import use_attention
+    from titan_cfg import kernels
 
     config = SCENARIOS[job.scenario].build(job)
-    use_attention(config, job.attention)
+    kernels.apply(config, job.kernels)  # edits the model config: before build, parallelisation and load
 
     config.hf_assets_path = job.weights_dir  # tokenizer (and HF weights) folder
     config.dump_folder = job.dump_folder

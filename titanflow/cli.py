@@ -82,7 +82,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     checked = _preflighted(args, launch=True)
     if checked is None:
         return 2
-    _, given, run_dir = checked
+    run, given, run_dir = checked
+    given = {name: getattr(run, name) for name in given}  # parsed values (e.g. kernels "rope=cpu" -> dict)
     for key, value in PREFECT_DEFAULTS.items():
         os.environ.setdefault(key, value)
     from titanflow.local_server import api_healthy, temporary_server
@@ -141,9 +142,10 @@ def cmd_render(args: argparse.Namespace) -> int:
     run, _, run_dir = checked
     from tasks.config import render
     from tasks.weights import resolve_weights
+    from titan_cfg.scenarios import SCENARIOS
 
     run_dir.mkdir(parents=True)
-    rendered = render(run, resolve_weights(run.weights, run.init), run_dir)
+    rendered = render(run, resolve_weights(run.weights, run.init, SCENARIOS[run.scenario].model_type), run_dir)
     print(Path(rendered.job_path).parent)
     return 0
 
@@ -155,14 +157,15 @@ def cmd_assets(args: argparse.Namespace) -> int:
     sentencepiece sdist with pip, so it needs a package index) and print that folder.
     """
     from titanflow import paths
-    from titanflow.assets import ensure_assets, ensure_tokenizer, make_botchan_dataset
+    from titanflow.assets import TINY_SPECS, ensure_assets, ensure_tokenizer, make_botchan_dataset
 
     if args.regenerate_dataset:
         print(make_botchan_dataset(paths.SHIPPED_ASSETS / "botchan_c4", ensure_tokenizer()))
         return 0
-    found = ensure_assets()
-    for name, path in vars(found).items():
-        print(f"{name}: {path}")
+    for model_type, spec in TINY_SPECS.items():
+        found = ensure_assets(spec=spec)
+        print(f"{model_type} weights_dir: {found.weights_dir}")
+    print(f"tokenizer_dir: {found.tokenizer_dir}\ndataset_dir: {found.dataset_dir}")
     return 0
 
 

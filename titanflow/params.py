@@ -13,8 +13,9 @@ import tempfile
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from titan_cfg import kernels
 from titan_cfg.scenarios import SCENARIOS
 from titan_cfg.targets import TARGETS, Target
 from titanflow import paths
@@ -38,6 +39,8 @@ class Tolerances(BaseModel):
         "so weights that were silently not loaded fail")
     parity_kl: float = Field(1e-6, gt=0, description="max mean KL(trained || export) per token, nats (fp32 on CPU)")
     parity_top1: float = Field(1.0, gt=0, le=1, description="min top-1 agreement, trained vs export")
+    parity_router: float = Field(1.0, gt=0, le=1, description="MoE: min fraction of (layer, token) pairs whose "
+                                 "top-k experts are the same, trained vs export")
 
 
 class ScenarioRun(BaseModel):
@@ -63,10 +66,24 @@ class ScenarioRun(BaseModel):
     seed: int = 0
     export_dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="float32 | bfloat16 | float16")
     compile: bool = Field(False, description="true | false: torch.compile the model (warm-up fills the cache)")
+    kernels: dict[str, str] | None = Field(
+        None, description=f"kernel implementation per op, over the target's and scenario's choice, "
+        f"as op=impl[,op=impl] or a JSON object; known: {kernels.known()}")
     timeout_s: float = Field(1800, gt=0, description="seconds before the training launch is killed")
     runs_dir: str | None = Field(None, description="parent of runs/<run-id>; None: $TITANFLOW_RUNS or <repo>/runs")
     run_id: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     tolerances: Tolerances = Tolerances()
+
+    @field_validator("kernels", mode="before")
+    @classmethod
+    def _parse_kernels(cls, value):
+        """Accept ``"rope=cpu,attention=sdpa"`` (command line) as well as a mapping."""
+        if isinstance(value, str):
+            pairs = [item.split("=", 1) for item in value.split(",") if item.strip()]
+            if any(len(pair) != 2 for pair in pairs):
+                raise ValueError(f"kernels: {value!r} is not op=impl[,op=impl] (e.g. rope=cpu)")
+            return {op.strip(): name.strip() for op, name in pairs}
+        return value
 
     @model_validator(mode="after")
     def _check(self) -> "ScenarioRun":
@@ -84,6 +101,8 @@ class ScenarioRun(BaseModel):
             )
         if self.warmup_steps is not None and self.warmup_steps > self.steps:
             raise ValueError(f"warmup_steps: {self.warmup_steps} exceeds steps {self.steps}; pass at most {self.steps}")
+        for op, name in self.kernels_resolved.items():  # KernelChoiceError (a ValueError) names the op and the fix
+            kernels.implementation(op, name).check_shape(self.seq_len_resolved, self.target_spec.lnc)
         if self.weights is not None and _looks_like_path(self.weights) and not Path(self.weights).exists():
             raise ValueError(f"weights: folder {self.weights} does not exist; give a local HF folder or a Hub id")
         return self
@@ -92,6 +111,13 @@ class ScenarioRun(BaseModel):
     def target_spec(self) -> Target:
         """The :class:`Target` named by ``target``."""
         return TARGETS[self.target]()
+
+    @property
+    def kernels_resolved(self) -> dict[str, str]:
+        """Implementation per op: the target's defaults, then the scenario's choice for the target,
+        then ``kernels`` (titan_cfg.kernels.resolve)."""
+        return kernels.resolve(self.target, self.target_spec.kernels,
+                               SCENARIOS[self.scenario].kernels.get(self.target), self.kernels)
 
     @property
     def nproc_resolved(self) -> int:

@@ -16,12 +16,16 @@ from pydantic import BaseModel
 
 class ParityReport(BaseModel):
     """KL(trained || export) in nats per token (mean over positions), top-1 agreement (fraction),
-    and the largest absolute logit difference, on ``tokens`` probe positions."""
+    and the largest absolute logit difference, on ``tokens`` probe positions. For an MoE,
+    ``router_agreement`` is the fraction of (layer, token) pairs whose top-k expert set is the
+    same in both models, over ``router_layers`` layers (None for a dense model)."""
 
     kl: float
     top1_agreement: float
     max_abs_logit_diff: float
     tokens: int
+    router_agreement: float | None = None
+    router_layers: int = 0
 
 
 def kl_and_top1(reference_BLV, candidate_BLV) -> tuple[float, float, float]:
@@ -47,10 +51,43 @@ def check_parity(exported_model, probe_path: Path) -> ParityReport:
     if not probe_path.is_file():
         raise FileNotFoundError(f"validate: {probe_path} missing; the trained model's probe logits were not saved")
     probe = torch.load(probe_path)
-    with torch.no_grad():
-        exported = exported_model(probe["input_ids"]).logits
+    routes, hooks = _record_hf_routes(exported_model)
+    try:
+        with torch.no_grad():
+            exported = exported_model(probe["input_ids"]).logits
+    finally:
+        for hook in hooks:
+            hook.remove()
     trained = probe["logits"]
     if exported.shape != trained.shape:
         raise ValueError(f"validate: export logits {tuple(exported.shape)} vs trained {tuple(trained.shape)}")
     kl, top1, max_diff = kl_and_top1(trained, exported)
-    return ParityReport(kl=kl, top1_agreement=top1, max_abs_logit_diff=max_diff, tokens=trained.shape[1])
+    router = router_agreement(probe["router_topk"], torch.stack(routes)) if "router_topk" in probe else None
+    return ParityReport(kl=kl, top1_agreement=top1, max_abs_logit_diff=max_diff, tokens=trained.shape[1],
+                        router_agreement=router, router_layers=len(routes))
+
+
+def router_agreement(trained_topk, exported_topk) -> float:
+    """Fraction of (layer, token) pairs with the same expert set; inputs [layers, L, top_k] int,
+    each row sorted ascending.
+
+    Raises:
+        ValueError: different shapes (another number of MoE layers, tokens or top_k).
+    """
+    if trained_topk.shape != exported_topk.shape:
+        raise ValueError(f"validate: router choices {tuple(exported_topk.shape)} in the export vs "
+                         f"{tuple(trained_topk.shape)} trained ([moe layers, tokens, top_k])")
+    return (trained_topk == exported_topk).all(dim=-1).double().mean().item()
+
+
+def _record_hf_routes(model) -> tuple[list, list]:
+    """Forward hooks on transformers' Qwen3 MoE routers (``mlp.gate``, layer order) collecting each
+    call's chosen experts sorted: [L, top_k] (batch 1). Returns (that list, the hook handles)."""
+    from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeTopKRouter
+
+    routes: list = []
+
+    def record(_module, _inputs, output):
+        routes.append(output[2].sort(dim=-1).values)  # (router_logits, router_scores, router_indices)
+
+    return routes, [m.register_forward_hook(record) for m in model.modules() if isinstance(m, Qwen3MoeTopKRouter)]

@@ -15,6 +15,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from titan_cfg.model_spec import qwen3_shape
+from titan_cfg.scenarios import SCENARIOS
 from titanflow.params import ScenarioRun, check_runs_dir_writable, is_hub_id
 
 
@@ -43,7 +44,7 @@ def check_weights_folder(run: ScenarioRun, folder: Path) -> None:
     """
     if folder.is_file():
         raise ValueError(f"weights: {folder} is a file; pass the folder that holds config.json")
-    shape = qwen3_shape(folder)  # ConfigError (a ValueError) names the config.json field
+    shape = qwen3_shape(folder, SCENARIOS[run.scenario].model_type)  # ConfigError names the config.json field
     if run.seq_len_resolved > shape.max_position_embeddings:
         raise ValueError(
             f"seq_len: {run.seq_len_resolved} exceeds the model's max_position_embeddings "
@@ -78,7 +79,9 @@ def preflight(run: ScenarioRun, *, launch: bool = True) -> Path:
     if run.weights is None and run.init == "random":  # the embedded tiny model: built once (seconds)
         from titanflow.assets import ensure_assets
 
-        check_weights_folder(run, ensure_assets().weights_dir)
+        from titanflow.assets import TINY_SPECS
+
+        check_weights_folder(run, ensure_assets(spec=TINY_SPECS[SCENARIOS[run.scenario].model_type]).weights_dir)
     elif run.weights is not None and not is_hub_id(run.weights):  # Hub ids and the pretrained
         # tiny checkpoint (built by pull_weights, minutes) are checked by render_config
         check_weights_folder(run, Path(run.weights).expanduser().resolve())

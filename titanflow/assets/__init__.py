@@ -22,21 +22,27 @@ from pathlib import Path
 from titanflow import paths
 from titanflow.assets.botchan import DATASET_FILE, DATASET_NAME, make_botchan_dataset, split_botchan
 from titanflow.assets.cache import FORMAT_VERSION, _build_once, _cache_key, _versions
-from titanflow.assets.tiny_qwen3 import TinySpec, build_tiny_qwen3
+from titanflow.assets.tiny_qwen3 import TINY_MOE, TinySpec, build_tiny_qwen3
 from titanflow.assets.tokenizer import build_tokenizer, qwen_ranks_path, tokenizer_inputs
 
 __all__ = [
     "FORMAT_VERSION",
+    "TINY_MOE",
     "AssetPaths",
     "TinySpec",
     "build_tiny_qwen3",
     "build_tokenizer",
+    "TINY_SPECS",
     "ensure_assets",
     "ensure_tokenizer",
     "make_botchan_dataset",
     "qwen_ranks_path",
     "split_botchan",
 ]
+
+
+#: The embedded tiny model of each config.json model_type (the default weights of the scenarios of that type).
+TINY_SPECS: dict[str, TinySpec] = {"qwen3": TinySpec(), "qwen3_moe": TINY_MOE}
 
 
 @dataclass(frozen=True)
@@ -58,7 +64,8 @@ def ensure_tokenizer(cache_root: Path | None = None) -> Path:
 def ensure_assets(cache_root: Path | None = None, spec: TinySpec | None = None) -> AssetPaths:
     """Build (once) and return the tokenizer, the tiny Qwen3 weights and the committed dataset.
 
-    ``cache_root`` defaults to ``titanflow.paths.cache_root()``; ``spec`` to ``TinySpec()``.
+    ``cache_root`` defaults to ``titanflow.paths.cache_root()``; ``spec`` to ``TinySpec()`` (dense;
+    :data:`TINY_MOE` for the MoE), built into ``tiny-qwen3-<key>`` / ``tiny-qwen3-moe-<key>``.
     A warm call only hashes the inputs (a few ms) and checks two folders exist.
     The dataset is not built: it is ``titanflow.paths.SHIPPED_ASSETS / "botchan_c4"``.
     Raises FileNotFoundError if that committed folder is missing.
@@ -75,7 +82,7 @@ def ensure_assets(cache_root: Path | None = None, spec: TinySpec | None = None) 
         }
     )
     weights_dir = _build_once(
-        root / "assets" / f"tiny-qwen3-{key}",
+        root / "assets" / f"tiny-{spec.model_type.replace('_', '-')}-{key}",
         lambda out_dir: build_tiny_qwen3(out_dir, spec, tokenizer_dir),
     )
     dataset_dir = paths.SHIPPED_ASSETS / DATASET_NAME

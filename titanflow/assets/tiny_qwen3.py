@@ -1,7 +1,8 @@
 """Tiny Qwen3 weights: a seeded random init with Qwen3's real vocabulary, for fast scenarios.
 
-No download: ``build_tiny_qwen3`` instantiates ``Qwen3ForCausalLM`` from a ``TinySpec`` and saves a
-standard Hugging Face model folder that also holds a copy of the tokenizer files.
+No download: ``build_tiny_qwen3`` instantiates ``Qwen3ForCausalLM`` (dense) or
+``Qwen3MoeForCausalLM`` (``num_experts`` > 0) from a ``TinySpec`` and saves a standard Hugging
+Face model folder that also holds a copy of the tokenizer files.
 """
 
 from __future__ import annotations
@@ -40,6 +41,10 @@ class TinySpec:
     max_position_embeddings: int = 4096
     initializer_range: float = 0.02  # std of the normal init (transformers' Qwen3 _init_weights)
     seed: int = 0  # torch.manual_seed before the init
+    # MoE (Qwen3MoeConfig names); 0 experts = dense Qwen3.
+    num_experts: int = 0
+    num_experts_per_tok: int = 0
+    moe_intermediate_size: int = 0
 
     def __post_init__(self) -> None:
         tokenizer_ids = QWEN_RANKS_COUNT + len(QWEN3_ADDED_TOKENS)
@@ -50,12 +55,29 @@ class TinySpec:
                 f"num_attention_heads {self.num_attention_heads} is not a multiple of "
                 f"num_key_value_heads {self.num_key_value_heads}"
             )
+        if self.num_experts and not 0 < self.num_experts_per_tok <= self.num_experts:
+            raise ValueError(f"num_experts_per_tok {self.num_experts_per_tok} must be in 1..{self.num_experts}")
+
+    @property
+    def model_type(self) -> str:
+        """transformers' model_type: "qwen3_moe" with experts, else "qwen3"."""
+        return "qwen3_moe" if self.num_experts else "qwen3"
+
+
+#: The tiny MoE of the ``moe`` scenario on CPU: Qwen3-30B-A3B's structure (untied head, softmax
+#: top-k routing renormalised, every layer MoE) at toy size. The dims are pairwise different
+#: (hidden 64, expert FFN 48, 4 heads x head_dim 40 = 160, 8 experts, top-2) so a transposed
+#: or mis-split expert or attention tensor cannot pass a load by shape coincidence.
+TINY_MOE = TinySpec(
+    num_hidden_layers=4, head_dim=40, tie_word_embeddings=False,
+    num_experts=8, num_experts_per_tok=2, moe_intermediate_size=48,
+)
 
 
 def build_tiny_qwen3(out_dir: Path, spec: TinySpec, tokenizer_dir: Path) -> Path:
     """Write a standard HF Qwen3 folder: config.json, model.safetensors, generation_config.json + tokenizer.
 
-    Weights are fp32, initialised by ``Qwen3ForCausalLM`` after ``torch.manual_seed(spec.seed)``
+    Weights are fp32, initialised by ``Qwen3ForCausalLM`` (or ``Qwen3MoeForCausalLM``) after ``torch.manual_seed(spec.seed)``
     (inside ``torch.random.fork_rng``, so the caller's RNG state is untouched); the same spec, torch
     and transformers give the same tensors. With tied embeddings the file has no ``lm_head.weight``.
     ``rope_theta`` is saved the transformers 5.x way, under ``rope_parameters`` (read it back with
@@ -64,11 +86,19 @@ def build_tiny_qwen3(out_dir: Path, spec: TinySpec, tokenizer_dir: Path) -> Path
     Returns ``out_dir``.
     """
     import torch
-    from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
+    from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
 
     start = time.perf_counter()
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
-    config = Qwen3Config(
+    moe = {}
+    config_class, model_class = Qwen3Config, Qwen3ForCausalLM
+    if spec.num_experts:
+        config_class, model_class = Qwen3MoeConfig, Qwen3MoeForCausalLM
+        moe = dict(num_experts=spec.num_experts, num_experts_per_tok=spec.num_experts_per_tok,
+                   moe_intermediate_size=spec.moe_intermediate_size, norm_topk_prob=True,
+                   decoder_sparse_step=1, mlp_only_layers=[])
+    config = config_class(
+        **moe,
         vocab_size=spec.vocab_size,
         hidden_size=spec.hidden_size,
         num_hidden_layers=spec.num_hidden_layers,
@@ -91,7 +121,7 @@ def build_tiny_qwen3(out_dir: Path, spec: TinySpec, tokenizer_dir: Path) -> Path
     try:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(spec.seed)
-            model = Qwen3ForCausalLM(config)
+            model = model_class(config)
     finally:
         torch.set_default_dtype(default_dtype)
 

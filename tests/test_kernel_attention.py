@@ -1,4 +1,4 @@
-"""MaskedSDPAttention equals attention computed by hand under torchtitan's document mask,
+"""KernelAttention equals attention computed by hand under torchtitan's document mask,
 and FlexAttention still has no CPU backward (why the cpu target needs it)."""
 
 import pytest
@@ -11,7 +11,7 @@ make_importable_without_triton()
 from torch.nn.attention.flex_attention import and_masks, create_block_mask  # noqa: E402
 from torchtitan.models.common.attention import get_causal_mask_mod, get_document_mask_mod  # noqa: E402
 
-from titan_cfg.attention import MaskedSDPAttention  # noqa: E402
+from titan_cfg.kernels.attention import KernelAttention  # noqa: E402
 
 B, L, N_HEADS, N_KV, H = 2, 24, 6, 2, 8  # asymmetric: GQA 3:1, seq not a power of two
 
@@ -42,7 +42,7 @@ def test_masked_sdpa_matches_hand_written_document_attention():
     q = torch.randn(B, L, N_HEADS, H, dtype=torch.float64, requires_grad=True)
     k = torch.randn(B, L, N_KV, H, dtype=torch.float64, requires_grad=True)
     v = torch.randn(B, L, N_KV, H, dtype=torch.float64, requires_grad=True)
-    out = MaskedSDPAttention(MaskedSDPAttention.Config())(q, k, v, attention_masks=_block_mask(), enable_gqa=True)
+    out = KernelAttention(KernelAttention.Config())(q, k, v, attention_masks=_block_mask(), enable_gqa=True)
     expected = _reference(q, k, v)
     assert out.shape == (B, L, N_HEADS, H)
     torch.testing.assert_close(out, expected, rtol=1e-10, atol=1e-10)

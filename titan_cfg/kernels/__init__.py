@@ -1,0 +1,173 @@
+"""Kernel override registry: named ops, their implementations per target, chosen per run.
+
+A faster kernel per target is substituted without forking torchtitan: every op has
+an *installer* that edits the torchtitan model config before the model is built (so
+before parallelisation, compile and checkpoint load), and each implementation
+declares the targets it runs on and the tensor layout it expects. The registry's
+layout adapter (:mod:`titan_cfg.kernels.layout`) permutes torchtitan's tensors into
+that layout and the results back.
+
+    op          implementation   layout   targets          what it is
+    rope        reference        BLNH     all              torchtitan's CosSinRoPE, untouched
+    rope        cpu              BNLH     cpu, cuda        torch.library custom op (own autograd, fake impl)
+    rope        neuron           BNLH     trn2             nkilib rope_hf through torch-neuronx
+    attention   flex             BLNH     cuda             torchtitan's FlexAttention, untouched
+    attention   sdpa             BNLH     all              SDPA on torchtitan's block-causal mask, made dense
+
+Layout letters: B batch, L sequence, N heads, H head_dim. The choice is resolved
+from the target's defaults, the scenario's per-target choices and the user's
+overrides (:func:`resolve`), checked before anything runs, and recorded in
+``job.json`` and ``summary.json``. This module imports no torch, so parameter
+validation stays cheap; the implementations load on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+
+class KernelChoiceError(ValueError):
+    """An unknown op or implementation, or one that does not run on the target; the message lists the known ones."""
+
+
+@dataclass(frozen=True)
+class Implementation:
+    """One implementation of an op.
+
+    ``entry`` is ``"module:attribute"``, imported on first use (None: the upstream
+    torchtitan module is kept as is). ``requires`` names a module that must be
+    importable for it to run (checked by :meth:`unavailable`). ``seq_tile``: the
+    sequence length must be a multiple of ``seq_tile`` x LNC (checked up front by
+    :meth:`check_shape`).
+    """
+
+    op: str
+    name: str
+    targets: tuple[str, ...]
+    layout: str
+    entry: str | None
+    description: str
+    requires: str | None = None
+    seq_tile: int | None = None
+
+    def check_shape(self, seq_len: int, lnc: int | None) -> None:
+        """Raises KernelChoiceError when ``seq_len`` breaks the implementation's tiling at ``lnc``."""
+        multiple = (self.seq_tile or 1) * (lnc or 1)
+        if seq_len % multiple:
+            raise KernelChoiceError(f"seq_len: {seq_len} is not a multiple of {multiple} ({self.seq_tile} x LNC="
+                                    f"{lnc or 1}), which {self.op}={self.name} needs; pick a multiple of {multiple} "
+                                    f"or another {self.op} implementation")
+
+    def unavailable(self) -> str | None:
+        """Why this implementation cannot run in this Python (None when it can)."""
+        if self.requires and importlib.util.find_spec(self.requires) is None:
+            return f"{self.requires} is not installed"
+        return None
+
+    def load(self) -> Callable:
+        """The implementation's kernel function.
+
+        Raises:
+            RuntimeError: it has no kernel (upstream's module is used) or its runtime is missing.
+        """
+        if self.entry is None:
+            raise RuntimeError(f"{self.op}={self.name} is torchtitan's own module; there is no kernel to load")
+        missing = self.unavailable()
+        if missing:
+            raise RuntimeError(f"{self.op}={self.name} cannot run here: {missing}")
+        module, attribute = self.entry.split(":")
+        return getattr(importlib.import_module(module), attribute)
+
+
+@dataclass(frozen=True)
+class Op:
+    """An overridable op: its installer (``"module:function"``, called as ``install(trainer_config, name)``)
+    and its implementations by name."""
+
+    name: str
+    installer: str
+    implementations: dict[str, Implementation]
+
+    def install(self, trainer_config, implementation: str) -> None:
+        """Apply ``implementation`` to ``trainer_config``'s model (see the installer's docstring)."""
+        module, function = self.installer.split(":")
+        getattr(importlib.import_module(module), function)(trainer_config, implementation)
+
+
+def _op(name: str, installer: str, *implementations: Implementation) -> Op:
+    return Op(name, installer, {impl.name: impl for impl in implementations})
+
+
+ALL_TARGETS = ("cpu", "cuda", "trn2")
+
+OPS: dict[str, Op] = {
+    "rope": _op(
+        "rope", "titan_cfg.kernels.rope:install",
+        Implementation("rope", "reference", ALL_TARGETS, "BLNH", "titan_cfg.kernels.rope:reference_rope",
+                       "torchtitan's CosSinRoPE (fp32 rotate-half), the module left as upstream builds it"),
+        Implementation("rope", "cpu", ("cpu", "cuda"), "BNLH", "titan_cfg.kernels.rope_cpu:rope_hf",
+                       "torch.library custom op titanflow::rope_hf in the HF layout, own backward, fake impl"),
+        Implementation("rope", "neuron", ("trn2",), "BNLH", "titan_cfg.kernels.rope_neuron:rope_hf",
+                       "nkilib rope_hf (forward and backward kernels) through torch-neuronx",
+                       requires="torch_neuronx", seq_tile=128),  # nkilib: 128-row partitions per logical core
+    ),
+    "attention": _op(
+        "attention", "titan_cfg.kernels.attention:install",
+        Implementation("attention", "flex", ("cuda",), "BLNH", None,
+                       "torchtitan's FlexAttention (no backward on CPU; not the Neuron fork's backend)"),
+        Implementation("attention", "sdpa", ALL_TARGETS, "BNLH", "titan_cfg.kernels.attention:masked_sdpa",
+                       "F.scaled_dot_product_attention on torchtitan's block-causal document mask, made dense"),
+    ),
+}
+
+
+def known() -> str:
+    """``rope: reference, cpu, neuron; attention: flex, sdpa`` (for error messages)."""
+    return "; ".join(f"{name}: {', '.join(op.implementations)}" for name, op in OPS.items())
+
+
+def implementation(op: str, name: str) -> Implementation:
+    """The registered implementation ``name`` of ``op``.
+
+    Raises:
+        KernelChoiceError: unknown op or implementation (lists the known ones).
+    """
+    if op not in OPS:
+        raise KernelChoiceError(f"kernels: unknown op {op!r}; known ops and implementations: {known()}")
+    if name not in OPS[op].implementations:
+        raise KernelChoiceError(f"kernels: unknown {op} implementation {name!r}; known: "
+                                f"{', '.join(OPS[op].implementations)}")
+    return OPS[op].implementations[name]
+
+
+def resolve(target: str, *layers: Mapping[str, str] | None) -> dict[str, str]:
+    """The implementation of every op for ``target``: later ``layers`` (e.g. target defaults,
+    then the scenario's choice, then the user's) override earlier ones; every op must end up chosen.
+
+    Raises:
+        KernelChoiceError: an unknown op or implementation, one not made for ``target``, or an op
+            left without a choice.
+    """
+    chosen: dict[str, str] = {}
+    for layer in layers:
+        chosen.update(layer or {})
+    for op, name in chosen.items():
+        impl = implementation(op, name)
+        if target not in impl.targets:
+            fits = [n for n, i in OPS[op].implementations.items() if target in i.targets]
+            raise KernelChoiceError(f"kernels: {op}={name} does not run on target {target} "
+                                    f"(it runs on {', '.join(impl.targets)}); for {target} use one of: {', '.join(fits)}")
+    unset = [op for op in OPS if op not in chosen]
+    if unset:
+        raise KernelChoiceError(f"kernels: no implementation chosen for {', '.join(unset)}; known: {known()}")
+    return {op: chosen[op] for op in OPS}
+
+
+def apply(trainer_config, choices: Mapping[str, str]) -> None:
+    """Install every chosen implementation into ``trainer_config`` (a torchtitan ``Trainer.Config``)."""
+    for op, name in choices.items():
+        implementation(op, name)
+        OPS[op].install(trainer_config, name)

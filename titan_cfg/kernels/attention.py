@@ -1,0 +1,103 @@
+"""The ``attention`` op: torchtitan's inner attention, or SDPA on its document mask.
+
+torchtitan 0.3.0 builds a FlexAttention ``BlockMask`` (causal AND same-document,
+from the dataloader's per-document ``positions``) and its language models accept
+only flex/varlen attention. FlexAttention has no backward on CPU, and the
+walkthrough's Neuron fork runs ``attn_backend="sdpa"``. :class:`KernelAttention`
+keeps torchtitan's mask construction (its Config subclasses FlexAttention's, so
+``Decoder.get_attention_masks`` still builds the BlockMask), evaluates the mask's
+``mask_mod`` densely and hands q/k/v to the chosen implementation in the layout it
+declares. Numerically it is the same attention; the dense [B, 1, L, L] bool mask
+costs O(B L^2) memory, fine for the sequence lengths it is used with.
+
+For torchtitan's transformers backend, ``sdpa`` swaps :func:`hf_masked_sdpa` in for
+transformers' flex attention function in the backend's model module.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention.flex_attention import BlockMask, create_mask
+from torchtitan.models.common.attention import FlexAttention
+
+from titan_cfg import kernels
+from titan_cfg.kernels.layout import call_in_layout
+
+
+def masked_sdpa(q_BNLH, k_BNLH, v_BNLH, *, attn_mask, scale=None, enable_gqa=False):
+    """``attention=sdpa``: ``F.scaled_dot_product_attention`` in the HF layout [B, N, L, H] with a
+    boolean ``attn_mask`` [B, 1, L, L] (True = attend); returns [B, N, L, H]."""
+    return F.scaled_dot_product_attention(q_BNLH, k_BNLH, v_BNLH, attn_mask=attn_mask, scale=scale,
+                                          enable_gqa=enable_gqa)
+
+
+def dense_mask(block_mask: BlockMask, batch: int, seq_len: int, device) -> torch.Tensor:
+    """[batch, 1, seq_len, seq_len] bool: ``block_mask``'s ``mask_mod`` evaluated at every position.
+
+    Raises:
+        TypeError: not a BlockMask (this attention needs torchtitan's flex-style masks).
+    """
+    if not isinstance(block_mask, BlockMask):
+        raise TypeError(f"KernelAttention needs a BlockMask, got {type(block_mask).__name__}")
+    return create_mask(block_mask.mask_mod, batch, None, seq_len, seq_len, device=device)
+
+
+class KernelAttention(FlexAttention):
+    """Inner attention by the registered ``attention`` implementation ``config.implementation``.
+
+    Inputs ``q_BLNH`` [batch, seq, n_heads, head_dim], ``k_BLNH`` / ``v_BLNH``
+    [batch, seq, n_kv_heads, head_dim]; returns [batch, seq, n_heads, head_dim].
+    """
+
+    @dataclass(kw_only=True, slots=True)
+    class Config(FlexAttention.Config):
+        """FlexAttention's config (so torchtitan still builds the BlockMask) plus the implementation name."""
+
+        implementation: str = "sdpa"
+
+    def __init__(self, config: Config) -> None:
+        super().__init__(config)
+        self.implementation = config.implementation  # FlexAttention does not keep its config
+
+    def forward(self, q_BLNH, k_BLNH, v_BLNH, *, attention_masks: BlockMask, scale: float | None = None,
+                enable_gqa: bool = False, **_unused) -> torch.Tensor:
+        """Attention of ``q_BLNH`` over ``k_BLNH``/``v_BLNH`` where ``attention_masks`` allows; [B, L, N, H] out."""
+        impl = kernels.implementation("attention", self.implementation)
+        mask = dense_mask(attention_masks, q_BLNH.shape[0], q_BLNH.shape[1], q_BLNH.device)
+        return call_in_layout(impl.load(), impl.layout, q_BLNH, k_BLNH, v_BLNH,
+                              attn_mask=mask, scale=scale, enable_gqa=enable_gqa)
+
+
+def hf_masked_sdpa(module, query_BNLH, key_BNLH, value_BNLH, attention_mask: BlockMask, **kwargs):
+    """transformers ``AttentionInterface`` function for torchtitan's transformers backend:
+    its BlockMask evaluated densely, then transformers' own ``sdpa_attention_forward``.
+
+    Inputs [batch, heads, seq, head_dim] (HF layout); returns ([batch, seq, heads, head_dim], None).
+    """
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    batch, _, seq_len, _ = query_BNLH.shape
+    mask = dense_mask(attention_mask, batch, seq_len, query_BNLH.device)
+    return sdpa_attention_forward(module, query_BNLH, key_BNLH, value_BNLH, mask, **kwargs)
+
+
+def install(trainer_config, implementation: str) -> None:
+    """Set the model's inner attention: ``flex`` keeps torchtitan's; ``sdpa`` puts
+    :class:`KernelAttention` in every layer of a torchtitan decoder, or, for the transformers
+    backend, swaps :func:`hf_masked_sdpa` in for transformers' ``flex_attention_forward`` in the
+    backend's model module (both of its attention paths, the registered ``AttentionInterface``
+    shim and the per-module ``HFFlexKernel``, call that name).
+    """
+    if implementation == "flex":
+        return
+    model_config = trainer_config.model_spec.model
+    if hasattr(model_config, "layers"):  # a torchtitan Decoder config
+        for layer in model_config.layers:
+            layer.attention.inner_attention = KernelAttention.Config(implementation=implementation)
+    else:
+        from torchtitan.experiments.transformers_modeling_backend import model as hf_backend_model
+
+        hf_backend_model.flex_attention_forward = hf_masked_sdpa

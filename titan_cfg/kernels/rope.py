@@ -1,0 +1,70 @@
+"""The ``rope`` op: torchtitan's CosSinRoPE with its rotation done by a registered kernel.
+
+:class:`KernelRoPE` subclasses torchtitan's ``CosSinRoPE`` and keeps everything of it
+(cache, positions, per-document gather) except the rotation, which it hands to the
+chosen implementation through the layout adapter. :func:`install` swaps its config
+into every attention layer of a torchtitan decoder config; ``reference`` leaves
+torchtitan's own module in place.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import torch
+from torchtitan.models.common.rope import CosSinRoPE
+
+from titan_cfg import kernels
+from titan_cfg.kernels.layout import call_in_layout
+
+
+def reference_rope(q_BLNH: torch.Tensor, k_BLNH: torch.Tensor, cos_BL1H: torch.Tensor, sin_BL1H: torch.Tensor):
+    """torchtitan's own rotation (``CosSinRoPE.apply_rotary_emb``, fp32 math, output in the input dtype).
+
+    Shapes as in :func:`titan_cfg.kernels.layout.call_in_layout`; returns (q, k) rotated, BLNH.
+    """
+    return CosSinRoPE.apply_rotary_emb(q_BLNH, k_BLNH, torch.cat([cos_BL1H, sin_BL1H], dim=-1))
+
+
+class KernelRoPE(CosSinRoPE):
+    """CosSinRoPE whose rotation runs in the registered ``rope`` implementation ``config.implementation``.
+
+    ``forward(query [B, L, N, H], key [B, L, N_kv, H], positions [B or 1, L] | None)`` returns the
+    rotated (query, key) in the same shapes and dtypes.
+    """
+
+    @dataclass(kw_only=True, slots=True)
+    class Config(CosSinRoPE.Config):
+        """CosSinRoPE's fields plus the implementation name (a key of the registry's rope op)."""
+
+        implementation: str = "reference"
+
+    def forward(self, query: torch.Tensor, key: torch.Tensor, positions: torch.Tensor | None = None):
+        """Rotate ``query`` and ``key`` by the cached cos/sin at ``positions`` (see class docstring)."""
+        impl = kernels.implementation("rope", self.config.implementation)
+        cache_BL1C = self._reshape_cache(query, positions)  # C = 2 * head_dim: [cos | sin]
+        head_dim = query.shape[-1]
+        cos, sin = cache_BL1C[..., :head_dim], cache_BL1C[..., head_dim:]
+        return call_in_layout(impl.load(), impl.layout, query, key, cos, sin)
+
+
+def install(trainer_config, implementation: str) -> None:
+    """Put :class:`KernelRoPE` with ``implementation`` in every layer of a torchtitan decoder config;
+    ``reference`` keeps torchtitan's CosSinRoPE.
+
+    Raises:
+        kernels.KernelChoiceError: the model is not a torchtitan decoder with CosSinRoPE (the
+            transformers backend computes RoPE inside transformers).
+    """
+    if implementation == "reference":
+        return
+    model_config = trainer_config.model_spec.model
+    layers = getattr(model_config, "layers", None)
+    if not layers or not all(isinstance(layer.attention.rope, CosSinRoPE.Config) for layer in layers):
+        raise kernels.KernelChoiceError(
+            f"kernels: rope={implementation} needs torchtitan's own decoder with CosSinRoPE; this model "
+            "computes RoPE elsewhere (the transformers backend does it inside transformers): use rope=reference")
+    for layer in layers:
+        fields = {f.name: getattr(layer.attention.rope, f.name) for f in dataclasses.fields(CosSinRoPE.Config)}
+        layer.attention.rope = KernelRoPE.Config(**fields, implementation=implementation)
