@@ -18,7 +18,9 @@ from prefect.logging import get_run_logger
 from pydantic import BaseModel
 
 from tasks.config import RenderedJob
+from titan_cfg.job import Job
 from titanflow import paths
+from titanflow.artifacts import TrainingProgress, artifact_key
 from titanflow.failures import retry_infrastructure_only
 from titanflow.metrics import metrics_table, strip_ansi
 from titanflow.process import run_streaming
@@ -96,7 +98,8 @@ def run_training(rendered: RenderedJob, *, timeout_s: float, world_size: int, on
 
 @task(name="train", retries=2, retry_delay_seconds=10, retry_condition_fn=retry_infrastructure_only)
 def train(rendered: RenderedJob, timeout_s: float, world_size: int) -> TrainResult:
-    """Prefect task: :func:`run_training`, each output line forwarded to the run log.
+    """Prefect task: :func:`run_training`, each output line forwarded to the run log and each
+    step advancing the ``<key>-progress`` artifact (``titanflow.artifacts.TrainingProgress``).
 
     Retried twice, 10 s apart, only for an infrastructure failure (a killed or
     timed-out launch, a taken port: ``titanflow.failures.retry_infrastructure_only``).
@@ -104,8 +107,14 @@ def train(rendered: RenderedJob, timeout_s: float, world_size: int) -> TrainResu
     at one on the steps it logs ("Loss is not finite"), and any that reaches here raises.
     """
     logger = get_run_logger()
-    result = run_training(rendered, timeout_s=timeout_s, world_size=world_size,
-                          on_line=lambda line: logger.info(strip_ansi(line)))
+    job = Job.read(Path(rendered.job_path))
+    with TrainingProgress(artifact_key(job.model_dump()), job.steps, job.run_id) as progress:
+
+        def on_line(line: str) -> None:
+            logger.info(strip_ansi(line))
+            progress.on_line(line)
+
+        result = run_training(rendered, timeout_s=timeout_s, world_size=world_size, on_line=on_line)
     bad_steps = [step for step, loss in enumerate(result.losses, 1) if not math.isfinite(loss)]
     if bad_steps:  # a diverged model is not exported
         raise TrainingError(f"train: non-finite loss at steps {bad_steps}; full log {result.log_path}")

@@ -50,8 +50,8 @@ def test_native_cpu_random_init_passes_end_to_end(tmp_path):
     assert summary["tokens_per_s"] > 0 and summary["peak_rss_bytes"] > 100 * 2**20
     assert summary["flow_run_id"]
     run_dir = Path(summary["export_dir"]).parent
-    assert sorted(p.name for p in run_dir.iterdir()) == ["export", "job", "metrics.csv", "summary.json",
-                                                         "train", "train.log"]
+    assert sorted(p.name for p in run_dir.iterdir()) == ["export", "job", "loss_curve.png", "metrics.csv",
+                                                         "summary.json", "train", "train.log"]
 
     from transformers import AutoModelForCausalLM
 
