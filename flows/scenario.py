@@ -1,10 +1,15 @@
 """The ``qwen3-scenario`` flow: one scenario, from weights to a judged loss.
 
-    pull_weights -> render_config -> compile_warmup -> train -> export -> validate -> compare_loss -> report
+    pull_weights -> render_config -> compile_warmup -> train -> export -> validate -> compare_loss
+    -> compare_history -> append_history -> report
 
 Parameters left ``None`` take :class:`titanflow.params.ScenarioRun`'s defaults;
 the resolved parameters are logged and written to ``summary.json``. Bad
-parameters fail here, before any task runs.
+parameters fail here, before any task runs. Training holds this node's slot of a
+Prefect concurrency limit (titanflow.training_slot). Every run, passed or failed,
+is judged against the run history, appended to it and reported; a loss curve out
+of its golden band fails the verdict (class numerics), other regressions are
+flagged in the report.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from prefect.logging import get_run_logger
 from tasks.compare import compare_loss
 from tasks.config import render_config
 from tasks.export import export
+from tasks.history import append_history, compare_history
 from tasks.report import report
 from tasks.train import train
 from tasks.validate import validate
@@ -27,6 +33,7 @@ from titanflow.expectations import golden_path
 from titanflow.params import ScenarioRun
 from titanflow.preflight import preflight
 from titanflow.summary import SUMMARY, RunRecorder
+from titanflow.training_slot import training_slot
 
 
 def prepare(params: dict) -> tuple[ScenarioRun, Path]:
@@ -39,6 +46,29 @@ def prepare(params: dict) -> tuple[ScenarioRun, Path]:
     run_dir = preflight(run)
     run_dir.mkdir(parents=True)
     return run, run_dir
+
+
+def judge_against_history(record: RunRecorder) -> Path:
+    """Write summary.json, compare the run with the history (a numerics regression fails the
+    verdict), append it, publish the report; returns the summary's path. A broken history store
+    is logged and reported, never allowed to hide the run's own outcome."""
+    logger = get_run_logger()
+    summary_path = record.write()
+    comparison = None
+    try:
+        comparison = compare_history(str(summary_path))
+        numerics = comparison.numerics_regressions()
+        if numerics and record.fields.get("verdict") == "pass":
+            record.fields.update(verdict="fail", reason="loss curve regression: " + "; ".join(
+                f"{f['metric']} {f['detail']}" for f in numerics))
+            summary_path = record.write()
+        append_history(str(summary_path))
+    except Exception as err:  # noqa: BLE001 - the history is secondary to the run's own result
+        logger.error("history: %s: %s", type(err).__name__, err)
+    report(str(summary_path), None,  # None: the run folder's metrics.csv, also after a failed training
+           golden=comparison.golden if comparison else None, history=comparison.previous if comparison else None,
+           findings=comparison.findings if comparison else None)
+    return summary_path
 
 
 @flow(name="qwen3-scenario")
@@ -75,7 +105,6 @@ def qwen3_scenario(
         "steps": run.steps, "kernels": run.kernels_resolved, "parameters": run.model_dump(),
         "flow_run_id": str(runtime.flow_run.id),
     })
-    trained = None
     try:
         with record.task("pull_weights"):
             weights_dir = pull_weights(run.weights, run.init, SCENARIOS[run.scenario].model_type)
@@ -83,7 +112,8 @@ def qwen3_scenario(
             rendered = render_config(run, weights_dir, str(run_dir))
         with record.task("compile_warmup"):
             record.fields["compile_warmup"] = compile_warmup(run, rendered).model_dump()
-        with record.task("train"):
+        with record.task("train"), training_slot() as slot:
+            logger.info("holding the training slot %s", slot)
             trained = train(rendered, run.timeout_s, run.nproc_resolved)
             record.fields.update(losses=trained.losses, tokens_per_s=trained.tokens_per_s,
                                  peak_rss_bytes=trained.peak_rss_bytes, peak_memory_gib=trained.peak_memory_gib,
@@ -101,8 +131,7 @@ def qwen3_scenario(
                                    SCENARIOS[run.scenario].output_init, str(golden_path(run.scenario, run.target, run.init)))
             record.fields.update(verdict.model_dump())
     finally:
-        summary_path = record.write()
-        report(str(summary_path), trained.metrics_path if trained else None)
-    if verdict.verdict != "pass":
-        raise RuntimeError(f"verdict fail: {verdict.reason}; see {summary_path}")
+        summary_path = judge_against_history(record)
+    if record.fields["verdict"] != "pass":
+        raise RuntimeError(f"verdict fail: {record.fields.get('reason')}; see {summary_path}")
     return record.fields | {"timings_s": record.timings_s, "summary": str(run_dir / SUMMARY)}

@@ -23,6 +23,7 @@ os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
 os.environ["DO_NOT_TRACK"] = "1"
 os.environ["PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"] = "90"
 os.environ["TITANFLOW_RUNS"] = str(_SESSION_DIR / "runs")
+os.environ["TITANFLOW_HISTORY"] = str(_SESSION_DIR / "history")
 os.environ["HF_HOME"] = str(_SESSION_DIR / "hf")
 os.environ["HF_HUB_OFFLINE"] = "1"
 

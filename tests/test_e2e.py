@@ -49,6 +49,11 @@ def test_native_cpu_random_init_passes_end_to_end(tmp_path):
                                          "validate", "compare_loss"}
     assert summary["tokens_per_s"] > 0 and summary["peak_rss_bytes"] > 100 * 2**20
     assert summary["flow_run_id"]
+    assert summary["kernels"] == {"rope": "reference", "attention": "sdpa"}
+    from titanflow.history import read_history
+
+    appended = read_history(scenario="native", target="cpu", init="random").set_index("run_id").loc[summary["run_id"]]
+    assert appended["verdict"] == "pass" and appended["losses"] == summary["losses"]
     run_dir = Path(summary["export_dir"]).parent
     assert sorted(p.name for p in run_dir.iterdir()) == ["export", "job", "loss_curve.png", "metrics.csv",
                                                          "summary.json", "train", "train.log"]
@@ -85,7 +90,32 @@ def test_hf_backend_cpu_random_init_passes_with_exact_parity(tmp_path):
     assert summary["validation"]["parity"]["kl"] <= 1e-6
 
 
-@pytest.mark.parametrize("scenario", ["native", "hf_backend"])
+def test_moe_cpu_rope_kernel_matches_reference_end_to_end(tmp_path):
+    """The moe scenario on its tiny Qwen3 MoE, once with the cpu rope custom op (the scenario's
+    choice on cpu) and once with torchtitan's own: both pass, with the same first-step loss (the
+    op is bit-exact against the reference: tests/test_kernels.py), an export transformers loads
+    as Qwen3MoeForCausalLM with nothing missing or unexpected, bit-exact round trip, and the same
+    routing and logits as the trained model."""
+    summaries = {}
+    for rope in ("cpu", "reference"):
+        proc = _run(tmp_path / rope, "--steps", "2", "--kernels", f"rope={rope}", scenario="moe")
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        summaries[rope] = _summary(tmp_path / rope)
+        assert summaries[rope]["kernels"] == {"rope": rope, "attention": "sdpa"}
+    summary = summaries["cpu"]
+    # untied tiny MoE, lm_head normal(0, 0.02), hidden 64: ln V + 64 * 0.02^2 / 2 (titanflow.expectations)
+    assert summary["expected_first_step_loss"] == pytest.approx(random_init_first_step_loss(151_936, 64))
+    assert abs(summary["first_step_loss"] - summaries["reference"]["first_step_loss"]) <= 1e-4
+    validation = summary["validation"]
+    assert validation["tied"] is False and validation["missing_in_files"] == []
+    assert validation["missing"] == validation["unexpected"] == validation["mismatched"] == []
+    assert validation["round_trip"]["differing"] == [] and validation["round_trip"]["tensors"] == 135
+    parity = validation["parity"]
+    assert parity["router_layers"] == 4 and parity["router_agreement"] == 1.0
+    assert parity["kl"] <= 1e-6 and parity["top1_agreement"] == 1.0
+
+
+@pytest.mark.parametrize("scenario", ["native", "hf_backend", "moe"])
 def test_fine_tune_from_the_pretrained_tiny_checkpoint_matches_its_golden(tmp_path, scenario):
     """The CPU analogue of the walkthrough's 6.54 (pretrained) vs 12.43 (random init).
 
@@ -98,7 +128,7 @@ def test_fine_tune_from_the_pretrained_tiny_checkpoint_matches_its_golden(tmp_pa
     summary = _summary(tmp_path)
     golden = golden_path(scenario, "cpu")
     if os.environ.get("TITANFLOW_UPDATE_GOLDEN"):
-        write_golden(golden, summary["losses"], f"{scenario} on cpu, fine-tuning the pretrained tiny Qwen3 "
+        write_golden(golden, summary["losses"], f"{scenario} on cpu, fine-tuning the pretrained tiny checkpoint of its model type "
                      "(titanflow.assets.pretrained), 3 steps, seed 0; recorded by tests/test_e2e.py")
         proc = _run(tmp_path / "again", "--steps", "3", "--init", "pretrained", scenario=scenario)
         summary = _summary(tmp_path / "again")
