@@ -1,0 +1,114 @@
+"""The Prefect UI as a user sees it: a cpu scenario run through its deployment on a local server
+(titanflow.server), its flow run page rendered by headless Chromium (the Debian package, installed
+by `make chromium`, which `make test` runs).
+
+The screenshots are kept in ``$TITANFLOW_TEST_OUTPUT`` (default ``<repo>/runs/test-output/``); their
+paths are printed (``pytest -s``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+from deployment_runs import local_server, run_deployment
+
+from tasks.report import summary_markdown
+from titanflow.paths import REPO_ROOT
+
+pytestmark = [pytest.mark.e2e, pytest.mark.browser]
+
+OUTPUT = Path(os.environ.get("TITANFLOW_TEST_OUTPUT", REPO_ROOT / "runs" / "test-output"))
+#: Headless Chromium without a display, GPU, network side traffic or first-run UI. The UI is a JS app:
+#: --virtual-time-budget lets its API calls finish before the DOM is dumped or the page captured.
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  "--disable-component-update", "--no-first-run", "--window-size=1400,1000",
+                  "--virtual-time-budget=15000"]
+
+
+class _Text(HTMLParser):
+    """The visible text of an HTML document (script and style contents left out), space-joined."""
+
+    def __init__(self):
+        super().__init__()
+        self.parts: list[str] = []
+        self._skip = 0
+
+    def handle_starttag(self, tag, attrs):
+        self._skip += tag in ("script", "style")
+
+    def handle_endtag(self, tag):
+        self._skip -= tag in ("script", "style") and self._skip > 0
+
+    def handle_data(self, data):
+        if not self._skip and data.strip():
+            self.parts.append(data.strip())
+
+
+def chromium(url: str, profile: Path, screenshot: Path | None = None) -> str:
+    """Render ``url``; returns the text of the rendered DOM, or writes ``screenshot`` (PNG) and returns ''."""
+    exe = shutil.which("chromium")
+    if exe is None:
+        pytest.fail("chromium is not installed: run `make chromium` (apt-get install chromium)")
+    action = [f"--screenshot={screenshot}"] if screenshot else ["--dump-dom"]
+    done = subprocess.run([exe, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *action, url],
+                          capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    if screenshot:
+        return ""
+    parser = _Text()
+    parser.feed(done.stdout)
+    return " ".join(parser.parts)
+
+
+@pytest.fixture(scope="module")
+def deployed(tmp_path_factory):
+    """A started server (titanflow.server.start), stopped after the module's tests."""
+    with local_server(tmp_path_factory.mktemp("prefect-server")) as state:
+        yield state
+
+
+def test_flow_run_page_shows_the_run_completed_with_its_artifacts(deployed, tmp_path):
+    from prefect.client.orchestration import SyncPrefectClient
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+
+    run = run_deployment(deployed.api_url, "qwen3-scenario/native-cpu-random", "steps=3", "run_id=browser-pass",
+                         f"runs_dir={tmp_path / 'runs'}")
+    assert run.returncode == 0, run.output[-4000:]
+    with SyncPrefectClient(deployed.api_url) as client:
+        artifacts = client.read_artifacts(artifact_filter=ArtifactFilter(
+            flow_run_id=ArtifactFilterFlowRunId(any_=[run.flow_run_id])))
+    keys = {a.key for a in artifacts if a.key}
+    # tasks/report.py: the summary (markdown) and per-step metrics (table) of native/cpu/random
+    assert {"native-cpu-random-summary", "native-cpu-random-metrics"} <= keys
+
+    page = f"{deployed.ui_url}/v2/runs/flow-run/{run.flow_run_id}"
+    artifacts_tab = chromium(f"{page}?tab=Artifacts", tmp_path / "profile-1")
+    assert "qwen3-scenario" in artifacts_tab and "native-cpu-random" in artifacts_tab
+    assert "Completed" in artifacts_tab and "Failed" not in artifacts_tab
+    assert all(key in artifacts_tab for key in keys), (keys, artifacts_tab[:3000])
+
+    # the resolved parameters are in the run's log (flows/scenario.py logs them as JSON)
+    logs_tab = chromium(f"{page}?tab=Logs", tmp_path / "profile-2")
+    assert "run browser-pass with" in logs_tab and '"steps":3' in logs_tab
+
+    # the markdown report rendered: its heading is the one tasks/report.py writes for this run's summary
+    summary = json.loads((tmp_path / "runs" / "browser-pass" / "summary.json").read_text())
+    heading = summary_markdown(summary).splitlines()[0].removeprefix("# ")
+    assert heading.endswith("PASS")
+    (report,) = [a for a in artifacts if a.key == "native-cpu-random-summary"]
+    summary_page = chromium(f"{deployed.ui_url}/v2/artifacts/artifact/{report.id}", tmp_path / "profile-3")
+    assert heading in summary_page
+
+    OUTPUT.mkdir(parents=True, exist_ok=True)
+    shots = [OUTPUT / "flow-run-artifacts.png", OUTPUT / "summary-artifact.png"]
+    chromium(f"{page}?tab=Artifacts", tmp_path / "profile-4", screenshot=shots[0])
+    chromium(f"{deployed.ui_url}/v2/artifacts/artifact/{report.id}", tmp_path / "profile-5", screenshot=shots[1])
+    for shot in shots:
+        assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
+        print(f"\nscreenshot: {shot}")
