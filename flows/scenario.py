@@ -61,6 +61,8 @@ def judge_against_history(record: RunRecorder) -> Path:
         if numerics and record.fields.get("verdict") == "pass":
             record.fields.update(verdict="fail", reason="loss curve regression: " + "; ".join(
                 f"{f['metric']} {f['detail']}" for f in numerics))
+        if comparison.regressions:
+            record.fields["regressions"] = comparison.regressions
             summary_path = record.write()
         append_history(str(summary_path))
     except Exception as err:  # noqa: BLE001 - the history is secondary to the run's own result

@@ -4,6 +4,7 @@
     titanflow assets --regenerate-dataset  rebuild assets/botchan_c4/ from the sentencepiece sdist
     titanflow run native --target cpu      run a scenario flow, print its summary, exit 0 only on pass
     titanflow render native --target trn2  write runs/<id>/job/ (command, environment, torchtitan config) only
+    titanflow nightly --target cpu         the qwen3-nightly suite: every scenario x init, one report
 
 ``run`` executes the flow in this process against the Prefect server named by
 ``PREFECT_API_URL``, or a temporary local server (SQLite under ``PREFECT_HOME``,
@@ -84,25 +85,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 2
     run, given, run_dir = checked
     given = {name: getattr(run, name) for name in given}  # parsed values (e.g. kernels "rope=cpu" -> dict)
-    for key, value in PREFECT_DEFAULTS.items():
-        os.environ.setdefault(key, value)
-    from titanflow.local_server import api_healthy, temporary_server
-
-    if os.environ.get("PREFECT_API_URL"):
-        if not api_healthy(os.environ["PREFECT_API_URL"]):
-            print(f"titanflow: PREFECT_API_URL={os.environ['PREFECT_API_URL']} does not answer; start that "
-                  "server, or unset PREFECT_API_URL to use a temporary local one", file=sys.stderr)
-            return 2
-        state = _run_flow(given, run_dir)
-    else:
-        # Prefect reads PREFECT_API_URL when first imported: start the server before importing it.
-        prefect_home = Path(os.environ.get("PREFECT_HOME", Path.home() / ".prefect")).expanduser()
-        with temporary_server(prefect_home / "titanflow-server.log") as api_url:
-            os.environ["PREFECT_API_URL"] = api_url
-            try:
-                state = _run_flow(given, run_dir)
-            finally:
-                del os.environ["PREFECT_API_URL"]
+    reached, state = _with_api(lambda: _run_flow(given, run_dir))
+    if not reached:
+        return 2
     summary_path = run_dir / "summary.json"
     if not summary_path.is_file():
         why = state.message if state is not None else "interrupted"
@@ -114,6 +99,61 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 130  # the shell's code for Ctrl-C
     print(f"prefect flow run {summary.get('flow_run_id')}: {state.name}")
     return 0 if summary.get("verdict") == "pass" else 1
+
+
+def _with_api(call) -> tuple[bool, object]:
+    """``(True, call())`` against ``PREFECT_API_URL``, or against a temporary local server started for
+    the call when it is unset; ``(False, None)`` after saying so when the given API does not answer."""
+    for key, value in PREFECT_DEFAULTS.items():
+        os.environ.setdefault(key, value)
+    from titanflow.local_server import api_healthy, temporary_server
+
+    if os.environ.get("PREFECT_API_URL"):
+        if not api_healthy(os.environ["PREFECT_API_URL"]):
+            print(f"titanflow: PREFECT_API_URL={os.environ['PREFECT_API_URL']} does not answer; start that "
+                  "server, or unset PREFECT_API_URL to use a temporary local one", file=sys.stderr)
+            return False, None
+        return True, call()
+    # Prefect reads PREFECT_API_URL when first imported: start the server before importing it.
+    prefect_home = Path(os.environ.get("PREFECT_HOME", Path.home() / ".prefect")).expanduser()
+    with temporary_server(prefect_home / "titanflow-server.log") as api_url:
+        os.environ["PREFECT_API_URL"] = api_url
+        try:
+            return True, call()
+        finally:
+            del os.environ["PREFECT_API_URL"]
+
+
+def cmd_nightly(args: argparse.Namespace) -> int:
+    """Run the qwen3-nightly suite of a target; 0 when every scenario run passed, 1 otherwise, 2 on bad input."""
+    from titanflow.params import TARGETS, nightly_suite
+
+    try:
+        if args.target not in TARGETS:
+            raise ValueError(f"target: unknown {args.target!r}; known: {', '.join(TARGETS)}")
+        pairs = nightly_suite(args.scenarios, args.inits)
+    except ValueError as err:
+        print(f"titanflow: bad input:\n{err}", file=sys.stderr)
+        return 2
+
+    def call():
+        from flows.nightly import qwen3_nightly
+
+        from prefect.events.worker import EventsWorker
+        from prefect.logging.handlers import APILogWorker
+
+        try:
+            return qwen3_nightly(target=args.target, scenarios=args.scenarios, inits=args.inits, steps=args.steps,
+                                 lr=args.lr, runs_dir=args.runs_dir, return_state=True)
+        finally:
+            APILogWorker.drain_all(timeout=10)
+            EventsWorker.drain_all(timeout=10)
+
+    reached, state = _with_api(call)
+    if not reached:
+        return 2
+    print(f"nightly on {args.target}, {len(pairs)} scenario runs: {state.name}: {state.message}")
+    return 0 if state.is_completed() else 1
 
 
 def _run_flow(given: dict, run_dir: Path):
@@ -184,8 +224,17 @@ def main(argv: list[str] | None = None) -> int:
         "render", help="render a scenario's job files without running it",
         description="Write runs/<run-id>/job/ (job.json, launch.json, launch.sh, trainer_config.json) "
                     "for any target, e.g. trn2 on a machine without Neuron devices."))
+    nightly = sub.add_parser("nightly", help="run the nightly suite of a target (qwen3-nightly)",
+                             description="Run every scenario x init of a target as qwen3-scenario subflows "
+                                         "(flows/nightly.py); exit 0 only when all passed.")
+    nightly.add_argument("--target", default="cpu")
+    nightly.add_argument("--scenarios", nargs="+", help="default: every scenario")
+    nightly.add_argument("--inits", nargs="+", help="default: random pretrained")
+    nightly.add_argument("--steps", type=int, help="steps of every run (default: ScenarioRun's)")
+    nightly.add_argument("--lr", type=float, help="learning rate of every run (default: ScenarioRun's)")
+    nightly.add_argument("--runs-dir", help="parent of the runs' folders")
     args = parser.parse_args(argv)
-    return {"run": cmd_run, "render": cmd_render, "assets": cmd_assets}[args.command](args)
+    return {"run": cmd_run, "render": cmd_render, "assets": cmd_assets, "nightly": cmd_nightly}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -147,6 +147,23 @@ class ScenarioRun(BaseModel):
         return Path(self.runs_dir).resolve() if self.runs_dir else paths.runs_root()
 
 
+#: Weight inits a suite runs per scenario.
+INITS = ("random", "pretrained")
+
+
+def nightly_suite(scenarios: list[str] | None = None, inits: list[str] | None = None) -> list[tuple[str, str]]:
+    """(scenario, init) pairs of a nightly suite, in order; default every scenario x both inits.
+
+    Raises:
+        ValueError: an unknown scenario or init (names the known ones).
+    """
+    unknown = sorted(set(scenarios or []) - set(SCENARIOS)) + sorted(set(inits or []) - set(INITS))
+    if unknown:
+        raise ValueError(f"scenarios/inits: unknown {unknown}; scenarios: {', '.join(SCENARIOS)}; "
+                         f"inits: {', '.join(INITS)}")
+    return [(s, i) for s in (scenarios or list(SCENARIOS)) for i in (inits or list(INITS))]
+
+
 def _looks_like_path(weights: str) -> bool:
     """A Hub id is ``name`` or ``org/name``; anything absolute, relative-dotted or deeper is a path."""
     return weights.startswith(("/", ".", "~")) or weights.count("/") > 1 or os.path.isdir(weights)
