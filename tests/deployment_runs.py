@@ -33,10 +33,12 @@ def local_server(home: Path) -> Iterator[server.ServerState]:
     check that no process it started (or any of theirs) is left.
 
     The worker inherits this process's environment (tests/conftest.py: TITANFLOW_RUNS, HF offline),
-    plus ``PREFECT_WORKER_QUERY_SECONDS`` (set for as long as the server runs).
+    plus ``PREFECT_WORKER_QUERY_SECONDS`` (set for as long as the server runs). The server's scheduler
+    is off: a test session that crosses 02:00 UTC must not start the nightly suite's cron run.
     """
     with pytest.MonkeyPatch.context() as env:
         env.setenv("PREFECT_WORKER_QUERY_SECONDS", TEST_WORKER_QUERY_SECONDS)
+        env.setenv("PREFECT_SERVER_SERVICES_SCHEDULER_ENABLED", "false")
         state = server.start(home, port=0)
         started = [psutil.Process(p.pid) for p in state.processes]
         try:
