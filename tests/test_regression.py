@@ -171,21 +171,22 @@ def test_golden_curve_file_round_trips(tmp_path):
 TITANFLOW = Path(sys.executable).parent / "titanflow"
 
 
+def _run_cpu(runs_dir: Path, scenario: str, init: str, *options: str) -> dict:
+    """``titanflow run <scenario> --target cpu`` (default parameters plus ``options``) -> its history row."""
+    proc = subprocess.run([str(TITANFLOW), "run", scenario, "--target", "cpu", "--init", init,
+                           "--runs-dir", str(runs_dir), *options], capture_output=True, text=True, timeout=900,
+                          env=dict(os.environ))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (summary,) = runs_dir.glob("*/summary.json")
+    return history.row_from_summary(summary)
+
+
 @pytest.mark.e2e
 @pytest.mark.parametrize("scenario, init", [("native", "random"), ("hf_backend", "random"),
                                             ("native", "pretrained"), ("hf_backend", "pretrained")])
 def test_cpu_loss_curve_matches_its_golden_within_002_nats(tmp_path, scenario, init):
     """Default parameters (the nightly's): every step within 0.02 nats of expectations/<scenario>-cpu-<init>.curve.csv."""
-
-    def run(runs_dir: Path) -> dict:
-        proc = subprocess.run([str(TITANFLOW), "run", scenario, "--target", "cpu", "--init", init,
-                               "--runs-dir", str(runs_dir)], capture_output=True, text=True, timeout=900,
-                              env=dict(os.environ))
-        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-        (summary,) = runs_dir.glob("*/summary.json")
-        return history.row_from_summary(summary)
-
-    row = run(tmp_path / "first")
+    row = _run_cpu(tmp_path / "first", scenario, init)
     path = curve_path(scenario, "cpu", init)
     if os.environ.get("TITANFLOW_UPDATE_GOLDEN"):
         parameters = {k: v for k, v in json.loads(row["parameters"]).items() if k in history.CONFIG_KEY_FIELDS}
@@ -193,6 +194,16 @@ def test_cpu_loss_curve_matches_its_golden_within_002_nats(tmp_path, scenario, i
                     f"{scenario} on cpu, {init} init, default parameters; per-step loss (nats) of rank 0, "
                     f"recorded by tests/test_regression.py with torch {row['torch_version']}, "
                     f"torchtitan {row['torchtitan_version']}, transformers {row['transformers_version']}")
-        row = run(tmp_path / "again")
+        row = _run_cpu(tmp_path / "again", scenario, init)
     (finding,) = [f for f in evaluate(row, pd.DataFrame()) if f.metric == "losses"]
     assert finding.status == "pass", finding.detail
+
+
+@pytest.mark.e2e
+def test_doubled_learning_rate_is_a_numerics_regression_against_the_golden_curve(tmp_path):
+    """A planted regression: lr 1.6e-3 instead of 8e-4 still passes its first-step check (step 1 does
+    not depend on lr) but moves the later steps off the native random-init curve by more than 0.02 nats."""
+    row = _run_cpu(tmp_path, "native", "random", "--lr", "1.6e-3")
+    (finding,) = [f for f in evaluate(row, pd.DataFrame()) if f.metric == "losses"]
+    assert finding.status == "fail" and finding.finding_class == "numerics", finding.detail
+    assert abs(finding.value - finding.baseline) > 0.02

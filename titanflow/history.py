@@ -18,7 +18,7 @@ Columns (one row per run; units in the name):
 | column | type | from |
 |---|---|---|
 | run_id, flow_run_id, scenario, target, init | str | summary.json |
-| config_key | str | hash of the parameters that decide the metrics (:data:`CONFIG_KEY_FIELDS`) |
+| config_key | str | hash of the parameters that define the workload (:data:`CONFIG_KEY_FIELDS`) |
 | parameters | str (JSON) | summary.json ``parameters`` |
 | started_at, finished_at | timestamp (UTC) | summary.json ``started_at``/``finished_at`` when present, else summary.json's modification time and that minus ``total_s`` |
 | verdict, failed_task, error | str | summary.json |
@@ -62,10 +62,12 @@ LOCK_TIMEOUT_S = 120.0
 #: Packages whose versions each row records.
 VERSIONED_PACKAGES = ("torch", "torchtitan", "transformers", "prefect")
 
-#: Parameters (ScenarioRun fields) that change what a run measures; runs compare only with runs of
-#: the same scenario, target, init and these (run_id, runs_dir, timeout_s, tolerances do not).
-CONFIG_KEY_FIELDS = ("weights", "steps", "global_batch_size", "seq_len", "nproc", "lr", "warmup_steps", "seed",
-                     "export_dtype", "compile")
+#: Parameters (ScenarioRun fields) that define the workload: runs compare (golden curve, history
+#: medians) only with runs of the same scenario, target, init and these. The numerics knobs (lr,
+#: warmup_steps, seed) are left out on purpose: a changed learning rate is what the loss-curve rule
+#: must catch, not a reason to skip it; run_id, runs_dir, timeout_s, tolerances and export_dtype
+#: change neither the curve nor the speed of training.
+CONFIG_KEY_FIELDS = ("weights", "steps", "global_batch_size", "seq_len", "nproc", "compile")
 
 #: Lines of train.log given to the failure classifier.
 LOG_TAIL_LINES = 60
