@@ -16,7 +16,7 @@ from titan_cfg.kernels.rope_cpu import rope_hf  # noqa: E402
 
 AVAILABLE_ROPE = [name for name, impl in kernels.OPS["rope"].implementations.items()
                   if name != "reference" and impl.unavailable() is None]
-DEVICE = {"neuron": "neuron", "cpu": "cpu"}
+DEVICE = {"neuron": "neuron", "cpu": "cpu", "cuda": "cuda"}
 
 
 @pytest.mark.parametrize("name", AVAILABLE_ROPE)
@@ -37,6 +37,13 @@ def test_rope_matches_reference_bf16(name):
     impl = kernels.implementation("rope", name)
     result = check_rope(impl.load(), impl.layout, dtype=torch.bfloat16, device=DEVICE[name])
     assert result.forward < 2 * 2**-7 and result.backward < 2 * 2**-7, result
+
+
+def test_cuda_rope_reports_why_it_cannot_run_here():
+    impl = kernels.implementation("rope", "cuda")
+    if impl.unavailable() is None:
+        pytest.skip("triton and a CUDA device are present: the rope tests above ran the cuda kernel")
+    assert impl.unavailable() in ("triton is not installed", "no CUDA device")
 
 
 def test_neuron_rope_skips_with_reason_without_torch_neuronx():
@@ -110,9 +117,9 @@ def test_kernel_rope_module_equals_torchtitan_cosin_rope():
 
 
 @pytest.mark.parametrize("kernel_choice, message", [
-    ({"rope": "fast"}, "unknown rope implementation 'fast'; known: reference, cpu, neuron"),
-    ({"rotary": "cpu"}, "unknown op 'rotary'; known ops and implementations: rope: reference, cpu, neuron; "
-                        "attention: flex, sdpa"),
+    ({"rope": "fast"}, "unknown rope implementation 'fast'; known: reference, cpu, neuron, cuda"),
+    ({"rotary": "cpu"}, "unknown op 'rotary'; known ops and implementations: rope: reference, cpu, neuron, "
+                        "cuda; attention: flex, sdpa"),
     ({"rope": "neuron"}, "rope=neuron does not run on target cpu (it runs on trn2); for cpu use one of: "
                          "reference, cpu"),
     ({"attention": "flex"}, "attention=flex does not run on target cpu"),

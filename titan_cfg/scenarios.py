@@ -117,6 +117,6 @@ SCENARIOS: dict[str, Scenario] = {
     "moe": Scenario(
         moe, "torchtitan native Qwen3 MoE (trimmed Qwen3-30B-A3B on trn2), RoPE through the kernel registry",
         model_type="qwen3_moe", output_init="normal_0.02", round_trip=True,
-        kernels={"trn2": {"rope": "neuron"}, "cpu": {"rope": "cpu"}},
+        kernels={"trn2": {"rope": "neuron"}, "cpu": {"rope": "cpu"}, "cuda": {"rope": "cuda"}},
     ),
 }

@@ -11,6 +11,7 @@ that layout and the results back.
     rope        reference        BLNH     all              torchtitan's CosSinRoPE, untouched
     rope        cpu              BNLH     cpu, cuda        torch.library custom op (own autograd, fake impl)
     rope        neuron           BNLH     trn2             nkilib rope_hf through torch-neuronx
+    rope        cuda             BNLH     cuda             Triton kernel behind a custom op
     attention   flex             BLNH     cuda             torchtitan's FlexAttention, untouched
     attention   sdpa             BNLH     all              SDPA on torchtitan's block-causal mask, made dense
 
@@ -41,7 +42,7 @@ class Implementation:
     torchtitan module is kept as is). ``requires`` names a module that must be
     importable for it to run (checked by :meth:`unavailable`). ``seq_tile``: the
     sequence length must be a multiple of ``seq_tile`` x LNC (checked up front by
-    :meth:`check_shape`).
+    :meth:`check_shape`). ``device``: a torch device type that must be present ("cuda").
     """
 
     op: str
@@ -52,6 +53,7 @@ class Implementation:
     description: str
     requires: str | None = None
     seq_tile: int | None = None
+    device: str | None = None
 
     def check_shape(self, seq_len: int, lnc: int | None) -> None:
         """Raises KernelChoiceError when ``seq_len`` breaks the implementation's tiling at ``lnc``."""
@@ -65,6 +67,11 @@ class Implementation:
         """Why this implementation cannot run in this Python (None when it can)."""
         if self.requires and importlib.util.find_spec(self.requires) is None:
             return f"{self.requires} is not installed"
+        if self.device == "cuda":
+            import torch
+
+            if not torch.cuda.is_available():
+                return "no CUDA device"
         return None
 
     def load(self) -> Callable:
@@ -113,6 +120,9 @@ OPS: dict[str, Op] = {
         Implementation("rope", "neuron", ("trn2",), "BNLH", "titan_cfg.kernels.rope_neuron:rope_hf",
                        "nkilib rope_hf (forward and backward kernels) through torch-neuronx",
                        requires="torch_neuronx", seq_tile=128),  # nkilib: 128-row partitions per logical core
+        Implementation("rope", "cuda", ("cuda",), "BNLH", "titan_cfg.kernels.rope_cuda:rope_hf",
+                       "Triton kernel behind the custom op titanflow::rope_hf_cuda, own backward (-sin)",
+                       requires="triton", device="cuda"),
     ),
     "attention": _op(
         "attention", "titan_cfg.kernels.attention:install",

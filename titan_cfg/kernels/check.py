@@ -19,8 +19,6 @@ from titan_cfg import kernels
 from titan_cfg.compat.cpu import make_importable_without_triton
 from titan_cfg.kernels.layout import call_in_layout
 
-make_importable_without_triton()  # import-only: torchtitan's EP kernels module wants triton
-from titan_cfg.kernels.rope import reference_rope  # noqa: E402
 
 #: (batch, seq, n_heads, n_kv_heads, head_dim): pairwise different, GQA 5:1. seq 256 meets the
 #: Neuron kernel's 128 x LNC=2 multiple.
@@ -50,11 +48,22 @@ def _rel(candidate: torch.Tensor, reference: torch.Tensor) -> float:
     return ((candidate.float() - reference.float()).abs().max() / reference.float().abs().max()).item()
 
 
-def check_rope(kernel, layout: str, *, dtype=torch.float32, device="cpu", shape=SHAPE, seed: int = 0) -> RopeCheck:
-    """Compare ``kernel`` (called through the layout adapter in ``layout``) with the reference.
+def torchtitan_rope():
+    """torchtitan's own rotation (``rope=reference``), imported on first use."""
+    make_importable_without_triton()  # import-only: torchtitan's EP kernels module wants triton
+    from titan_cfg.kernels.rope import reference_rope
+
+    return reference_rope
+
+
+def check_rope(kernel, layout: str, *, dtype=torch.float32, device="cpu", shape=SHAPE, seed: int = 0,
+               reference=None) -> RopeCheck:
+    """Compare ``kernel`` (called through the layout adapter in ``layout``) with ``reference``
+    (BLNH; default torchtitan's, :func:`torchtitan_rope`).
 
     ``kernel(q, k, cos, sin) -> (q_out, k_out)`` in ``layout``; inputs of ``dtype`` on ``device``.
     """
+    reference = reference or torchtitan_rope()
     batch, seq, heads, kv_heads, head_dim = shape
     generator = torch.Generator().manual_seed(seed)
     q = torch.randn(batch, seq, heads, head_dim, generator=generator).to(device, dtype)
@@ -62,7 +71,7 @@ def check_rope(kernel, layout: str, *, dtype=torch.float32, device="cpu", shape=
     grads = [torch.randn(t.shape, generator=generator).to(device, dtype) for t in (q, k)]
     cos, sin = (t.to(device) for t in _cos_sin(batch, seq, head_dim))
     results = []
-    for fn in (reference_rope, lambda *a: call_in_layout(kernel, layout, *a)):
+    for fn in (reference, lambda *a: call_in_layout(kernel, layout, *a)):
         q_in, k_in = q.clone().requires_grad_(), k.clone().requires_grad_()
         outs = fn(q_in, k_in, cos, sin)
         torch.autograd.backward(outs, grads)
@@ -74,7 +83,7 @@ def check_rope(kernel, layout: str, *, dtype=torch.float32, device="cpu", shape=
 
 def main() -> None:
     """Print the check for every rope implementation that can run here, fp32 and bf16."""
-    device_of = {"neuron": "neuron"}
+    device_of = {"neuron": "neuron", "cuda": "cuda"}
     print(f"{'implementation':<16}{'dtype':<10}{'forward rel err':>18}{'backward rel err':>18}")
     for name, impl in kernels.OPS["rope"].implementations.items():
         if name == "reference" or impl.unavailable():
