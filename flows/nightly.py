@@ -21,7 +21,7 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.logging import get_run_logger
 from prefect.states import Completed, Failed, State
 
-from flows.scenario import qwen3_scenario
+from flows.scenario import Init, ScenarioName, TargetName, qwen3_scenario
 from titanflow.params import ScenarioRun, nightly_suite
 from titanflow.preflight import new_run_id
 
@@ -59,9 +59,9 @@ def suite_markdown(target: str, rows: list[dict]) -> str:
 
 @flow(name="qwen3-nightly")
 def qwen3_nightly(
-    target: str = "cpu",
-    scenarios: list[str] | None = None,
-    inits: list[str] | None = None,
+    target: TargetName = "cpu",
+    scenarios: list[ScenarioName] | None = None,
+    inits: list[Init] | None = None,
     steps: int | None = None,
     lr: float | None = None,
     runs_dir: str | None = None,

@@ -15,6 +15,7 @@ flagged in the report.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from prefect import flow, runtime
 from prefect.logging import get_run_logger
@@ -29,11 +30,20 @@ from tasks.validate import validate
 from tasks.warmup import compile_warmup
 from tasks.weights import pull_weights
 from titan_cfg.scenarios import SCENARIOS
+from titan_cfg.targets import TARGETS
 from titanflow.expectations import golden_path
 from titanflow.params import ScenarioRun
 from titanflow.preflight import preflight
 from titanflow.summary import SUMMARY, RunRecorder
 from titanflow.training_slot import training_slot
+
+
+# Closed choices typed as such: the deployment's parameter schema (enforced by the server) and the
+# UI's run form then refuse or offer exactly these values.
+ScenarioName = Literal[tuple(SCENARIOS)]
+TargetName = Literal[tuple(TARGETS)]
+Init = Literal["random", "pretrained"]
+ExportDtype = Literal["float32", "bfloat16", "float16"]
 
 
 def prepare(params: dict) -> tuple[ScenarioRun, Path]:
@@ -75,9 +85,9 @@ def judge_against_history(record: RunRecorder) -> Path:
 
 @flow(name="qwen3-scenario")
 def qwen3_scenario(
-    scenario: str | None = None,
-    target: str | None = None,
-    init: str | None = None,
+    scenario: ScenarioName | None = None,
+    target: TargetName | None = None,
+    init: Init | None = None,
     weights: str | None = None,
     steps: int | None = None,
     global_batch_size: int | None = None,
@@ -86,7 +96,7 @@ def qwen3_scenario(
     lr: float | None = None,
     warmup_steps: int | None = None,
     seed: int | None = None,
-    export_dtype: str | None = None,
+    export_dtype: ExportDtype | None = None,
     compile: bool | None = None,
     kernels: dict[str, str] | None = None,
     timeout_s: float | None = None,
@@ -101,7 +111,7 @@ def qwen3_scenario(
     """
     run, run_dir = prepare(dict(locals()))  # first line: locals() is exactly the parameters
     logger = get_run_logger()
-    logger.info("run %s with %s", run_dir.name, run.model_dump_json())
+    logger.info("run %s with %s; kernels %s", run_dir.name, run.model_dump_json(), run.kernels_resolved)
     record = RunRecorder(run_dir, {
         "run_id": run_dir.name, "scenario": run.scenario, "target": run.target, "init": run.init,
         "steps": run.steps, "kernels": run.kernels_resolved, "parameters": run.model_dump(),
