@@ -111,7 +111,8 @@ def qwen3_scenario(
     """
     run, run_dir = prepare(dict(locals()))  # first line: locals() is exactly the parameters
     logger = get_run_logger()
-    logger.info("run %s with %s; kernels %s", run_dir.name, run.model_dump_json(), run.kernels_resolved)
+    logger.info("run %s with %s", run_dir.name, run.model_dump_json())
+    logger.info("kernels: %s", run.kernels_resolved)
     record = RunRecorder(run_dir, {
         "run_id": run_dir.name, "scenario": run.scenario, "target": run.target, "init": run.init,
         "steps": run.steps, "kernels": run.kernels_resolved, "parameters": run.model_dump(),
