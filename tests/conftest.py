@@ -6,6 +6,9 @@ checkpoint, compile caches) is the project's own (``.cache`` or
 ``$TITANFLOW_CACHE``): its folders are keyed by a hash of their inputs, so a
 build is reused only when nothing that decides it changed (tests/test_assets.py
 builds into a fresh folder of its own).
+
+The local Prefect server and the one passing deployment run are session fixtures here, so
+tests/test_deployments.py and tests/test_browser.py share them (one server start, one training).
 """
 
 from __future__ import annotations
@@ -58,6 +61,30 @@ def config_only_folder(tmp_path, tiny_assets):
 def instruct_2507_folder(config_only_folder) -> Path:
     """Qwen3-4B-Instruct-2507's config.json and the offline Qwen3 tokenizer (no weights)."""
     return config_only_folder("qwen3-4b-instruct-2507", "Qwen3-4B-Instruct-2507")
+
+
+@pytest.fixture(scope="session")
+def deployed(tmp_path_factory):
+    """A local Prefect server with titanflow's pools, deployments and a cpu worker (25-45 s to start;
+    tests/deployment_runs.py ``local_server``), shared by tests/test_deployments.py and
+    tests/test_browser.py and stopped at the session's end."""
+    import json
+
+    from deployment_runs import SERVER_STARTS, local_server
+
+    with local_server(tmp_path_factory.mktemp("prefect-server")) as state:
+        print(f"\nlocal Prefect server started at {state.api_url} (server starts this session: {len(SERVER_STARTS)}); "
+              f"timings (s): {json.dumps({k: round(v, 1) for k, v in state.timings_s.items()})}")
+        yield state
+
+
+@pytest.fixture(scope="session")
+def passing_deployment_run(deployed, tmp_path_factory):
+    """The one passing deployment run (3 steps, run_id deploy-pass, ~1-1.5 min) that
+    tests/test_deployments.py and tests/test_browser.py both check: a ``deployment_runs.PassingRun``."""
+    from deployment_runs import passing_run
+
+    return passing_run(deployed.api_url, tmp_path_factory.mktemp("deploy-pass-runs"))
 
 
 def pytest_sessionfinish(session, exitstatus):

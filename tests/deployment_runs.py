@@ -1,9 +1,12 @@
 """Helpers shared by tests/test_deployments.py and tests/test_browser.py: a local Prefect server
-started by titanflow.server, and ``prefect deployment run`` against it as a user types it."""
+started by titanflow.server, ``prefect deployment run`` against it as a user types it, and the one
+passing deployment run both modules check (tests/conftest.py makes the server and that run
+session fixtures, so a session that runs both modules starts one server and trains once)."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import subprocess
@@ -26,6 +29,16 @@ PREFECT_CLI = Path(sys.executable).parent / "prefect"
 #: shorter here only to save test time. Pick-up latency is bounded by it.
 TEST_WORKER_QUERY_SECONDS = "2"
 
+#: The deployment of the passing run (3 steps of native/cpu/random init, ~1-1.5 min on 2 cores)
+#: and that run's id, which names its folder under ``runs_dir`` and appears in its logs.
+PASS_DEPLOYMENT = "qwen3-scenario/native-cpu-random"
+PASS_RUN_ID = "deploy-pass"
+PASS_STEPS = 3
+
+#: api_url of every server ``local_server`` started in this process, in order (printed by the
+#: session fixture: a session that runs both modules shows exactly one).
+SERVER_STARTS: list[str] = []
+
 
 @contextlib.contextmanager
 def local_server(home: Path) -> Iterator[server.ServerState]:
@@ -40,6 +53,7 @@ def local_server(home: Path) -> Iterator[server.ServerState]:
         env.setenv("PREFECT_WORKER_QUERY_SECONDS", TEST_WORKER_QUERY_SECONDS)
         env.setenv("PREFECT_SERVER_SERVICES_SCHEDULER_ENABLED", "false")
         state = server.start(home, port=0)
+        SERVER_STARTS.append(state.api_url)
         started = [psutil.Process(p.pid) for p in state.processes]
         try:
             yield state
@@ -84,3 +98,24 @@ def state_times(api_url: str, flow_run_id: UUID) -> dict[str, float]:
     for state in sorted(states, key=lambda s: s.timestamp):
         times.setdefault(state.name, state.timestamp.timestamp())
     return times
+
+
+@dataclass
+class PassingRun:
+    """The session's passing deployment run: the ``prefect deployment run --watch`` result and the
+    folder the flow run wrote (``<runs_dir>/<PASS_RUN_ID>``: summary.json, metrics.csv, train.log)."""
+
+    run: DeploymentRun
+    run_dir: Path
+
+    def summary(self) -> dict:
+        """The run's summary.json (keys: titanflow/summary.py)."""
+        return json.loads((self.run_dir / "summary.json").read_text())
+
+
+def passing_run(api_url: str, runs_dir: Path) -> PassingRun:
+    """``prefect deployment run PASS_DEPLOYMENT --param steps=3 --param run_id=deploy-pass
+    --param runs_dir=RUNS_DIR --watch``; the result is returned whatever its exit code (the tests assert it)."""
+    run = run_deployment(api_url, PASS_DEPLOYMENT, f"steps={PASS_STEPS}", f"run_id={PASS_RUN_ID}",
+                         f"runs_dir={runs_dir}")
+    return PassingRun(run, runs_dir / PASS_RUN_ID)

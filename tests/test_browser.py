@@ -1,6 +1,7 @@
 """The Prefect UI as a user sees it: a cpu scenario run through its deployment on a local server
 (titanflow.server), its flow run page rendered by headless Chromium (the Debian package, installed
-by `make chromium`, which `make test` runs).
+by `make chromium`, which `make test` runs). The server and the run are tests/conftest.py's session
+fixtures ``deployed`` and ``passing_deployment_run``, the same ones tests/test_deployments.py checks.
 
 The screenshots are kept in ``$TITANFLOW_TEST_OUTPUT`` (default ``<repo>/runs/test-output/``); their
 paths are printed (``pytest -s``).
@@ -8,7 +9,6 @@ paths are printed (``pytest -s``).
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -16,7 +16,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from deployment_runs import local_server, run_deployment
+from deployment_runs import PASS_RUN_ID, PASS_STEPS
 
 from tasks.report import summary_markdown
 from titanflow.paths import REPO_ROOT
@@ -66,19 +66,11 @@ def chromium(url: str, profile: Path, screenshot: Path | None = None) -> str:
     return " ".join(parser.parts)
 
 
-@pytest.fixture(scope="module")
-def deployed(tmp_path_factory):
-    """A started server (titanflow.server.start), stopped after the module's tests."""
-    with local_server(tmp_path_factory.mktemp("prefect-server")) as state:
-        yield state
-
-
-def test_flow_run_page_shows_the_run_completed_with_its_artifacts(deployed, tmp_path):
+def test_flow_run_page_shows_the_run_completed_with_its_artifacts(deployed, passing_deployment_run, tmp_path):
     from prefect.client.orchestration import SyncPrefectClient
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
 
-    run = run_deployment(deployed.api_url, "qwen3-scenario/native-cpu-random", "steps=3", "run_id=browser-pass",
-                         f"runs_dir={tmp_path / 'runs'}")
+    run = passing_deployment_run.run  # qwen3-scenario/native-cpu-random, steps=3 (tests/deployment_runs.py)
     assert run.returncode == 0, run.output[-4000:]
     with SyncPrefectClient(deployed.api_url) as client:
         artifacts = client.read_artifacts(artifact_filter=ArtifactFilter(
@@ -95,10 +87,10 @@ def test_flow_run_page_shows_the_run_completed_with_its_artifacts(deployed, tmp_
 
     # the resolved parameters are in the run's log (flows/scenario.py logs them as JSON)
     logs_tab = chromium(f"{page}?tab=Logs", tmp_path / "profile-2")
-    assert "run browser-pass with" in logs_tab and '"steps":3' in logs_tab
+    assert f"run {PASS_RUN_ID} with" in logs_tab and f'"steps":{PASS_STEPS}' in logs_tab
 
     # the markdown report rendered: its heading is the one tasks/report.py writes for this run's summary
-    summary = json.loads((tmp_path / "runs" / "browser-pass" / "summary.json").read_text())
+    summary = passing_deployment_run.summary()
     heading = summary_markdown(summary).splitlines()[0].removeprefix("# ")
     assert heading.endswith("PASS")
     (report,) = [a for a in artifacts if a.key == "native-cpu-random-summary"]

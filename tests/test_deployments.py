@@ -2,8 +2,10 @@
 server, pools, the deployments of deployments/prefect.yaml and a cpu worker; runs go through
 ``prefect deployment run ... --watch`` with real torchrun/torchtitan/transformers underneath.
 
-One server for the module; two short trainings (~1-1.5 min each on 2 cores). The measured
-figures (server start, worker pick-up, deployment run to Completed) are printed (``pytest -s``).
+The server (``deployed``) and the passing run (``passing_deployment_run``) are session fixtures of
+tests/conftest.py, shared with tests/test_browser.py; with the failing run, two short trainings
+(~1-1.5 min each on 2 cores). The measured figures (server start, worker pick-up, deployment run to
+Completed) are printed (``pytest -s``).
 """
 
 from __future__ import annotations
@@ -14,22 +16,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from deployment_runs import local_server, run_deployment, state_times
+from deployment_runs import PASS_DEPLOYMENT, PASS_RUN_ID, PASS_STEPS, run_deployment, state_times
 
 from titanflow import server
 from titanflow.params import ScenarioRun
 
 pytestmark = pytest.mark.e2e
-
-PASS_RUN = "qwen3-scenario/native-cpu-random"
-
-
-@pytest.fixture(scope="module")
-def deployed(tmp_path_factory):
-    """A started server (titanflow.server.start), stopped after the module's tests."""
-    with local_server(tmp_path_factory.mktemp("prefect-server")) as state:
-        print(f"\nserver start timings (s): {json.dumps({k: round(v, 1) for k, v in state.timings_s.items()})}")
-        yield state
 
 
 def _client(state):
@@ -95,23 +87,26 @@ def test_second_start_reuses_the_running_server(deployed):
 ])
 def test_bad_string_parameters_are_refused_before_a_flow_run_exists(deployed, param, field):
     before = _flow_run_count(deployed)
-    run = run_deployment(deployed.api_url, PASS_RUN, param, watch=False, timeout_s=120)
+    run = run_deployment(deployed.api_url, PASS_DEPLOYMENT, param, watch=False, timeout_s=120)
     assert run.returncode == 1 and run.flow_run_id is None, run.output
     assert field in run.output
     assert _flow_run_count(deployed) == before
 
 
-def test_deployment_run_watch_exits_0_after_a_pass_with_the_resolved_parameters_logged(deployed, tmp_path):
-    run = run_deployment(deployed.api_url, PASS_RUN, "steps=3", "run_id=deploy-pass", f"runs_dir={tmp_path}")
+def test_deployment_run_watch_exits_0_after_a_pass_with_the_resolved_parameters_logged(
+        deployed, passing_deployment_run):
+    run = passing_deployment_run.run  # `--param steps=3 --param run_id=deploy-pass` (tests/deployment_runs.py)
     assert run.returncode == 0, run.output[-4000:]
     assert "Completed" in run.output
-    summary = json.loads((tmp_path / "deploy-pass" / "summary.json").read_text())
+    summary = passing_deployment_run.summary()
     assert summary["verdict"] == "pass" and summary["flow_run_id"] == str(run.flow_run_id)
-    assert summary["steps"] == 3 and len(summary["losses"]) == 3  # the string "3" on the command line, as int
+    # the string "3" on the command line, as int
+    assert summary["steps"] == PASS_STEPS and len(summary["losses"]) == PASS_STEPS
     # the flow logs every resolved parameter: the given ones and ScenarioRun's defaults for the rest
-    (line,) = [m for m in _logs(deployed, run.flow_run_id) if m.startswith("run deploy-pass with ")]
-    resolved = json.loads(line.removeprefix("run deploy-pass with "))
-    assert resolved["steps"] == 3 and resolved["init"] == "random"
+    prefix = f"run {PASS_RUN_ID} with "
+    (line,) = [m for m in _logs(deployed, run.flow_run_id) if m.startswith(prefix)]
+    resolved = json.loads(line.removeprefix(prefix))
+    assert resolved["steps"] == PASS_STEPS and resolved["init"] == "random"
     assert resolved["lr"] == ScenarioRun.model_fields["lr"].default
     times = state_times(deployed.api_url, run.flow_run_id)
     pickup = times["Pending"] - times["Scheduled"]
