@@ -31,7 +31,7 @@ from tasks.warmup import compile_warmup
 from tasks.weights import pull_weights
 from titan_cfg.scenarios import SCENARIOS
 from titan_cfg.targets import TARGETS
-from titanflow.expectations import golden_path
+from titanflow.expectations import curve_path
 from titanflow.params import ScenarioRun
 from titanflow.preflight import preflight
 from titanflow.summary import SUMMARY, RunRecorder
@@ -71,9 +71,8 @@ def judge_against_history(record: RunRecorder) -> Path:
         if numerics and record.fields.get("verdict") == "pass":
             record.fields.update(verdict="fail", reason="loss curve regression: " + "; ".join(
                 f"{f['metric']} {f['detail']}" for f in numerics))
-        if comparison.regressions:
-            record.fields["regressions"] = comparison.regressions
-            summary_path = record.write()
+        record.fields.update(findings=comparison.findings, regressions=comparison.regressions)
+        summary_path = record.write()
         append_history(str(summary_path))
     except Exception as err:  # noqa: BLE001 - the history is secondary to the run's own result
         logger.error("history: %s: %s", type(err).__name__, err)
@@ -141,7 +140,7 @@ def qwen3_scenario(
             validation.raise_for_problems()
         with record.task("compare_loss"):
             verdict = compare_loss(trained.losses, weights_dir, run.init, run.tolerances,
-                                   SCENARIOS[run.scenario].output_init, str(golden_path(run.scenario, run.target, run.init)))
+                                   SCENARIOS[run.scenario].output_init, str(curve_path(run.scenario, run.target, run.init)))
             record.fields.update(verdict.model_dump())
     finally:
         summary_path = judge_against_history(record)

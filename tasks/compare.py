@@ -18,7 +18,7 @@ from prefect.logging import get_run_logger
 from pydantic import BaseModel
 
 from titan_cfg.model_spec import qwen3_shape
-from titanflow.expectations import OUTPUT_INIT_VARIANCE, random_init_first_step_loss, read_golden
+from titanflow.expectations import OUTPUT_INIT_VARIANCE, random_init_first_step_loss, read_curve
 from titanflow.params import Tolerances
 
 
@@ -36,11 +36,12 @@ class LossVerdict(BaseModel):
 def judge(losses: list[float], weights_dir: Path, init: str, tolerances: Tolerances,
           output_init: str = "normal_0.02", golden: Path | None = None) -> LossVerdict:
     """Compare ``losses[0]`` with the expectation for ``init`` (``output_init``: the
-    scenario's output-projection init; ``golden``: the pretrained golden file).
+    scenario's output-projection init; ``golden``: the golden loss curve, whose step 1 is the
+    pretrained expectation whatever steps the run has).
 
     Raises:
         ValueError: no losses.
-        FileNotFoundError: pretrained init without a golden file (the message says how to make one).
+        FileNotFoundError: pretrained init without a golden curve (the message says how to make one).
     """
     if not losses:
         raise ValueError("compare_loss: no losses to judge")
@@ -49,8 +50,8 @@ def judge(losses: list[float], weights_dir: Path, init: str, tolerances: Toleran
     first = losses[0]
     if init == "pretrained":
         if golden is None:
-            raise FileNotFoundError("compare_loss: pretrained init needs a golden loss file")
-        expected, tol = read_golden(golden)[1], tolerances.pretrained_first_step_loss
+            raise FileNotFoundError("compare_loss: pretrained init needs a golden loss curve")
+        expected, tol = read_curve(golden)[0][1], tolerances.pretrained_first_step_loss
         source = f"golden: {golden.name} step 1"
     else:
         expected, tol = random_expected, tolerances.first_step_loss

@@ -27,9 +27,9 @@ def test_nan_at_any_step_fails(tiny_assets):
 
 
 def _golden(tmp_path, loss):
-    from titanflow.expectations import write_golden
+    from titanflow.expectations import write_curve
 
-    return write_golden(tmp_path / "native-cpu-pretrained.txt", [loss, loss - 0.1], "test golden")
+    return write_curve(tmp_path / "native-cpu-pretrained.curve.csv", [loss, loss - 0.1], "key", {}, "test golden")
 
 
 def test_pretrained_within_golden_tolerance_passes(tmp_path, tiny_assets):

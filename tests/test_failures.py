@@ -133,7 +133,8 @@ def _train_run_count(flow_run_id) -> int:
 @pytest.mark.e2e
 def test_planted_nan_fails_as_numerics_once_while_a_timed_out_launch_is_retried_twice(tmp_path):
     """The flow on a Prefect test server: lr 1e6 (NaN at step 3, measured) ends the train task after one
-    run; an 8 s training timeout is infrastructure and runs it 1 + 2 retries times."""
+    run; an 8 s training timeout is infrastructure and runs it 1 + 2 retries times, then fails the run
+    with its logs kept."""
     from prefect.testing.utilities import prefect_test_harness
 
     from flows.scenario import qwen3_scenario
@@ -149,3 +150,8 @@ def test_planted_nan_fails_as_numerics_once_while_a_timed_out_launch_is_retried_
     assert (nan_row["failed_task"], nan_row["failure_class"]) == ("train", "numerics")
     assert (slow_row["failed_task"], slow_row["failure_class"]) == ("train", "infrastructure")
     assert counts == {"nan": 1, "slow": 3}
+    # the killed run keeps its logs and publishes nothing half-written
+    slow_dir = tmp_path / "slow"
+    assert "timed out after 8 s" in slow_row["error"]
+    assert "killed after the 8 s timeout" in (slow_dir / "train.log").read_text()
+    assert not (slow_dir / "export").exists()

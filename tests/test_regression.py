@@ -1,21 +1,16 @@
 """Regression rules: the committed TOML validates, each rule kind judges against its baseline,
-short history says "no baseline", and (end to end) each cpu scenario's loss curve matches its golden.
-
-Record the golden curves after an intended change (one run to record, one to check):
-    TITANFLOW_UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/test_regression.py -m e2e
+short history says "no baseline". The committed golden curves are checked by every end-to-end
+run (tests/test_e2e.py), and a planted regression by the nightly suite (tests/test_nightly.py).
 """
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from titanflow import history, regression
-from titanflow.regression import Finding, curve_path, evaluate, load_rules, read_curve, write_curve
+from titanflow.expectations import read_curve, write_curve
+from titanflow.regression import Finding, evaluate, load_rules
 
 #: Per-step losses of a real run: native, cpu, random init, 10 steps (runs/<id>/metrics.csv, measured).
 NATIVE_CPU_RANDOM_LOSSES = [11.94006, 11.93394, 11.89889, 11.85279, 11.8061,
@@ -164,46 +159,3 @@ def test_golden_curve_file_round_trips(tmp_path):
     assert key == "abc" and curve[1] == 11.94006 and curve[10] == 11.62677
     with pytest.raises(ValueError, match="finite"):
         write_curve(tmp_path / "y.curve.csv", [1.0, float("nan")], "abc", {}, "note")
-
-
-# --- end to end: the committed golden curves ---------------------------------------------------
-
-TITANFLOW = Path(sys.executable).parent / "titanflow"
-
-
-def _run_cpu(runs_dir: Path, scenario: str, init: str, *options: str) -> dict:
-    """``titanflow run <scenario> --target cpu`` (default parameters plus ``options``) -> its history row."""
-    proc = subprocess.run([str(TITANFLOW), "run", scenario, "--target", "cpu", "--init", init,
-                           "--runs-dir", str(runs_dir), *options], capture_output=True, text=True, timeout=900,
-                          env=dict(os.environ))
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    (summary,) = runs_dir.glob("*/summary.json")
-    return history.row_from_summary(summary)
-
-
-@pytest.mark.e2e
-@pytest.mark.parametrize("scenario, init", [("native", "random"), ("hf_backend", "random"),
-                                            ("native", "pretrained"), ("hf_backend", "pretrained")])
-def test_cpu_loss_curve_matches_its_golden_within_002_nats(tmp_path, scenario, init):
-    """Default parameters (the nightly's): every step within 0.02 nats of expectations/<scenario>-cpu-<init>.curve.csv."""
-    row = _run_cpu(tmp_path / "first", scenario, init)
-    path = curve_path(scenario, "cpu", init)
-    if os.environ.get("TITANFLOW_UPDATE_GOLDEN"):
-        parameters = {k: v for k, v in json.loads(row["parameters"]).items() if k in history.CONFIG_KEY_FIELDS}
-        write_curve(path, row["losses"], row["config_key"], parameters,
-                    f"{scenario} on cpu, {init} init, default parameters; per-step loss (nats) of rank 0, "
-                    f"recorded by tests/test_regression.py with torch {row['torch_version']}, "
-                    f"torchtitan {row['torchtitan_version']}, transformers {row['transformers_version']}")
-        row = _run_cpu(tmp_path / "again", scenario, init)
-    (finding,) = [f for f in evaluate(row, pd.DataFrame()) if f.metric == "losses"]
-    assert finding.status == "pass", finding.detail
-
-
-@pytest.mark.e2e
-def test_doubled_learning_rate_is_a_numerics_regression_against_the_golden_curve(tmp_path):
-    """A planted regression: lr 1.6e-3 instead of 8e-4 still passes its first-step check (step 1 does
-    not depend on lr) but moves the later steps off the native random-init curve by more than 0.02 nats."""
-    row = _run_cpu(tmp_path, "native", "random", "--lr", "1.6e-3")
-    (finding,) = [f for f in evaluate(row, pd.DataFrame()) if f.metric == "losses"]
-    assert finding.status == "fail" and finding.finding_class == "numerics", finding.detail
-    assert abs(finding.value - finding.baseline) > 0.02

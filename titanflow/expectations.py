@@ -16,12 +16,16 @@ matrix of i.i.d. entries of variance v, s^2 = d v. The init decides v:
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
+import pandas as pd
+
 from titanflow.paths import REPO_ROOT
 
-#: Golden loss files, one per (scenario, target), torchtitan-style: "step loss" per line, "#" comments.
+#: Golden loss curves, one per (scenario, target, init): ``step,loss`` rows under ``#`` lines that say
+#: how and with which workload (config_key, titanflow.history) they were recorded.
 GOLDEN_DIR = REPO_ROOT / "expectations"
 
 #: Init std of the output projection in torchtitan's Qwen3 and transformers' Qwen3 (initializer_range).
@@ -59,34 +63,42 @@ def random_init_first_step_loss(vocab_size: int, hidden_size: int, output_init: 
     return math.log(vocab_size) + hidden_size * OUTPUT_INIT_VARIANCE[output_init](hidden_size) / 2
 
 
-def golden_path(scenario: str, target: str, init: str = "pretrained") -> Path:
-    """``expectations/<scenario>-<target>-<init>.txt``."""
-    return GOLDEN_DIR / f"{scenario}-{target}-{init}.txt"
+def curve_path(scenario: str, target: str, init: str) -> Path:
+    """``expectations/<scenario>-<target>-<init>.curve.csv``."""
+    return GOLDEN_DIR / f"{scenario}-{target}-{init}.curve.csv"
 
 
-def read_golden(path: Path) -> dict[int, float]:
-    """{step: loss} from a golden file.
+def write_curve(path: Path, losses: list[float], config_key: str, parameters: dict, note: str) -> Path:
+    """Write a golden curve: ``#`` lines (note, config_key, parameters as JSON), then ``step,loss`` rows.
 
     Raises:
-        FileNotFoundError: no golden for this combination (the message says how to make one).
-        ValueError: a line that is not ``<step> <loss>``.
+        ValueError: an empty or non-finite curve (a golden must come from a healthy run).
+    """
+    if not losses or not all(math.isfinite(x) for x in losses):
+        raise ValueError(f"losses: a golden curve needs finite losses for every step; got {losses}")
+    header = [*note.splitlines(), f"config_key: {config_key}", f"parameters: {json.dumps(parameters, sort_keys=True)}"]
+    body = "".join(f"{step},{loss:.5f}\n" for step, loss in enumerate(losses, 1))
+    path.write_text("".join(f"# {line}\n" for line in header) + "step,loss\n" + body)
+    return path
+
+
+def read_curve(path: Path) -> tuple[dict[int, float], str | None]:
+    """({step: loss}, config_key or None) from a golden curve file.
+
+    Raises:
+        FileNotFoundError: no such file (the message says how to record one).
+        ValueError: the table lacks ``step``/``loss`` columns.
     """
     if not path.is_file():
-        raise FileNotFoundError(f"no golden loss file {path.name}; record one with "
-                                f"TITANFLOW_UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/test_e2e.py -k pretrained")
-    losses = {}
-    for number, line in enumerate(path.read_text().splitlines(), 1):
-        if line.strip() and not line.startswith("#"):
-            try:
-                step, loss = line.split()
-                losses[int(step)] = float(loss)
-            except ValueError as err:
-                raise ValueError(f"{path}:{number}: expected '<step> <loss>', got {line!r}") from err
-    return losses
+        raise FileNotFoundError(f"no golden loss curve {path.name}; record one with "
+                                "TITANFLOW_UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/test_e2e.py")
+    key = None
+    for line in path.read_text().splitlines():
+        if line.startswith("# config_key:"):
+            key = line.split(":", 1)[1].strip()
+    table = pd.read_csv(path, comment="#")
+    if not {"step", "loss"} <= set(table.columns):
+        raise ValueError(f"{path}: expected columns step,loss; got {list(table.columns)}")
+    return {int(s): float(x) for s, x in zip(table.step, table.loss)}, key
 
 
-def write_golden(path: Path, losses: list[float], header: str) -> Path:
-    """Write ``losses`` (step 1 first) under ``#`` comment lines ``header``."""
-    comments = "".join(f"# {line}\n" for line in header.splitlines())
-    path.write_text(comments + "".join(f"{step} {loss:.5f}\n" for step, loss in enumerate(losses, 1)))
-    return path

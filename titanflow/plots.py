@@ -1,6 +1,6 @@
 """Loss-curve plot of a run: its per-step loss against the golden curve and the last passing runs.
 
-    write_loss_curve(run_dir / "loss_curve.png", losses, golden=read_golden(path), history={"run-a": [...]})
+    write_loss_curve(run_dir / "loss_curve.png", losses, golden=read_curve(path)[0], history={"run-a": [...]})
 
 Drawn with matplotlib's object API on the Agg canvas (no pyplot, so no global backend
 state and no display needed). The figure is small (640 x 360 px, 100 dpi; about 25-40 kB
@@ -20,7 +20,7 @@ from matplotlib.figure import Figure
 FIGSIZE_IN = (6.4, 3.6)
 DPI = 100
 
-#: A curve: losses with step 1 first, or {step: loss} (the form ``titanflow.expectations.read_golden`` returns).
+#: A curve: losses with step 1 first, or {step: loss} (the form ``titanflow.expectations.read_curve`` returns first).
 Curve = Sequence[float] | Mapping[int, float]
 
 

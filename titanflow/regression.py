@@ -29,7 +29,6 @@ end-to-end test does it under ``TITANFLOW_UPDATE_GOLDEN=1`` (tests/test_regressi
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 import tomllib
@@ -39,7 +38,7 @@ from typing import Any, Literal
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from titanflow.expectations import GOLDEN_DIR
+from titanflow.expectations import GOLDEN_DIR, curve_path, read_curve
 
 #: The committed rules.
 RULES_PATH = Path(__file__).with_name("regression_rules.toml")
@@ -146,44 +145,6 @@ class Finding(BaseModel):
     def as_record(self) -> dict[str, Any]:
         """A flat dict (key ``class``) for a table artifact or a DataFrame row."""
         return self.model_dump(by_alias=True)
-
-
-# --- golden loss curves -------------------------------------------------------------------------
-
-def curve_path(scenario: str, target: str, init: str) -> Path:
-    """``expectations/<scenario>-<target>-<init>.curve.csv``."""
-    return GOLDEN_DIR / f"{scenario}-{target}-{init}.curve.csv"
-
-
-def write_curve(path: Path, losses: list[float], config_key: str, parameters: dict, note: str) -> Path:
-    """Write a golden curve: ``#`` lines (note, config_key, parameters as JSON), then ``step,loss`` rows.
-
-    Raises:
-        ValueError: an empty or non-finite curve (a golden must come from a healthy run).
-    """
-    if not losses or not all(math.isfinite(x) for x in losses):
-        raise ValueError(f"losses: a golden curve needs finite losses for every step; got {losses}")
-    header = [*note.splitlines(), f"config_key: {config_key}", f"parameters: {json.dumps(parameters, sort_keys=True)}"]
-    body = "".join(f"{step},{loss:.5f}\n" for step, loss in enumerate(losses, 1))
-    path.write_text("".join(f"# {line}\n" for line in header) + "step,loss\n" + body)
-    return path
-
-
-def read_curve(path: Path) -> tuple[dict[int, float], str | None]:
-    """({step: loss}, config_key or None) from a golden curve file.
-
-    Raises:
-        FileNotFoundError: no such file.
-        ValueError: the table lacks ``step``/``loss`` columns.
-    """
-    key = None
-    for line in path.read_text().splitlines():
-        if line.startswith("# config_key:"):
-            key = line.split(":", 1)[1].strip()
-    table = pd.read_csv(path, comment="#")
-    if not {"step", "loss"} <= set(table.columns):
-        raise ValueError(f"{path}: expected columns step,loss; got {list(table.columns)}")
-    return {int(s): float(x) for s, x in zip(table.step, table.loss)}, key
 
 
 def _check_curve(rule: Rule, row: dict, golden_dir: Path) -> Finding:
