@@ -22,6 +22,7 @@ from prefect.logging import get_run_logger
 from prefect.states import Completed, Failed, State
 
 from flows.scenario import Init, ScenarioName, TargetName, qwen3_scenario
+from titanflow.failures import classify
 from titanflow.params import ScenarioRun, nightly_suite
 from titanflow.preflight import new_run_id
 
@@ -31,8 +32,6 @@ def outcome(summary_path: Path, state: State) -> dict:
     if not summary_path.is_file():  # refused before any task ran (bad parameters)
         return {"verdict": "fail", "failure_class": "infrastructure", "reason": state.message, "flagged": 0}
     summary = json.loads(summary_path.read_text())
-    from titanflow.failures import classify
-
     regressions = summary.get("regressions", [])
     return {
         "verdict": summary.get("verdict", "fail"),

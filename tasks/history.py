@@ -17,6 +17,7 @@ from prefect.logging import get_run_logger
 from pydantic import BaseModel
 
 from titanflow import history, regression
+from titanflow.expectations import curve_path, read_curve
 
 
 class HistoryComparison(BaseModel):
@@ -41,10 +42,10 @@ def compare_history(summary_path: str) -> HistoryComparison:
     past = history.read_history(scenario=row["scenario"], target=row["target"], init=row["init"])
     rules = regression.load_rules()
     findings = regression.evaluate(row, past, rules)
-    curve = regression.curve_path(row["scenario"], row["target"], row["init"])
+    curve = curve_path(row["scenario"], row["target"], row["init"])
     golden = None
     if curve.is_file():
-        steps, key = regression.read_curve(curve)
+        steps, key = read_curve(curve)
         golden = steps if key == row["config_key"] else None
     previous = regression.baseline_runs(row, past, rules.baseline) if not past.empty else past
     failed = regression.regressions(findings)

@@ -7,8 +7,8 @@ target and init, so the UI keeps their history; ``titanflow.artifacts``).
   inlined) and, for a failed run, the last lines of ``train.log``;
 - ``<key>-baselines``: table of metrics against their baselines, when findings are given.
 
-The golden curve, the last passing runs and the findings are optional inputs, for a
-caller that has the run history (the nightly suite).
+The golden curve, the last passing runs and the findings are optional inputs: the scenario
+flow passes them from its comparison with the run history (tasks/history.py).
 """
 
 from __future__ import annotations
