@@ -87,5 +87,15 @@ def passing_deployment_run(deployed, tmp_path_factory):
     return passing_run(deployed.api_url, tmp_path_factory.mktemp("deploy-pass-runs"))
 
 
+@pytest.fixture(scope="session")
+def prefect_api():
+    """One Prefect server (titanflow.local_server) for the end-to-end command-line runs, which would
+    otherwise each start a temporary one (about 14 s each); its API URL."""
+    from titanflow.local_server import temporary_server
+
+    with temporary_server(_SESSION_DIR / "prefect-server.log") as api_url:
+        yield api_url
+
+
 def pytest_sessionfinish(session, exitstatus):
     shutil.rmtree(_SESSION_DIR, ignore_errors=True)

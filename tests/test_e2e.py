@@ -22,9 +22,11 @@ pytestmark = pytest.mark.e2e
 TITANFLOW = Path(sys.executable).parent / "titanflow"
 
 
-def _run(runs_dir: Path, *options: str, scenario: str = "native") -> subprocess.CompletedProcess:
+def _run(runs_dir: Path, *options: str, scenario: str = "native", api: str | None = None) -> subprocess.CompletedProcess:
+    """``titanflow run``; against the server at ``api``, or (None) a temporary one the command starts itself."""
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"} | ({"PREFECT_API_URL": api} if api else {})
     return subprocess.run([str(TITANFLOW), "run", scenario, "--target", "cpu", "--runs-dir", str(runs_dir), *options],
-                          capture_output=True, text=True, timeout=900, env=dict(os.environ))
+                          capture_output=True, text=True, timeout=900, env=env)
 
 
 def _summary(runs_dir: Path) -> dict:
@@ -32,15 +34,15 @@ def _summary(runs_dir: Path) -> dict:
     return json.loads((run_dir / "summary.json").read_text())
 
 
-def _golden_run(runs_dir: Path, scenario: str, *options: str, init: str = "random") -> dict:
+def _golden_run(runs_dir: Path, scenario: str, *options: str, init: str = "random", api: str | None = None) -> dict:
     """Run with default parameters; with TITANFLOW_UPDATE_GOLDEN set, first record the run's golden
     curve (and for pretrained init its first-step golden), then run again against them. Asserts the
     run passed and its loss curve was compared (not "no baseline") and held; returns the summary."""
-    proc = _run(runs_dir, "--init", init, *options, scenario=scenario)
+    proc = _run(runs_dir, "--init", init, *options, scenario=scenario, api=api)
     summary = _summary(runs_dir)
     if os.environ.get("TITANFLOW_UPDATE_GOLDEN"):
         _record_goldens(summary)
-        proc = _run(runs_dir / "again", "--init", init, *options, scenario=scenario)
+        proc = _run(runs_dir / "again", "--init", init, *options, scenario=scenario, api=api)
         summary = _summary(runs_dir / "again")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert ": Completed" in proc.stdout and summary["verdict"] == "pass"
@@ -66,7 +68,7 @@ def _record_goldens(summary: dict) -> None:
 
 
 def test_native_cpu_random_init_passes_end_to_end(tmp_path):
-    summary = _golden_run(tmp_path, "native")
+    summary = _golden_run(tmp_path, "native")  # no PREFECT_API_URL: the command's own temporary server
     # the tiny model: vocab 151936, hidden 64 -> ln V + 64 * 0.02^2 / 2 (titanflow.expectations)
     assert summary["expected_first_step_loss"] == pytest.approx(random_init_first_step_loss(151_936, 64))
     assert abs(summary["first_step_loss"] - summary["expected_first_step_loss"]) <= 0.15
@@ -102,8 +104,8 @@ def test_native_cpu_random_init_passes_end_to_end(tmp_path):
     assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
 
 
-def test_hf_backend_cpu_random_init_passes_with_exact_parity(tmp_path):
-    summary = _golden_run(tmp_path, "hf_backend")
+def test_hf_backend_cpu_random_init_passes_with_exact_parity(tmp_path, prefect_api):
+    summary = _golden_run(tmp_path, "hf_backend", api=prefect_api)
     # transformers-backend init: lm_head truncated normal std d^-1/2 (titanflow.expectations)
     expected = random_init_first_step_loss(151_936, 64, "trunc_normal_inv_sqrt_hidden")
     assert summary["expected_first_step_loss"] == pytest.approx(expected)
@@ -114,14 +116,14 @@ def test_hf_backend_cpu_random_init_passes_with_exact_parity(tmp_path):
     assert summary["validation"]["parity"]["kl"] <= 1e-6
 
 
-def test_moe_cpu_rope_kernel_matches_reference_end_to_end(tmp_path):
+def test_moe_cpu_rope_kernel_matches_reference_end_to_end(tmp_path, prefect_api):
     """The moe scenario on its tiny Qwen3 MoE, once with the cpu rope custom op (the scenario's
     choice on cpu) and once with torchtitan's own: both pass, with the same first-step loss (the
     op is bit-exact against the reference: tests/test_kernels.py), an export transformers loads
     as Qwen3MoeForCausalLM with nothing missing or unexpected, bit-exact round trip, and the same
     routing and logits as the trained model."""
-    summary = _golden_run(tmp_path / "cpu", "moe")  # rope=cpu: the scenario's choice on the cpu target
-    proc = _run(tmp_path / "reference", "--steps", "2", "--kernels", "rope=reference", scenario="moe")
+    summary = _golden_run(tmp_path / "cpu", "moe", api=prefect_api)  # rope=cpu: the scenario's choice on cpu
+    proc = _run(tmp_path / "reference", "--steps", "2", "--kernels", "rope=reference", scenario="moe", api=prefect_api)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     summaries = {"cpu": summary, "reference": _summary(tmp_path / "reference")}
     for rope, ran in summaries.items():
@@ -139,12 +141,12 @@ def test_moe_cpu_rope_kernel_matches_reference_end_to_end(tmp_path):
 
 
 @pytest.mark.parametrize("scenario", ["native", "hf_backend", "moe"])
-def test_fine_tune_from_the_pretrained_tiny_checkpoint_matches_its_golden(tmp_path, scenario):
+def test_fine_tune_from_the_pretrained_tiny_checkpoint_matches_its_golden(tmp_path, scenario, prefect_api):
     """The CPU analogue of the walkthrough's 6.54 (pretrained) vs 12.43 (random init)."""
     from titan_cfg.scenarios import SCENARIOS
     from titanflow.expectations import curve_path, read_curve
 
-    summary = _golden_run(tmp_path, scenario, init="pretrained")
+    summary = _golden_run(tmp_path, scenario, init="pretrained", api=prefect_api)
     random_expected = random_init_first_step_loss(151_936, 64, SCENARIOS[scenario].output_init)
     assert summary["first_step_loss"] < random_expected - 2.0  # weights really loaded: far below random init
     assert abs(summary["first_step_loss"] - read_curve(curve_path(scenario, "cpu", "pretrained"))[0][1]) <= 0.05

@@ -54,10 +54,11 @@ def test_outcome_and_report_of_a_failed_and_a_passed_run(tmp_path):
 
 
 @pytest.mark.e2e
-def test_nightly_fails_a_planted_learning_rate_regression_as_numerics(tmp_path):
+def test_nightly_fails_a_planted_learning_rate_regression_as_numerics(tmp_path, prefect_api):
     """lr 1.6e-3 instead of 8e-4: step 1 does not depend on lr, so the first-step check still passes,
     but the later steps leave the native random-init golden curve (measured: 0.06 nats off at step 3,
     0.30 at step 10, against a 0.02 margin). The suite ends Failed, the run is numerics."""
+    import os
     import subprocess
     import sys
     from pathlib import Path
@@ -66,7 +67,8 @@ def test_nightly_fails_a_planted_learning_rate_regression_as_numerics(tmp_path):
 
     titanflow = Path(sys.executable).parent / "titanflow"
     proc = subprocess.run([str(titanflow), "nightly", "--target", "cpu", "--scenarios", "native", "--inits", "random",
-                           "--lr", "1.6e-3", "--runs-dir", str(tmp_path)], capture_output=True, text=True, timeout=900)
+                           "--lr", "1.6e-3", "--runs-dir", str(tmp_path)], capture_output=True, text=True, timeout=900,
+                          env={**os.environ, "PREFECT_API_URL": prefect_api})
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "Failed: 1 of 1 scenario runs failed (numerics)" in proc.stdout
     (summary_path,) = tmp_path.glob("*/summary.json")
