@@ -58,7 +58,7 @@ def test_start_refuses_a_port_in_use_naming_the_option(tmp_path):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
-        with pytest.raises(ServerError, match=r"port: 127\.0\.0\.1:\d+ is in use.*--port"):
+        with pytest.raises(ServerError, match=r"port: 127\.0\.0\.1:\d+ is in use.*make server PORT=<port>.*--port"):
             server.start(tmp_path, port=taken.getsockname()[1])
     assert server.ServerState.load(tmp_path) is None
 

@@ -37,6 +37,7 @@ import yaml
 
 from titanflow.local_server import ServerError, _free_port, api_healthy
 from titanflow.paths import REPO_ROOT
+from titanflow.training_slot import release_stale_slots
 
 #: The project's Prefect home: SQLite database, logs, the record of started processes (git-ignored).
 DEFAULT_HOME = REPO_ROOT / ".prefect"
@@ -66,7 +67,8 @@ class ServerState:
     """What ``start`` set up, as recorded in ``<home>/titanflow-server.json``.
 
     ``timings_s`` holds measured seconds: ``server_health`` (start to /api/health answering),
-    ``work_pools``, ``deploy``, ``worker_ready`` (worker start to its first heartbeat).
+    ``work_pools``, ``deploy``, ``worker_ready`` (worker start to its first heartbeat);
+    ``released_slots`` the training slots found still taken at start and freed.
     """
 
     api_url: str
@@ -74,6 +76,7 @@ class ServerState:
     processes: list[Started] = field(default_factory=list)
     deployments: list[str] = field(default_factory=list)
     timings_s: dict[str, float] = field(default_factory=dict)
+    released_slots: list[str] = field(default_factory=list)
 
     @property
     def ui_url(self) -> str:
@@ -105,6 +108,9 @@ def prefect_env(home: Path, api_url: str) -> dict[str, str]:
     """
     return {**os.environ, "PREFECT_HOME": str(home), "PREFECT_API_URL": api_url,
             "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1",
+            # concurrency-slot leases on disk, not in the server's memory: they survive a restart
+            # and expire there (titanflow.training_slot)
+            "PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE": "prefect.server.concurrency.lease_storage.filesystem",
             "TITANFLOW_ROOT": str(REPO_ROOT)}
 
 
@@ -238,7 +244,8 @@ def start(home: Path = DEFAULT_HOME, port: int = DEFAULT_PORT, startup_timeout_s
     port = port or _free_port()
     api_url = f"http://127.0.0.1:{port}/api"
     if _port_taken(port):
-        raise ServerError(f"port: 127.0.0.1:{port} is in use by another process; pass --port with a free port")
+        raise ServerError(f"port: 127.0.0.1:{port} is in use by another process; choose a free one: "
+                          "make server PORT=<port> (PORT=0: any free port), or --port <port>")
     env = prefect_env(home, api_url)
     state = ServerState(api_url=api_url, home=str(home))
     try:
@@ -249,6 +256,8 @@ def start(home: Path = DEFAULT_HOME, port: int = DEFAULT_PORT, startup_timeout_s
         state.save()
         _wait_for("the server answering /api/health", lambda: api_healthy(api_url, 1.0), server, startup_timeout_s)
         state.timings_s["server_health"] = time.monotonic() - t0
+        # nothing of this server trains yet: a slot still counted from before a stop is stale
+        state.released_slots = release_stale_slots(api_url)
 
         pools, names, _ = deployment_plan()
         t0 = time.monotonic()
