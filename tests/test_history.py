@@ -134,3 +134,4 @@ def test_four_concurrent_processes_appending_ten_rows_each_leave_forty_rows(pass
     assert len(df) == 40 and df.run_id.is_unique
     assert sorted(df.run_id) == sorted(f"p{n}-{i}" for n in range(4) for i in range(10))
     assert not list(store.glob(".*.tmp"))  # no temporary sibling left behind
+    assert len(pd.read_parquet(store)) == 40  # the folder reads as the table: the lock file is hidden

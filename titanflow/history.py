@@ -6,7 +6,8 @@
 
 The table is ``<history dir>/runs.parquet`` (``$TITANFLOW_HISTORY`` or
 ``<repo>/history``, :func:`titanflow.paths.history_root`). An append takes a
-``filelock`` lock on ``runs.parquet.lock``, reads the table, adds the row (a
+``filelock`` lock on ``.runs.parquet.lock`` (hidden, so ``pandas.read_parquet`` of the folder
+skips it, as it skips the temporary file), reads the table, adds the row (a
 run_id already present is replaced, so re-appending a run is harmless), writes
 a temporary sibling, fsyncs it and ``os.replace``-s it over the table: readers
 never see a half-written file and concurrent appenders never lose a row.
@@ -227,7 +228,7 @@ def append_rows(rows: list[dict], history_dir: Path | str | None = None) -> Path
     table = history_file(history_dir)
     table.parent.mkdir(parents=True, exist_ok=True)
     new = _frame(rows)
-    with FileLock(str(table) + ".lock", timeout=LOCK_TIMEOUT_S):
+    with FileLock(str(table.with_name(f".{table.name}.lock")), timeout=LOCK_TIMEOUT_S):
         if table.is_file():
             old = _read_table(table)
             kept = old[~old.run_id.isin(new.run_id)]

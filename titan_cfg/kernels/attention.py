@@ -60,14 +60,15 @@ class KernelAttention(FlexAttention):
 
     def __init__(self, config: Config) -> None:
         super().__init__(config)
-        self.implementation = config.implementation  # FlexAttention does not keep its config
+        # Resolved once here, not per call: torch.compile cannot trace the import behind load().
+        impl = kernels.implementation("attention", config.implementation)
+        self._kernel, self._layout = impl.load(), impl.layout
 
     def forward(self, q_BLNH, k_BLNH, v_BLNH, *, attention_masks: BlockMask, scale: float | None = None,
                 enable_gqa: bool = False, **_unused) -> torch.Tensor:
         """Attention of ``q_BLNH`` over ``k_BLNH``/``v_BLNH`` where ``attention_masks`` allows; [B, L, N, H] out."""
-        impl = kernels.implementation("attention", self.implementation)
         mask = dense_mask(attention_masks, q_BLNH.shape[0], q_BLNH.shape[1], q_BLNH.device)
-        return call_in_layout(impl.load(), impl.layout, q_BLNH, k_BLNH, v_BLNH,
+        return call_in_layout(self._kernel, self._layout, q_BLNH, k_BLNH, v_BLNH,
                               attn_mask=mask, scale=scale, enable_gqa=enable_gqa)
 
 

@@ -40,13 +40,18 @@ class KernelRoPE(CosSinRoPE):
 
         implementation: str = "reference"
 
+    def __init__(self, config: Config):
+        super().__init__(config)
+        # Resolved once here, not per call: torch.compile cannot trace the import behind load().
+        impl = kernels.implementation("rope", config.implementation)
+        self._kernel, self._layout = impl.load(), impl.layout
+
     def forward(self, query: torch.Tensor, key: torch.Tensor, positions: torch.Tensor | None = None):
         """Rotate ``query`` and ``key`` by the cached cos/sin at ``positions`` (see class docstring)."""
-        impl = kernels.implementation("rope", self.config.implementation)
         cache_BL1C = self._reshape_cache(query, positions)  # C = 2 * head_dim: [cos | sin]
         head_dim = query.shape[-1]
         cos, sin = cache_BL1C[..., :head_dim], cache_BL1C[..., head_dim:]
-        return call_in_layout(impl.load(), impl.layout, query, key, cos, sin)
+        return call_in_layout(self._kernel, self._layout, query, key, cos, sin)
 
 
 def install(trainer_config, implementation: str) -> None:
