@@ -139,8 +139,9 @@ def qwen3_scenario(
             record.fields["validation"] = validation.model_dump()
             validation.raise_for_problems()
         with record.task("compare_loss"):
-            verdict = compare_loss(trained.losses, weights_dir, run.init, run.tolerances,
-                                   SCENARIOS[run.scenario].output_init, str(curve_path(run.scenario, run.target, run.init)))
+            golden = curve_path(run.scenario, run.target, run.init) if run.weights is None else None  # goldens are of
+            verdict = compare_loss(trained.losses, weights_dir, run.init, run.tolerances,  # the embedded weights
+                                   SCENARIOS[run.scenario].output_init, str(golden) if golden else None)
             record.fields.update(verdict.model_dump())
     finally:
         summary_path = judge_against_history(record)

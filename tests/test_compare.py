@@ -48,3 +48,12 @@ def test_pretrained_weights_that_were_not_loaded_fail_even_against_a_bad_golden(
 def test_pretrained_without_golden_says_how_to_record_one(tmp_path, tiny_assets):
     with pytest.raises(FileNotFoundError, match="TITANFLOW_UPDATE_GOLDEN"):
         judge([6.5], tiny_assets.weights_dir, "pretrained", Tolerances(), golden=tmp_path / "none.txt")
+
+
+def test_pretrained_user_weights_without_golden_are_held_to_the_gap(tiny_assets):
+    """The goldens belong to the embedded weights; the user's own are judged by the 2-nat gap alone."""
+    passed = judge([9.0], tiny_assets.weights_dir, "pretrained", Tolerances(), golden=None)
+    assert passed.verdict == "pass" and passed.expected_first_step_loss == pytest.approx(TINY_EXPECTED - 2.0)
+    assert "no golden for these weights" in passed.expectation_source
+    failed = judge([TINY_EXPECTED - 1.0], tiny_assets.weights_dir, "pretrained", Tolerances(), golden=None)
+    assert failed.verdict == "fail" and "were the weights loaded" in failed.reason

@@ -64,9 +64,12 @@ def print_summary(summary: dict) -> None:
     rows = [("run", summary.get("run_id")), ("verdict", summary.get("verdict"))]
     if "first_step_loss" in summary:
         rows += [("first-step loss", f"{summary['first_step_loss']:.4f}"),
-                 ("expected", f"{summary['expected_first_step_loss']:.4f} +- {summary['tolerance']}")]
+                 ("expected", f"{summary['expected_first_step_loss']:.4f} +- {summary['tolerance']}"),
+                 ("reason", summary.get("reason", ""))]
     if summary.get("failed_task"):
-        rows += [("failed task", summary["failed_task"]), ("error", summary.get("error", "")[:300])]
+        error = summary.get("error", "")
+        rows += [("failed task", summary["failed_task"]), ("error", error if len(error) <= 600 else
+                                                          f"{error[:200]} ... {error[-400:]}")]
     if "tokens_per_s" in summary:
         rows += [("tokens/s", f"{summary['tokens_per_s']:.0f}"),
                  ("peak RSS", f"{summary['peak_rss_bytes'] / 2**30:.2f} GiB")]
