@@ -14,6 +14,7 @@ flagged in the report.
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Literal
 
@@ -118,7 +119,8 @@ def qwen3_scenario(
         "flow_run_id": str(runtime.flow_run.id),
     })
     try:
-        with record.task("pull_weights"):
+        builds = run.init == "pretrained" and run.weights is None  # may pretrain the embedded checkpoint first
+        with record.task("pull_weights"), training_slot() if builds else contextlib.nullcontext():
             weights_dir = pull_weights(run.weights, run.init, SCENARIOS[run.scenario].model_type)
         with record.task("render_config"):
             rendered = render_config(run, weights_dir, str(run_dir))

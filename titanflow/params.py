@@ -69,7 +69,8 @@ class ScenarioRun(BaseModel):
     kernels: dict[str, str] | None = Field(
         None, description=f"kernel implementation per op, over the target's and scenario's choice, "
         f"as op=impl[,op=impl] or a JSON object; known: {kernels.known()}")
-    timeout_s: float = Field(1800, gt=0, description="seconds before the training launch is killed")
+    timeout_s: float = Field(1800, gt=0, description="seconds before a training launch is killed (each attempt: "
+                             "an infrastructure failure is retried twice)")
     runs_dir: str | None = Field(None, description="parent of runs/<run-id>; None: $TITANFLOW_RUNS or <repo>/runs")
     run_id: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     tolerances: Tolerances = Tolerances()
