@@ -10,7 +10,6 @@ loss at any step fails regardless.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 from prefect import task
@@ -19,6 +18,7 @@ from pydantic import BaseModel
 
 from titan_cfg.model_spec import qwen3_shape
 from titanflow.expectations import OUTPUT_INIT_VARIANCE, random_init_first_step_loss, read_curve
+from titanflow.failures import non_finite_steps
 from titanflow.params import Tolerances
 
 
@@ -62,7 +62,7 @@ def judge(losses: list[float], weights_dir: Path, init: str, tolerances: Toleran
         variance = OUTPUT_INIT_VARIANCE[output_init](shape.hidden_size)
         source = (f"derived: ln({shape.vocab_size}) + {shape.hidden_size} x {variance:.6g} / 2 "
                   f"(random-init logits, {output_init} output init; titanflow.expectations)")
-    bad_steps = [i + 1 for i, x in enumerate(losses) if not math.isfinite(x)]
+    bad_steps = non_finite_steps(losses)
     if bad_steps:
         verdict, reason = "fail", f"non-finite loss at steps {bad_steps}"
     elif init == "pretrained" and first > bound:
