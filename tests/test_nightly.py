@@ -80,3 +80,4 @@ def test_nightly_fails_a_planted_learning_rate_regression_as_numerics(tmp_path, 
     assert curve["class"] == "numerics" and abs(curve["value"] - curve["baseline"]) > 0.02
     row = read_history(scenario="native").set_index("run_id").loc[summary["run_id"]]
     assert (row["verdict"], row["failure_class"]) == ("fail", "numerics")
+    assert row["reason"].startswith("loss curve regression")

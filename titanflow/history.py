@@ -22,7 +22,7 @@ Columns (one row per run; units in the name):
 | config_key | str | hash of the parameters that define the workload (:data:`CONFIG_KEY_FIELDS`) |
 | parameters | str (JSON) | summary.json ``parameters`` |
 | started_at, finished_at | timestamp (UTC) | summary.json ``started_at``/``finished_at`` when present, else summary.json's modification time and that minus ``total_s`` |
-| verdict, failed_task, error | str | summary.json |
+| verdict, failed_task, error, reason | str | summary.json (``reason``: why the verdict, e.g. a loss-curve regression) |
 | failure_class | str or null | :func:`titanflow.failures.classify` (summary + tail of train.log) |
 | first_step_loss, final_loss | float (nats) | losses[0], losses[-1] |
 | losses | list[float] (nats, step 1 first) | summary.json, else the run's metrics.csv (a run whose train task failed) |
@@ -181,7 +181,7 @@ def row_from_summary(summary_path: Path | str) -> dict[str, Any]:
         "started_at": started, "finished_at": finished,
         "verdict": summary.get("verdict") or ("fail" if summary.get("failed_task") else "unknown"),
         "failure_class": classify(summary | {"losses": losses}, _log_tail(run_dir / "train.log")),
-        "failed_task": summary.get("failed_task"), "error": summary.get("error"),
+        "failed_task": summary.get("failed_task"), "error": summary.get("error"), "reason": summary.get("reason"),
         "first_step_loss": losses[0] if losses else None, "final_loss": losses[-1] if losses else None,
         "losses": losses,
         "tokens_per_s": summary.get("tokens_per_s"), "peak_memory_gib": summary.get("peak_memory_gib"),
