@@ -7,7 +7,6 @@ and ``runs/<id>/metrics.csv`` (step, loss, grad_norm, memory_gib, tps).
 
 from __future__ import annotations
 
-import math
 import os
 import shutil
 import sys
@@ -21,7 +20,7 @@ from tasks.config import RenderedJob
 from titan_cfg.job import Job
 from titanflow import paths
 from titanflow.artifacts import TrainingProgress, artifact_key
-from titanflow.failures import retry_infrastructure_only
+from titanflow.failures import non_finite_steps, retry_infrastructure_only
 from titanflow.metrics import metrics_table, strip_ansi
 from titanflow.process import run_streaming
 
@@ -115,7 +114,7 @@ def train(rendered: RenderedJob, timeout_s: float, world_size: int) -> TrainResu
             progress.on_line(line)
 
         result = run_training(rendered, timeout_s=timeout_s, world_size=world_size, on_line=on_line)
-    bad_steps = [step for step, loss in enumerate(result.losses, 1) if not math.isfinite(loss)]
+    bad_steps = non_finite_steps(result.losses)
     if bad_steps:  # a diverged model is not exported
         raise TrainingError(f"train: non-finite loss at steps {bad_steps}; full log {result.log_path}")
     return result
