@@ -31,7 +31,7 @@ test: setup chromium
 test-fast: setup
 	$(BIN)/python -m pytest -q -m "not e2e"
 
-# Headless Chromium (Debian package) for tests/test_browser.py; CI machines are fresh Debian, as root.
+# Headless Chromium (Debian package) for tests/e2e/test_browser.py; CI machines are fresh Debian, as root.
 chromium:
 	command -v chromium >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium)
 
@@ -39,11 +39,11 @@ chromium:
 # deployments/prefect.yaml and a worker on the cpu pool; prints the UI URL. PORT=0 picks a free port.
 PORT ?= 4200
 server: setup
-	$(BIN)/python -m titanflow.server start --port $(PORT)
+	$(BIN)/python -m titanflow.prefect_ops.server start --port $(PORT)
 
 # Ends exactly what `make server` started (the recorded PIDs, their process groups and children).
 stop: setup
-	$(BIN)/python -m titanflow.server stop
+	$(BIN)/python -m titanflow.prefect_ops.server stop
 
 clean:
 	rm -rf runs .cache

@@ -4,7 +4,7 @@
 
 Needs torch with CUDA and triton; torchtitan is not needed. The reference here is the
 ``rope=cpu`` custom op (plain torch, so it also runs on CUDA tensors), which
-tests/test_kernels.py checks bit-exact against torchtitan's CosSinRoPE; agreement with
+tests/unit/titan_cfg/test_kernels.py checks bit-exact against torchtitan's CosSinRoPE; agreement with
 it is agreement with torchtitan. Timings are ``torch.utils.benchmark`` medians of
 forward + backward, the torch op and the Triton kernel side by side in one run.
 """
@@ -19,7 +19,7 @@ from torch.utils import benchmark
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from titan_cfg.kernels.check import SHAPE, _cos_sin, check_rope  # noqa: E402
+from titan_cfg.kernels.check import SHAPE, cos_sin, check_rope  # noqa: E402
 from titan_cfg.kernels.layout import call_in_layout  # noqa: E402
 from titan_cfg.kernels.rope_cpu import rope_hf as torch_rope  # noqa: E402
 from titan_cfg.kernels.rope_cuda import rope_hf as triton_rope  # noqa: E402
@@ -42,7 +42,7 @@ def main() -> None:
             print(f"{name:<14}{str(dtype).removeprefix('torch.'):<10}{result.forward:>17.3g}{result.backward:>18.3g}")
     q = torch.randn(2, 3, 64, 16, device="cuda", requires_grad=True)
     k = torch.randn(2, 1, 64, 16, device="cuda", requires_grad=True)
-    cos, sin = (t.permute(0, 2, 1, 3).cuda() for t in _cos_sin(2, 64, 16))
+    cos, sin = (t.permute(0, 2, 1, 3).cuda() for t in cos_sin(2, 64, 16))
     torch.library.opcheck(triton_rope, (q, k, cos, sin))
     print("\ntorch.library.opcheck(titanflow::rope_hf_cuda): passed")
 
@@ -51,7 +51,7 @@ def main() -> None:
         for dtype in (torch.float32, torch.bfloat16):
             q = torch.randn(batch, seq, heads, head_dim, device="cuda", dtype=dtype, requires_grad=True)
             k = torch.randn(batch, seq, kv_heads, head_dim, device="cuda", dtype=dtype, requires_grad=True)
-            cos, sin = (t.cuda() for t in _cos_sin(batch, seq, head_dim))
+            cos, sin = (t.cuda() for t in cos_sin(batch, seq, head_dim))
             grads = [torch.ones_like(q), torch.ones_like(k)]
             ms = []
             for kernel in (torch_rope, triton_rope):

@@ -34,7 +34,7 @@ from titan_cfg.compat.cpu import make_importable_without_triton  # noqa: E402
 from titan_cfg.kernels.layout import call_in_layout  # noqa: E402
 
 make_importable_without_triton()
-from titan_cfg.kernels.check import _cos_sin  # noqa: E402
+from titan_cfg.kernels.check import cos_sin  # noqa: E402
 from titan_cfg.kernels.rope import reference_rope  # noqa: E402
 
 #: name -> (batch, seq, heads, kv heads, head_dim)
@@ -57,7 +57,7 @@ def op_table() -> pd.DataFrame:
     for shape_name, (batch, seq, heads, kv_heads, head_dim) in SHAPES.items():
         q = torch.randn(batch, seq, heads, head_dim, requires_grad=True)
         k = torch.randn(batch, seq, kv_heads, head_dim, requires_grad=True)
-        cos, sin = _cos_sin(batch, seq, head_dim)
+        cos, sin = cos_sin(batch, seq, head_dim)
         for name, fn in _available_rope().items():
             timer = benchmark.Timer("torch.autograd.backward(fn(q, k, cos, sin), grads)",
                                     globals={"fn": fn, "q": q, "k": k, "cos": cos, "sin": sin, "torch": torch,

@@ -3,7 +3,7 @@
     scenarios x inits -> qwen3-scenario (each judged against the history and appended to it) -> suite report
 
 Subflows run one after another, and each holds its node's training slot (a Prefect
-concurrency limit, titanflow.training_slot) while it trains, so a deployment run started
+concurrency limit, titanflow.launch.slot) while it trains, so a deployment run started
 by hand on the same node waits instead of sharing it. A failed scenario does not stop
 the others. The suite ends Completed when every run passed, else Failed, its state
 message saying how many failed and of which class; regressions that do not fail a run
@@ -13,7 +13,6 @@ keeps one version per night.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from prefect import flow
@@ -21,24 +20,25 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.logging import get_run_logger
 from prefect.states import Completed, Failed, State
 
-from flows.scenario import Init, ScenarioName, TargetName, qwen3_scenario
-from titanflow.failures import classify
-from titanflow.params import ScenarioRun, nightly_suite
-from titanflow.preflight import new_run_id
+from flows.scenario import qwen3_scenario
+from titan_cfg.job import Init
+from titanflow.judge.failures import classify
+from titanflow.run.params import ScenarioName, ScenarioRun, TargetName, nightly_suite
+from titanflow.run.preflight import new_run_id
+from titanflow.run.summary import read_summary
 
 
 def outcome(summary_path: Path, state: State) -> dict:
     """One suite row from a finished subflow: its summary.json when it got that far, else its state."""
     if not summary_path.is_file():  # refused before any task ran (bad parameters)
         return {"verdict": "fail", "failure_class": "infrastructure", "reason": state.message, "flagged": 0}
-    summary = json.loads(summary_path.read_text())
-    regressions = summary.get("regressions", [])
+    summary = read_summary(summary_path)
     return {
-        "verdict": summary.get("verdict", "fail"),
-        "failure_class": classify(summary) if summary.get("verdict") != "pass" else None,
-        "reason": summary.get("error") or summary.get("reason", ""),
-        "first_step_loss": summary.get("first_step_loss"),
-        "flagged": sum(1 for r in regressions if r["class"] != "numerics"),
+        "verdict": summary.verdict or "fail",
+        "failure_class": classify(summary) if summary.verdict != "pass" else None,
+        "reason": summary.error or summary.reason or "",
+        "first_step_loss": summary.loss.first_step_loss if summary.loss else None,
+        "flagged": sum(1 for r in summary.regressions if r.finding_class != "numerics"),
     }
 
 

@@ -3,52 +3,42 @@
     pull_weights -> render_config -> compile_warmup -> train -> export -> validate -> compare_loss
     -> compare_history -> append_history -> report
 
-Parameters left ``None`` take :class:`titanflow.params.ScenarioRun`'s defaults;
+Parameters left ``None`` take :class:`titanflow.run.params.ScenarioRun`'s defaults;
 the resolved parameters are logged and written to ``summary.json``. Bad
 parameters fail here, before any task runs. Training holds this node's slot of a
-Prefect concurrency limit (titanflow.training_slot). Every run, passed or failed,
-is judged against the run history, appended to it and reported; a loss curve out
-of its golden band fails the verdict (class numerics), other regressions are
-flagged in the report.
+Prefect concurrency limit (titanflow.launch.slot). Every run, passed or failed,
+is judged against the run history, appended to it and reported; the verdict is
+decided by titanflow.judge.verdict. The flow only wires tasks and records what
+they return in the run's :class:`~titanflow.run.summary.RunSummary`.
 """
 
 from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from typing import Literal
 
 from prefect import flow, runtime
 from prefect.logging import get_run_logger
 
-from tasks.compare import compare_loss
-from tasks.config import render_config
 from tasks.export import export
 from tasks.history import append_history, compare_history
+from tasks.judge import compare_loss
+from tasks.render import render_config
 from tasks.report import report
 from tasks.train import train
 from tasks.validate import validate
 from tasks.warmup import compile_warmup
 from tasks.weights import pull_weights
+from titan_cfg.job import ExportDtype, Init
 from titan_cfg.scenarios import SCENARIOS
-from titan_cfg.targets import TARGETS
-from titanflow.expectations import curve_path
-from titanflow.params import ScenarioRun
-from titanflow.preflight import preflight
-from titanflow.summary import SUMMARY, RunRecorder
-from titanflow.training_slot import training_slot
-
-
-# Closed choices typed as such: the deployment's parameter schema (enforced by the server) and the
-# UI's run form then refuse or offer exactly these values.
-ScenarioName = Literal[tuple(SCENARIOS)]
-TargetName = Literal[tuple(TARGETS)]
-Init = Literal["random", "pretrained"]
-ExportDtype = Literal["float32", "bfloat16", "float16"]
+from titanflow.launch.slot import training_slot
+from titanflow.run.params import ScenarioName, ScenarioRun, TargetName
+from titanflow.run.preflight import preflight
+from titanflow.run.summary import RunRecorder, RunSummary
 
 
 def prepare(params: dict) -> tuple[ScenarioRun, Path]:
-    """Validate parameters (titanflow.preflight) and create ``runs/<run-id>/``; nothing else is written.
+    """Validate parameters (titanflow.run.preflight) and create ``runs/<run-id>/``; nothing else is written.
 
     Raises:
         pydantic.ValidationError / ValueError: a bad field (the message names it).
@@ -60,23 +50,18 @@ def prepare(params: dict) -> tuple[ScenarioRun, Path]:
 
 
 def judge_against_history(record: RunRecorder) -> Path:
-    """Write summary.json, compare the run with the history (a numerics regression fails the
-    verdict), append it, publish the report; returns the summary's path. A broken history store
-    is logged and reported, never allowed to hide the run's own outcome."""
-    logger = get_run_logger()
+    """Write summary.json, compare the run with the history (the task decides the final verdict),
+    append it, publish the report; returns the summary's path. A broken history store is logged
+    and reported, never allowed to hide the run's own outcome."""
     summary_path = record.write()
     comparison = None
     try:
         comparison = compare_history(str(summary_path))
-        numerics = comparison.numerics_regressions()
-        if numerics and record.fields.get("verdict") == "pass":
-            record.fields.update(verdict="fail", reason="loss curve regression: " + "; ".join(
-                f"{f['metric']} {f['detail']}" for f in numerics))
-        record.fields.update(findings=comparison.findings, regressions=comparison.regressions)
+        record.summary.findings = comparison.findings
         summary_path = record.write()
         append_history(str(summary_path))
     except Exception as err:  # noqa: BLE001 - the history is secondary to the run's own result
-        logger.error("history: %s: %s", type(err).__name__, err)
+        get_run_logger().error("history: %s: %s", type(err).__name__, err)
     report(str(summary_path), None,  # None: the run folder's metrics.csv, also after a failed training
            golden=comparison.golden if comparison else None, history=comparison.previous if comparison else None,
            findings=comparison.findings if comparison else None)
@@ -103,7 +88,8 @@ def qwen3_scenario(
     runs_dir: str | None = None,
     run_id: str | None = None,
 ) -> dict:
-    """Run one Qwen3 scenario; returns the summary dict (also in ``runs/<id>/summary.json``).
+    """Run one Qwen3 scenario; returns the summary (``runs/<id>/summary.json``) as a dict, plus its path
+    under ``summary``.
 
     Raises:
         on bad parameters before any task; otherwise the failing task's error,
@@ -113,40 +99,30 @@ def qwen3_scenario(
     logger = get_run_logger()
     logger.info("run %s with %s", run_dir.name, run.model_dump_json())
     logger.info("kernels: %s", run.kernels_resolved)
-    record = RunRecorder(run_dir, {
-        "run_id": run_dir.name, "scenario": run.scenario, "target": run.target, "init": run.init,
-        "steps": run.steps, "kernels": run.kernels_resolved, "parameters": run.model_dump(),
-        "flow_run_id": str(runtime.flow_run.id),
-    })
+    record = RunRecorder(run_dir, RunSummary(
+        run_id=run_dir.name, flow_run_id=str(runtime.flow_run.id), scenario=run.scenario, target=run.target,
+        init=run.init, steps=run.steps, kernels=run.kernels_resolved, parameters=run.model_dump()))
+    summary = record.summary
     try:
         builds = run.init == "pretrained" and run.weights is None  # may pretrain the embedded checkpoint first
-        with record.task("pull_weights"), training_slot() if builds else contextlib.nullcontext():
+        with record.task(pull_weights), training_slot() if builds else contextlib.nullcontext():
             weights_dir = pull_weights(run.weights, run.init, SCENARIOS[run.scenario].model_type)
-        with record.task("render_config"):
+        with record.task(render_config):
             rendered = render_config(run, weights_dir, str(run_dir))
-        with record.task("compile_warmup"):
-            record.fields["compile_warmup"] = compile_warmup(run, rendered).model_dump()
-        with record.task("train"), training_slot() as slot:
+        with record.task(compile_warmup):
+            summary.compile_warmup = compile_warmup(rendered, run.timeout_s)
+        with record.task(train), training_slot() as slot:
             logger.info("holding the training slot %s", slot)
-            trained = train(rendered, run.timeout_s, run.nproc_resolved)
-            record.fields.update(losses=trained.losses, tokens_per_s=trained.tokens_per_s,
-                                 peak_rss_bytes=trained.peak_rss_bytes, peak_memory_gib=trained.peak_memory_gib,
-                                 train_log=trained.log_path)
-        with record.task("export"):
-            exported = export(rendered.job_path, str(run_dir))
-            export_dir = exported.export_dir
-            record.fields.update(export_dir=export_dir, export_untied_lm_head=exported.untied_lm_head)
-        with record.task("validate"):
-            validation = validate(export_dir, rendered.job_path, run.tolerances)
-            record.fields["validation"] = validation.model_dump()
-            validation.raise_for_problems()
-        with record.task("compare_loss"):
-            golden = curve_path(run.scenario, run.target, run.init) if run.weights is None else None  # goldens are of
-            verdict = compare_loss(trained.losses, weights_dir, run.init, run.tolerances,  # the embedded weights
-                                   SCENARIOS[run.scenario].output_init, str(golden) if golden else None)
-            record.fields.update(verdict.model_dump())
+            summary.train = train(rendered, run.timeout_s)
+        with record.task(export):
+            summary.export = export(rendered.job_path, str(run_dir))
+        with record.task(validate):
+            summary.validation = validate(summary.export.export_dir, rendered.job_path, run.tolerances)
+            summary.validation.raise_for_problems()
+        with record.task(compare_loss):
+            summary.loss = compare_loss(summary.train.losses, rendered.job_path, run)
     finally:
         summary_path = judge_against_history(record)
-    if record.fields["verdict"] != "pass":
-        raise RuntimeError(f"verdict fail: {record.fields.get('reason')}; see {summary_path}")
-    return record.fields | {"timings_s": record.timings_s, "summary": str(run_dir / SUMMARY)}
+    if summary.verdict != "pass":
+        raise RuntimeError(f"verdict fail: {summary.reason}; see {summary_path}")
+    return summary.model_dump(mode="json") | {"summary": str(summary_path)}

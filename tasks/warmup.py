@@ -1,77 +1,19 @@
-"""compile_warmup: fill the compile cache before the measured run.
-
-With compile on, the first training step would otherwise include graph
-compilation (minutes on Neuron). The warm-up runs the same job for one step
-into ``runs/<id>/warmup/``, sharing the content-keyed cache folder that
-training then reads (titan_cfg.compile_cache). A cache folder holding the
-``.warm`` marker from an earlier complete warm-up is reused as is. With compile
-off, nothing is compiled ahead of time and the task records why it skipped.
-"""
+"""compile_warmup: one compiled step into the keyed compile cache (titanflow.launch.warmup)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from prefect import task
 from prefect.logging import get_run_logger
-from pydantic import BaseModel
 
-from tasks.config import RenderedJob
-from tasks.train import TrainingError, launch
-from titan_cfg.compile_cache import CACHE_ENV
-from titan_cfg.job import JOB_ENV, Job
-from titanflow.params import ScenarioRun
-
-WARM_MARKER = ".warm"
+from titanflow.launch.render import RenderedJob
+from titanflow.launch.warmup import WarmupResult, warm_up
+from titanflow.run.task_names import TaskName
 
 
-class WarmupResult(BaseModel):
-    """What the warm-up did: status "skipped" | "reused" | "warmed", why, and seconds spent."""
-
-    status: str
-    reason: str
-    seconds: float
-    cache_dir: str | None
-
-
-def cache_dir_of(rendered: RenderedJob) -> Path | None:
-    """The compile-cache folder the rendered environment points at (None if none)."""
-    folder = next((rendered.env[v] for v in CACHE_ENV.values() if v in rendered.env), None)
-    return Path(folder) if folder else None
-
-
-def warm_up(run: ScenarioRun, rendered: RenderedJob, on_line=lambda _: None) -> WarmupResult:
-    """Run one compiled step unless compile is off or the cache is already warm.
-
-    Raises:
-        TrainingError: the warm-up run failed (compile failures surface here, before training).
-    """
-    cache = cache_dir_of(rendered)
-    if not run.compile:
-        return WarmupResult(status="skipped", reason="compile is off: eager mode has nothing to compile ahead",
-                            seconds=0.0, cache_dir=None)
-    if cache is not None and (cache / WARM_MARKER).exists():
-        return WarmupResult(status="reused", reason=f"cache {cache.name} is warm", seconds=0.0, cache_dir=str(cache))
-    job = Job.read(Path(rendered.job_path))
-    warm_job = job.model_copy(update={"steps": 1, "warmup_steps": 0,
-                                      "dump_folder": str(Path(rendered.run_dir) / "warmup")})
-    warm_path = warm_job.write(Path(rendered.job_path).with_name("warmup_job.json"))
-    result, log_path = launch(rendered, timeout_s=run.timeout_s, log_name="warmup.log", on_line=on_line,
-                                 extra_env={JOB_ENV: str(warm_path)})
-    if result.returncode != 0 or result.timed_out:
-        tail = "\n".join(result.tail[-25:])
-        raise TrainingError(f"compile_warmup: the one-step compile run failed; log {log_path}\n{tail}")
-    if cache is not None:
-        cache.mkdir(parents=True, exist_ok=True)
-        (cache / WARM_MARKER).write_text(f"warmed by run {job.run_id}\n")
-    return WarmupResult(status="warmed", reason="one compiled step filled the cache", seconds=result.wall_s,
-                        cache_dir=str(cache) if cache else None)
-
-
-@task(name="compile_warmup")
-def compile_warmup(run: ScenarioRun, rendered: RenderedJob) -> WarmupResult:
-    """Prefect task: :func:`warm_up`, logging the outcome."""
+@task(name=TaskName.compile_warmup)
+def compile_warmup(rendered: RenderedJob, timeout_s: float) -> WarmupResult:
+    """Prefect task: :func:`titanflow.launch.warmup.warm_up`, logging the outcome."""
     logger = get_run_logger()
-    result = warm_up(run, rendered, on_line=logger.info)
+    result = warm_up(rendered, timeout_s, on_line=logger.info)
     logger.info("compile warm-up %s: %s (%.1f s)", result.status, result.reason, result.seconds)
     return result

@@ -4,11 +4,12 @@ PREFECT_HOME must be set before anything imports prefect, so it is set here at
 import time. The titanflow cache (tokenizer, tiny weights, the pretrained tiny
 checkpoint, compile caches) is the project's own (``.cache`` or
 ``$TITANFLOW_CACHE``): its folders are keyed by a hash of their inputs, so a
-build is reused only when nothing that decides it changed (tests/test_assets.py
+build is reused only when nothing that decides it changed (tests/unit/weights/test_assets.py
 builds into a fresh folder of its own).
 
-The local Prefect server and the one passing deployment run are session fixtures here, so
-tests/test_deployments.py and tests/test_browser.py share them (one server start, one training).
+Unit tests live under ``tests/unit/<package>/`` (one folder per titanflow subpackage, plus
+``titan_cfg`` and ``flows``), end-to-end runs under ``tests/e2e/`` (their server fixtures in
+``tests/e2e/conftest.py``), shared helpers in ``tests/helpers/``.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ os.environ["TITANFLOW_HISTORY"] = str(_SESSION_DIR / "history")
 os.environ["HF_HOME"] = str(_SESSION_DIR / "hf")
 os.environ["HF_HUB_OFFLINE"] = "1"
 
-FIXTURES = Path(__file__).parent / "fixtures"
+from helpers import FIXTURES  # noqa: E402  (tests/ is on the path: this folder's conftest)
 
 
 @pytest.fixture(scope="session")
@@ -64,34 +65,10 @@ def instruct_2507_folder(config_only_folder) -> Path:
 
 
 @pytest.fixture(scope="session")
-def deployed(tmp_path_factory):
-    """A local Prefect server with titanflow's pools, deployments and a cpu worker (25-45 s to start;
-    tests/deployment_runs.py ``local_server``), shared by tests/test_deployments.py and
-    tests/test_browser.py and stopped at the session's end."""
-    import json
-
-    from deployment_runs import SERVER_STARTS, local_server
-
-    with local_server(tmp_path_factory.mktemp("prefect-server")) as state:
-        print(f"\nlocal Prefect server started at {state.api_url} (server starts this session: {len(SERVER_STARTS)}); "
-              f"timings (s): {json.dumps({k: round(v, 1) for k, v in state.timings_s.items()})}")
-        yield state
-
-
-@pytest.fixture(scope="session")
-def passing_deployment_run(deployed, tmp_path_factory):
-    """The one passing deployment run (3 steps, run_id deploy-pass, ~1-1.5 min) that
-    tests/test_deployments.py and tests/test_browser.py both check: a ``deployment_runs.PassingRun``."""
-    from deployment_runs import passing_run
-
-    return passing_run(deployed.api_url, tmp_path_factory.mktemp("deploy-pass-runs"))
-
-
-@pytest.fixture(scope="session")
 def prefect_api():
-    """One Prefect server (titanflow.local_server) for the end-to-end command-line runs, which would
+    """One Prefect server (titanflow.prefect_ops.local_server) for the end-to-end command-line runs, which would
     otherwise each start a temporary one (about 14 s each); its API URL."""
-    from titanflow.local_server import temporary_server
+    from titanflow.prefect_ops.local_server import temporary_server
 
     with temporary_server(_SESSION_DIR / "prefect-server.log") as api_url:
         yield api_url

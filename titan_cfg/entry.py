@@ -19,7 +19,6 @@ from pathlib import Path
 from titan_cfg.compat import apply as apply_compat
 from titan_cfg.compat.cpu import make_importable_without_triton
 from titan_cfg.job import JOB_ENV, Job
-from titan_cfg.model_spec import read_config
 
 
 def render(job_path: Path, out_path: Path) -> None:
@@ -34,20 +33,17 @@ def render(job_path: Path, out_path: Path) -> None:
 
 def main() -> None:
     """torchrun entry: compat for the job's target, the parity probe, then torchtitan's trainer main."""
-    job = Job.read(Path(os.environ[JOB_ENV]))
-    applied = apply_compat(job.target)
-    make_importable_without_triton()
-    if job.scenario == "hf_backend":
-        from titan_cfg.compat import hf_backend
+    from titan_cfg.scenarios import SCENARIOS
 
-        applied += hf_backend.apply()
+    job = Job.read(Path(os.environ[JOB_ENV]))
+    applied = apply_compat(job.target, SCENARIOS[job.scenario].compat)
+    make_importable_without_triton()
     if applied and os.environ.get("RANK", "0") == "0":
         print(f"titanflow: compat patches applied: {', '.join(applied)}", flush=True)
     from titan_cfg import probe
     from torchtitan.train import main as torchtitan_main
 
-    tied = bool(read_config(Path(job.weights_dir)).get("tie_word_embeddings"))
-    probe.install(Path(job.weights_dir), Path(job.dump_folder), tied_checkpoint=tied)
+    probe.install(Path(job.weights_dir), Path(job.dump_folder), tied_checkpoint=job.tied)
 
     torchtitan_main()
 

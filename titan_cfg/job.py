@@ -3,19 +3,32 @@
 ``render_config`` writes ``runs/<id>/job/job.json``; the torchrun entry module
 and the ``titanflow_job`` config function read it back through
 ``$TITANFLOW_JOB``. Every path in it is absolute, every size resolved, so the
-file alone reproduces the torchtitan config.
+file alone reproduces the torchtitan config. The model's shape is read from the weights
+folder's config.json once, when the job is rendered, and stored here: every later step
+(the ranks, the export checks, the loss verdict) reads it from the job.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Union
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
+
+from titan_cfg.model_spec import Qwen3MoeShape, Qwen3Shape
 
 #: Environment variable naming the job file inside torchrun's ranks.
 JOB_ENV = "TITANFLOW_JOB"
+#: The job file's name in ``runs/<id>/job/``.
+JOB_FILE = "job.json"
+
+#: Weight inits of a run: torchtitan's random init, or the weights folder's safetensors.
+Init = Literal["random", "pretrained"]
+#: dtypes of the Hugging Face export (torchtitan's ``checkpoint.export_dtype``).
+ExportDtype = Literal["float32", "bfloat16", "float16"]
+#: A dense or MoE Qwen3 shape, told apart by config.json's ``model_type``.
+ModelShape = Union[Qwen3Shape, Qwen3MoeShape]
 
 #: torchtitan's checkpoint folder name under the dump folder (its default).
 CHECKPOINT_FOLDER = "checkpoint"
@@ -29,8 +42,10 @@ class Job(BaseModel):
     run_id: str
     scenario: str
     target: str
-    init: Literal["random", "pretrained"]
+    init: Init
     weights_dir: str         # HF folder: config.json, tokenizer (and weights when pretrained)
+    shape: ModelShape = Field(discriminator="model_type")  # the folder's config.json, read once at render
+    world_size: int          # ranks over all nodes
     dataset_path: str        # c4_test-format folder (JSON lines with "text")
     dump_folder: str         # torchtitan's output folder for this run
     steps: int
@@ -40,13 +55,23 @@ class Job(BaseModel):
     lr: float
     warmup_steps: int
     seed: int
-    export_dtype: Literal["float32", "bfloat16", "float16"]
+    export_dtype: ExportDtype
     compile: bool
     kernels: dict[str, str]  # implementation per op (titan_cfg.kernels), e.g. {"rope": "cpu", "attention": "sdpa"}
     spmd_backend: str | None
     compile_backend: str | None
     activation_checkpoint: Literal["none", "full", "selective"]
     mixed_precision_param: Literal["float32", "bfloat16"]
+
+    @property
+    def tied(self) -> bool:
+        """The checkpoint ties lm_head to the embedding (config.json ``tie_word_embeddings``)."""
+        return self.shape.tie_word_embeddings
+
+    @property
+    def rope_theta(self) -> float:
+        """RoPE base the model is trained with (config.json, either transformers layout)."""
+        return self.shape.rope_theta
 
     @property
     def export_step_dir(self) -> Path:

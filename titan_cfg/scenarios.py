@@ -14,16 +14,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from titan_cfg.job import Job
-from titan_cfg.model_spec import qwen3_shape, torchtitan_model_spec
+from titan_cfg.model_spec import torchtitan_model_spec
 
 if TYPE_CHECKING:
     from torchtitan.trainer import Trainer
 
 
-def _native_qwen3(job: Job, upstream: "Callable[[], Trainer.Config]", model_type: str) -> "Trainer.Config":
+def _native_qwen3(job: Job, upstream: "Callable[[], Trainer.Config]") -> "Trainer.Config":
     """``upstream()`` (a torchtitan Qwen3 config function) with the model spec built from the
-    weights folder's config.json, and the target's SPMD backend for torchtitan's own models."""
-    shape = qwen3_shape(Path(job.weights_dir), model_type)
+    job's shape (the weights folder's config.json, read at render), and the target's SPMD
+    backend for torchtitan's own models."""
+    shape = job.shape
     config = upstream()
     config.model_spec = torchtitan_model_spec(
         shape, flavor=f"hf:{Path(job.weights_dir).name}", max_seq_len=shape.max_position_embeddings
@@ -46,7 +47,7 @@ def native(job: Job) -> "Trainer.Config":
     """
     from torchtitan.models.qwen3.config_registry import qwen3_32b
 
-    return _native_qwen3(job, qwen3_32b, "qwen3")
+    return _native_qwen3(job, qwen3_32b)
 
 
 def moe(job: Job) -> "Trainer.Config":
@@ -59,7 +60,7 @@ def moe(job: Job) -> "Trainer.Config":
     """
     from torchtitan.models.qwen3.config_registry import qwen3_30b_a3b
 
-    return _native_qwen3(job, qwen3_30b_a3b, "qwen3_moe")
+    return _native_qwen3(job, qwen3_30b_a3b)
 
 
 def hf_backend(job: Job) -> "Trainer.Config":
@@ -67,14 +68,14 @@ def hf_backend(job: Job) -> "Trainer.Config":
     ``transformers_modeling_backend_full()`` with ``hf_model`` set to the weights
     folder, so transformers itself builds the model from its config.json.
 
-    The folder must still be a dense Qwen3 checkpoint: the scenario's
-    expectations and export checks are Qwen3's.
+    The folder must still be a dense Qwen3 checkpoint (its ``model_type`` is checked at render):
+    the scenario's expectations and export checks are Qwen3's. The transformers backend needs
+    the ``hf_backend`` compat layer (titan_cfg.compat.hf_backend).
     """
     from torchtitan.experiments.transformers_modeling_backend.config_registry import (
         transformers_modeling_backend_full,
     )
 
-    qwen3_shape(Path(job.weights_dir), "qwen3")
     config = transformers_modeling_backend_full()
     config.hf_model = job.weights_dir
     config.debug.print_config = False
@@ -89,11 +90,12 @@ class Scenario:
     ``model_type`` is the config.json model_type it trains ("qwen3" or "qwen3_moe"; the
     embedded tiny model of that type is its default weights); ``output_init`` names how
     the model initialises its output projection at random init (a key of
-    ``titanflow.expectations.OUTPUT_INIT_VARIANCE``); ``kernels`` maps a target to the
+    ``titanflow.judge.expected_loss.OUTPUT_INIT_VARIANCE``); ``kernels`` maps a target to the
     kernel implementations this scenario selects there (over the target's defaults,
     ``titan_cfg.kernels``); ``round_trip``: the export can be checked HF -> torchtitan
     -> HF (torchtitan's own models, not the transformers backend); ``rank_limits``
-    maps a target to (most ranks, why).
+    maps a target to (most ranks, why); ``compat`` names the compat layers
+    (titan_cfg.compat.LAYERS) the ranks apply for this scenario, on every target.
     """
 
     build: Callable[[Job], "Trainer.Config"]
@@ -103,6 +105,7 @@ class Scenario:
     round_trip: bool
     kernels: dict[str, dict[str, str]] = field(default_factory=dict)
     rank_limits: dict[str, tuple[int, str]] = field(default_factory=dict)
+    compat: tuple[str, ...] = ()
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -110,7 +113,7 @@ SCENARIOS: dict[str, Scenario] = {
                        model_type="qwen3", output_init="normal_0.02", round_trip=True),
     "hf_backend": Scenario(
         hf_backend, "torchtitan's transformers modeling backend, model from the folder's config.json",
-        model_type="qwen3", output_init="trunc_normal_inv_sqrt_hidden", round_trip=False,
+        model_type="qwen3", output_init="trunc_normal_inv_sqrt_hidden", round_trip=False, compat=("hf_backend",),
         rank_limits={"cpu": (1, "torchtitan 0.3.0's transformers backend needs spmd_backend='spmd_types', "
                                 "whose FSDP fails on CPU ('all parameters must be DTensors')")},
     ),

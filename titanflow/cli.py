@@ -8,17 +8,20 @@
 
 ``run`` executes the flow in this process against the Prefect server named by
 ``PREFECT_API_URL``, or a temporary local server (SQLite under ``PREFECT_HOME``,
-titanflow.local_server) started for the run when none is set. Its options are
+titanflow.prefect_ops.local_server) started for the run when none is set. Its options are
 ScenarioRun's fields.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from titanflow.run.summary import RunSummary
 
 #: Prefect settings for command-line use, applied unless the caller set them: no telemetry
 #: (the server otherwise logs a DNS error at every start on a machine without network).
@@ -30,7 +33,7 @@ PREFECT_DEFAULTS = {
 
 def _add_run_options(parser: argparse.ArgumentParser) -> None:
     """One ``--option`` per ScenarioRun field (values are validated by pydantic, not argparse)."""
-    from titanflow.params import ScenarioRun
+    from titanflow.run.params import ScenarioRun
 
     parser.add_argument("scenario", help=ScenarioRun.model_fields["scenario"].description)
     for name, field in ScenarioRun.model_fields.items():
@@ -42,11 +45,11 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
 
 def _preflighted(args: argparse.Namespace, *, launch: bool):
     """(ScenarioRun, options given, run folder) after every pre-compute check, or None after
-    printing what is wrong (titanflow.preflight)."""
+    printing what is wrong (titanflow.run.preflight)."""
     from pydantic import ValidationError
 
-    from titanflow.params import ScenarioRun
-    from titanflow.preflight import describe, preflight
+    from titanflow.run.params import ScenarioRun
+    from titanflow.run.preflight import describe, preflight
 
     given = {k: v for k, v in vars(args).items() if k != "command" and v is not None}
     try:
@@ -59,23 +62,23 @@ def _preflighted(args: argparse.Namespace, *, launch: bool):
     return None
 
 
-def print_summary(summary: dict) -> None:
-    """A short human table of a summary.json."""
-    rows = [("run", summary.get("run_id")), ("verdict", summary.get("verdict"))]
-    if "first_step_loss" in summary:
-        rows += [("first-step loss", f"{summary['first_step_loss']:.4f}"),
-                 ("expected", f"{summary['expected_first_step_loss']:.4f} +- {summary['tolerance']}"),
-                 ("reason", summary.get("reason", ""))]
-    if summary.get("failed_task"):
-        error = summary.get("error", "")
-        rows += [("failed task", summary["failed_task"]), ("error", error if len(error) <= 600 else
-                                                          f"{error[:200]} ... {error[-400:]}")]
-    if "tokens_per_s" in summary:
-        rows += [("tokens/s", f"{summary['tokens_per_s']:.0f}"),
-                 ("peak RSS", f"{summary['peak_rss_bytes'] / 2**30:.2f} GiB")]
-    rows += [(f"  {k} (s)", f"{v:.1f}") for k, v in summary.get("timings_s", {}).items()]
-    if "export_dir" in summary:
-        rows += [("export", summary["export_dir"])]
+def print_summary(summary: RunSummary) -> None:
+    """A short human table of a run's summary."""
+    rows = [("run", summary.run_id), ("verdict", summary.verdict)]
+    if summary.loss:
+        rows += [("first-step loss", f"{summary.loss.first_step_loss:.4f}"),
+                 ("expected", f"{summary.loss.expected_first_step_loss:.4f} +- {summary.loss.tolerance}"),
+                 ("reason", summary.reason or "")]
+    if summary.failed_task:
+        error = summary.error or ""
+        rows += [("failed task", summary.failed_task), ("error", error if len(error) <= 600 else
+                                                        f"{error[:200]} ... {error[-400:]}")]
+    if summary.train:
+        rows += [("tokens/s", f"{summary.train.tokens_per_s:.0f}"),
+                 ("peak RSS", f"{summary.train.peak_rss_bytes / 2**30:.2f} GiB")]
+    rows += [(f"  {k} (s)", f"{v:.1f}") for k, v in summary.timings_s.items()]
+    if summary.export:
+        rows += [("export", summary.export.export_dir)]
     width = max(len(k) for k, _ in rows)
     for key, value in rows:
         print(f"{key:<{width}}  {value}")
@@ -91,17 +94,19 @@ def cmd_run(args: argparse.Namespace) -> int:
     reached, state = _with_api(lambda: _run_flow(given, run_dir))
     if not reached:
         return 2
-    summary_path = run_dir / "summary.json"
+    from titanflow.run.summary import SUMMARY, read_summary
+
+    summary_path = run_dir / SUMMARY
     if not summary_path.is_file():
         why = state.message if state is not None else "interrupted"
         print(f"titanflow: the flow ended before writing a summary: {why}", file=sys.stderr)
         return 2
-    summary = json.loads(summary_path.read_text())
+    summary = read_summary(summary_path)
     print_summary(summary)
     if state is None:
         return 130  # the shell's code for Ctrl-C
-    print(f"prefect flow run {summary.get('flow_run_id')}: {state.name}")
-    return 0 if summary.get("verdict") == "pass" else 1
+    print(f"prefect flow run {summary.flow_run_id}: {state.name}")
+    return 0 if summary.verdict == "pass" else 1
 
 
 def _with_api(call) -> tuple[bool, object]:
@@ -109,7 +114,7 @@ def _with_api(call) -> tuple[bool, object]:
     the call when it is unset; ``(False, None)`` after saying so when the given API does not answer."""
     for key, value in PREFECT_DEFAULTS.items():
         os.environ.setdefault(key, value)
-    from titanflow.local_server import api_healthy, temporary_server
+    from titanflow.prefect_ops.local_server import api_healthy, temporary_server
 
     if os.environ.get("PREFECT_API_URL"):
         if not api_healthy(os.environ["PREFECT_API_URL"]):
@@ -129,7 +134,8 @@ def _with_api(call) -> tuple[bool, object]:
 
 def cmd_nightly(args: argparse.Namespace) -> int:
     """Run the qwen3-nightly suite of a target; 0 when every scenario run passed, 1 otherwise, 2 on bad input."""
-    from titanflow.params import TARGETS, nightly_suite
+    from titan_cfg.targets import TARGETS
+    from titanflow.run.params import nightly_suite
 
     try:
         if args.target not in TARGETS:
@@ -183,9 +189,9 @@ def cmd_render(args: argparse.Namespace) -> int:
     if checked is None:
         return 2
     run, _, run_dir = checked
-    from tasks.config import render
-    from tasks.weights import resolve_weights
     from titan_cfg.scenarios import SCENARIOS
+    from titanflow.launch.render import render
+    from titanflow.weights.resolve import resolve_weights
 
     run_dir.mkdir(parents=True)
     rendered = render(run, resolve_weights(run.weights, run.init, SCENARIOS[run.scenario].model_type), run_dir)

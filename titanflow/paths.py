@@ -28,5 +28,17 @@ def runs_root() -> Path:
 
 
 def history_root() -> Path:
-    """Folder of the run-history table (titanflow.history): ``$TITANFLOW_HISTORY`` or ``<repo>/history``."""
+    """Folder of the run-history table (titanflow.judge.history): ``$TITANFLOW_HISTORY`` or ``<repo>/history``."""
     return Path(os.environ.get("TITANFLOW_HISTORY", REPO_ROOT / "history")).resolve()
+
+
+def write_atomic(path: Path, data: str | bytes) -> Path:
+    """Write ``data`` to ``path`` through a hidden temporary sibling and ``os.replace``, so a reader
+    sees the old file or the new one, never half of it; returns ``path``."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    if isinstance(data, bytes):
+        tmp.write_bytes(data)
+    else:
+        tmp.write_text(data, encoding="utf-8")
+    os.replace(tmp, path)
+    return path

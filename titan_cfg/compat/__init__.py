@@ -1,9 +1,10 @@
-"""Per-target compatibility layers applied before torchtitan is imported.
+"""Compatibility layers applied in the ranks before torchtitan's trainer runs.
 
-Each target that needs torchtitan changed to run gets one module here; the
-torchrun entry module (:mod:`titan_cfg.entry`) calls :func:`apply` with the job's
-target before it imports the trainer. Targets that run torchtitan as upstream
-intends (``cuda``) or through their own fork (``trn2``: torchtitan-neuron) need none.
+A layer is one module here with an ``apply()`` that patches torchtitan (or transformers) in the
+process and returns the names of the patches it applied. The torchrun entry module
+(:mod:`titan_cfg.entry`) applies the layer named like the job's target (``cpu``; targets that
+run torchtitan as upstream intends, ``cuda``, or through their own fork, ``trn2``:
+torchtitan-neuron, need none), then the layers the scenario names (``Scenario.compat``).
 """
 
 from __future__ import annotations
@@ -12,11 +13,25 @@ from typing import Callable
 
 from titan_cfg.compat import cpu
 
-#: target name -> function that patches torchtitan in this process.
-LAYERS: dict[str, Callable[[], list[str]]] = {"cpu": cpu.apply}
+def _hf_backend() -> list[str]:
+    from titan_cfg.compat import hf_backend  # imports torch: only in ranks that need it
+
+    cpu.make_importable_without_triton()  # the layer imports torchtitan's transformers backend
+    return hf_backend.apply()
 
 
-def apply(target: str) -> list[str]:
-    """Apply ``target``'s compat layer; return the names of the patches applied (maybe none)."""
-    layer = LAYERS.get(target)
-    return layer() if layer else []
+#: layer name (a target's, or one a scenario names) -> function that patches this process.
+LAYERS: dict[str, Callable[[], list[str]]] = {"cpu": cpu.apply, "hf_backend": _hf_backend}
+
+
+def apply(target: str, scenario_layers: tuple[str, ...] = ()) -> list[str]:
+    """Apply ``target``'s layer, if it has one, then each of ``scenario_layers``; return the names
+    of the patches applied (maybe none).
+
+    Raises:
+        KeyError: a scenario names a layer that does not exist.
+    """
+    applied = LAYERS[target]() if target in LAYERS else []
+    for name in scenario_layers:
+        applied += LAYERS[name]()
+    return applied

@@ -3,7 +3,7 @@
 torchtitan is written for accelerators; on a CPU-only build it fails in the
 places listed below, each found by running the trainer and fixing the first
 error. Every patch is one function with its reason, and a ``*_still_needed``
-probe that checks the upstream behaviour directly, so ``tests/test_compat_cpu.py``
+probe that checks the upstream behaviour directly, so ``tests/unit/titan_cfg/test_compat_cpu.py``
 fails (and the patch can go) when an upgrade fixes it.
 
 Apply with :func:`apply` *before* anything imports ``torchtitan.train``: some
@@ -159,7 +159,7 @@ def _patch_pg_timeouts() -> None:
 # distributed/fsdp.py sets gradient_divide_factor=1.0 so the trainer can scale
 # by the global token count; FSDP then reduces with ReduceOp.PREMUL_SUM, which
 # gloo rejects. Forcing plain SUM reductions gives the same result on CPU.
-# (tests/test_compat_cpu.py checks on a 1-rank gloo group that PREMUL_SUM is still rejected.)
+# (tests/unit/titan_cfg/test_compat_cpu.py checks on a 1-rank gloo group that PREMUL_SUM is still rejected.)
 def _patch_fsdp_reduce_op() -> None:
     import torchtitan.distributed.fsdp as tt_fsdp
     from torch.distributed.fsdp import FSDPModule

@@ -34,7 +34,7 @@ class RopeCheck:
     backward: float
 
 
-def _cos_sin(batch: int, seq: int, head_dim: int, theta: float = 1e6):
+def cos_sin(batch: int, seq: int, head_dim: int, theta: float = 1e6):
     """Per-batch positions (a document boundary in batch 0), cos/sin [batch, seq, 1, head_dim] float32."""
     positions = torch.arange(seq).repeat(batch, 1)
     positions[0, seq // 3:] -= seq // 3  # a second document starts a third of the way in
@@ -69,7 +69,7 @@ def check_rope(kernel, layout: str, *, dtype=torch.float32, device="cpu", shape=
     q = torch.randn(batch, seq, heads, head_dim, generator=generator).to(device, dtype)
     k = torch.randn(batch, seq, kv_heads, head_dim, generator=generator).to(device, dtype)
     grads = [torch.randn(t.shape, generator=generator).to(device, dtype) for t in (q, k)]
-    cos, sin = (t.to(device) for t in _cos_sin(batch, seq, head_dim))
+    cos, sin = (t.to(device) for t in cos_sin(batch, seq, head_dim))
     results = []
     for fn in (reference, lambda *a: call_in_layout(kernel, layout, *a)):
         q_in, k_in = q.clone().requires_grad_(), k.clone().requires_grad_()

@@ -16,7 +16,7 @@ LNC degree is given at the call site (``kernel[lnc](...)``) and must match
 To check on a node (nothing here could run it): the import path of ``rope_hf`` in the
 installed nkilib; the cos/sin shape it takes ([B, L, H] here, squeezed from the
 broadcast form); that ``torch.library.opcheck`` passes on neuron tensors; forward and
-backward against ``rope=reference`` within bf16 tolerance (tests/test_kernels.py runs
+backward against ``rope=reference`` within bf16 tolerance (tests/unit/titan_cfg/test_kernels.py runs
 there unskipped); a compiled step with ``backend="neuron"``.
 """
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from titanflow import paths
 from titanflow.assets.botchan import DATASET_FILE, DATASET_NAME, make_botchan_dataset, split_botchan
-from titanflow.assets.cache import FORMAT_VERSION, _build_once, _cache_key, _versions
+from titanflow.assets.cache import FORMAT_VERSION, build_once, cache_key, installed_versions
 from titanflow.assets.tiny_qwen3 import TINY_MOE, TinySpec, build_tiny_qwen3
 from titanflow.assets.tokenizer import build_tokenizer, qwen_ranks_path, tokenizer_inputs
 
@@ -57,8 +57,8 @@ class AssetPaths:
 def ensure_tokenizer(cache_root: Path | None = None) -> Path:
     """The Qwen3 tokenizer folder under ``<cache_root>/assets/``, built on first use (about 2 s)."""
     root = Path(cache_root) if cache_root is not None else paths.cache_root()
-    key = _cache_key(tokenizer_inputs())
-    return _build_once(root / "assets" / f"qwen3-tokenizer-{key}", build_tokenizer)
+    key = cache_key(tokenizer_inputs())
+    return build_once(root / "assets" / f"qwen3-tokenizer-{key}", build_tokenizer)
 
 
 def ensure_assets(cache_root: Path | None = None, spec: TinySpec | None = None) -> AssetPaths:
@@ -73,15 +73,15 @@ def ensure_assets(cache_root: Path | None = None, spec: TinySpec | None = None) 
     root = Path(cache_root) if cache_root is not None else paths.cache_root()
     spec = spec or TinySpec()
     tokenizer_dir = ensure_tokenizer(root)
-    key = _cache_key(
+    key = cache_key(
         {
             "format": FORMAT_VERSION,
             "spec": dataclasses.asdict(spec),
             "tokenizer": tokenizer_dir.name,  # carries the tokenizer's own key
-            "versions": _versions("torch", "transformers", "safetensors"),
+            "versions": installed_versions("torch", "transformers", "safetensors"),
         }
     )
-    weights_dir = _build_once(
+    weights_dir = build_once(
         root / "assets" / f"tiny-{spec.model_type.replace('_', '-')}-{key}",
         lambda out_dir: build_tiny_qwen3(out_dir, spec, tokenizer_dir),
     )

@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import re
 import subprocess
 import sys
@@ -20,7 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from titanflow.assets.cache import _sha256_file
+from titanflow.assets.cache import sha256_file
+from titanflow.paths import write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +135,7 @@ def make_botchan_dataset(out_dir: Path, tokenizer_dir: Path | None = None) -> Pa
     out_dir = Path(out_dir)
     with tempfile.TemporaryDirectory() as work_dir:
         raw = download_botchan(Path(work_dir))
-        sdist_sha256 = _sha256_file(Path(work_dir) / SENTENCEPIECE_SDIST)
+        sdist_sha256 = sha256_file(Path(work_dir) / SENTENCEPIECE_SDIST)
     documents = split_botchan(raw)
     if tokenizer_dir is None:
         from titanflow.assets import ensure_tokenizer  # here, not at the top: the package imports this module
@@ -171,9 +171,7 @@ def make_botchan_dataset(out_dir: Path, tokenizer_dir: Path | None = None) -> Pa
     )
     out_dir.mkdir(parents=True, exist_ok=True)
     for name, text in ((DATASET_FILE, jsonl), ("README.md", readme)):
-        tmp = out_dir / f".{name}.tmp"
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, out_dir / name)
+        write_atomic(out_dir / name, text)
     return out_dir
 
 

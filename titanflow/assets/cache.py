@@ -23,22 +23,28 @@ log = logging.getLogger(__name__)
 FORMAT_VERSION = 1
 
 
-def _sha256_file(path: Path) -> str:
+def sha256_file(path: Path) -> str:
+    """Hex sha256 of the file's bytes."""
     with path.open("rb") as f:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
 
-def _cache_key(parts: Mapping[str, object]) -> str:
+def cache_key(parts: Mapping[str, object]) -> str:
     """12 hex digits of the sha256 of ``parts`` as canonical JSON."""
     blob = json.dumps(parts, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()[:12]
 
 
-def _versions(*distributions: str) -> dict[str, str]:
+def installed_versions(*distributions: str) -> dict[str, str]:
+    """{distribution: installed version}.
+
+    Raises:
+        importlib.metadata.PackageNotFoundError: one is not installed.
+    """
     return {name: importlib.metadata.version(name) for name in distributions}
 
 
-def _build_once(final_dir: Path, build: Callable[[Path], object]) -> Path:
+def build_once(final_dir: Path, build: Callable[[Path], object]) -> Path:
     """Return ``final_dir``, running ``build(tmp_dir)`` first if it does not exist.
 
     The build writes into a hidden temporary sibling that is renamed onto ``final_dir`` only when

@@ -13,7 +13,7 @@ import os
 import time
 from pathlib import Path
 
-from titanflow.assets.cache import FORMAT_VERSION, _sha256_file, _versions
+from titanflow.assets.cache import FORMAT_VERSION, installed_versions, sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -89,13 +89,13 @@ def tokenizer_inputs() -> dict[str, object]:
     """Everything that decides the tokenizer's bytes; ``ensure_tokenizer`` hashes it into the cache key."""
     return {
         "format": FORMAT_VERSION,
-        "ranks_sha256": _sha256_file(qwen_ranks_path()),
+        "ranks_sha256": sha256_file(qwen_ranks_path()),
         "added_tokens": QWEN3_ADDED_TOKENS,
         "eos": EOS_TOKEN,
         "pad": PAD_TOKEN,
         "model_max_length": MODEL_MAX_LENGTH,
         "chat_template": CHAT_TEMPLATE,
-        "versions": _versions("transformers", "tokenizers", "tiktoken"),
+        "versions": installed_versions("transformers", "tokenizers", "tiktoken"),
     }
 
 

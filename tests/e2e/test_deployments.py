@@ -1,0 +1,129 @@
+"""Deployments as users run them: ``make server``'s module (titanflow.prefect_ops.server) starts a real Prefect
+server, pools, the deployments of deployments/prefect.yaml and a cpu worker; runs go through
+``prefect deployment run ... --watch`` with real torchrun/torchtitan/transformers underneath.
+
+The server (``deployed``) and the passing run (``passing_deployment_run``) are session fixtures of
+tests/conftest.py, shared with tests/e2e/test_browser.py; with the failing run, two short trainings
+(~1-1.5 min each on 2 cores). The measured figures (server start, worker pick-up, deployment run to
+Completed) are printed (``pytest -s``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+from helpers.deployment_runs import PASS_DEPLOYMENT, PASS_RUN_ID, PASS_STEPS, run_deployment, state_times
+
+from titanflow.prefect_ops import server
+from titanflow.run.params import ScenarioRun
+from titanflow.run.summary import read_summary
+
+pytestmark = pytest.mark.e2e
+
+
+def _client(state):
+    from prefect.client.orchestration import SyncPrefectClient
+
+    return SyncPrefectClient(state.api_url)
+
+
+def _flow_run_count(state) -> int:
+    with _client(state) as client:
+        return client.count_flow_runs()
+
+
+def _logs(state, flow_run_id) -> list[str]:
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+
+    with _client(state) as client:
+        return [log.message for log in client.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])))]
+
+
+def test_server_has_the_pools_the_deployments_of_prefect_yaml_and_a_cpu_worker(deployed):
+    from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterName
+
+    config = yaml.safe_load(server.PREFECT_YAML.read_text())
+    pools, names, skipped = server.deployment_plan()
+    assert set(pools) == {"cpu", "trn2"}
+    # every deployment whose flow file exists is deployed; flows/nightly.py may not exist yet
+    assert set(skipped) <= {"nightly-cpu", "nightly-trn2"} and deployed.deployments == names
+    with _client(deployed) as client:
+        assert {client.read_work_pool(p).type for p in pools} == {"process"}
+        assert len(client.read_workers_for_work_pool("cpu")) == 1
+        found = {d.name: d for d in client.read_deployments(
+            deployment_filter=DeploymentFilter(name=DeploymentFilterName(any_=names)))}
+    for spec in config["deployments"]:
+        if spec["name"] in skipped:
+            continue
+        got = found[spec["name"]]
+        assert (got.parameters, set(got.tags), got.work_pool_name) == (
+            spec["parameters"], set(spec["tags"]), spec["work_pool"]["name"])
+        if spec["entrypoint"].startswith("flows/scenario.py"):
+            params = spec["parameters"]
+            assert spec["name"] == f"{params['scenario']}-{params['target']}-{params['init']}"
+            assert got.schedules == [] and got.enforce_parameter_schema
+            # typed schema from the flow signature: steps is an integer (or null: ScenarioRun's default)
+            steps = got.parameter_openapi_schema["properties"]["steps"]
+            assert {t.get("type") for t in steps["anyOf"]} == {"integer", "null"}
+        else:  # the nightly suite: a cron
+            assert [s.schedule.cron for s in got.schedules] == [spec["schedules"][0]["cron"]]
+
+
+def test_second_start_reuses_the_running_server(deployed):
+    again = server.start(Path(deployed.home))
+    assert [p.pid for p in again.processes] == [p.pid for p in deployed.processes]
+    assert again.api_url == deployed.api_url
+
+
+@pytest.mark.parametrize("param, field", [
+    ("steps=abc", "steps"),       # not JSON: sent as the string "abc"
+    ('steps="3"', "steps"),       # a JSON string: not coerced by the schema check, refused
+    ("steps=3.5", "steps"),       # a float where an integer is declared
+    ("stpes=3", "stpes"),         # a misspelt name is not dropped in favour of the default
+    ("init=pretty", "init"),      # outside the flow signature's Literal["random", "pretrained"]
+])
+def test_bad_string_parameters_are_refused_before_a_flow_run_exists(deployed, param, field):
+    before = _flow_run_count(deployed)
+    run = run_deployment(deployed.api_url, PASS_DEPLOYMENT, param, watch=False, timeout_s=120)
+    assert run.returncode == 1 and run.flow_run_id is None, run.output
+    assert field in run.output
+    assert _flow_run_count(deployed) == before
+
+
+def test_deployment_run_watch_exits_0_after_a_pass_with_the_resolved_parameters_logged(
+        deployed, passing_deployment_run):
+    run = passing_deployment_run.run  # `--param steps=3 --param run_id=deploy-pass` (tests/helpers/deployment_runs.py)
+    assert run.returncode == 0, run.output[-4000:]
+    assert "Completed" in run.output
+    summary = passing_deployment_run.summary()
+    assert summary.verdict == "pass" and summary.flow_run_id == str(run.flow_run_id)
+    # the string "3" on the command line, as int
+    assert summary.steps == PASS_STEPS and len(summary.losses) == PASS_STEPS
+    # the flow logs every resolved parameter: the given ones and ScenarioRun's defaults for the rest
+    prefix = f"run {PASS_RUN_ID} with "
+    (line,) = [m for m in _logs(deployed, run.flow_run_id) if m.startswith(prefix)]
+    resolved = json.loads(line.removeprefix(prefix))
+    assert resolved["steps"] == PASS_STEPS and resolved["init"] == "random"
+    assert resolved["lr"] == ScenarioRun.model_fields["lr"].default
+    times = state_times(deployed.api_url, run.flow_run_id)
+    pickup = times["Pending"] - times["Scheduled"]
+    print(f"\ndeployment run -> Completed: {run.wall_s:.1f} s (wall, `prefect deployment run --watch`); "
+          f"worker pick-up {pickup:.1f} s; Running -> Completed {times['Completed'] - times['Running']:.1f} s")
+    # a process worker polls every PREFECT_WORKER_QUERY_SECONDS (Prefect's default: 10 s)
+    assert pickup <= float(os.environ.get("PREFECT_WORKER_QUERY_SECONDS", 10)) + 5
+
+
+def test_deployment_run_watch_exits_1_on_a_fail_verdict(deployed, tmp_path, tiny_assets):
+    # planted: "pretrained" init from the random tiny weights; compare_loss requires the first-step
+    # loss to sit pretrained_gap (2 nats) below the random-init value, which random weights cannot
+    run = run_deployment(deployed.api_url, "qwen3-scenario/native-cpu-pretrained", "steps=1", "run_id=deploy-fail",
+                         f"runs_dir={tmp_path}", f"weights={tiny_assets.weights_dir}")
+    assert run.returncode == 1, run.output[-4000:]
+    assert "Failed" in run.output
+    summary = read_summary(tmp_path / "deploy-fail" / "summary.json")
+    assert summary.verdict == "fail" and summary.failed_task is None
+    assert "were the weights loaded?" in summary.reason

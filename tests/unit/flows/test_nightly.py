@@ -1,0 +1,62 @@
+"""The qwen3-nightly suite: what it runs, how it reports, and its command line."""
+
+import pytest
+
+from titanflow.run.params import nightly_suite
+
+
+def test_default_suite_is_every_scenario_with_both_inits():
+    from titan_cfg.scenarios import SCENARIOS
+
+    pairs = nightly_suite()
+    assert pairs == [(s, i) for s in SCENARIOS for i in ("random", "pretrained")]
+    assert len(pairs) == 6  # native, hf_backend, moe x random, pretrained
+    assert nightly_suite(["moe"], ["random"]) == [("moe", "random")]
+
+
+def test_unknown_scenario_is_refused_with_the_known_names():
+    with pytest.raises(ValueError, match=r"unknown \['dense'\]; scenarios: native, hf_backend, moe"):
+        nightly_suite(["dense"])
+
+
+def test_cli_refuses_bad_input_before_any_server_starts(capsys):
+    from titanflow.cli import main
+
+    assert main(["nightly", "--target", "tpu"]) == 2
+    assert "target: unknown 'tpu'; known: cpu, trn2, cuda" in capsys.readouterr().err
+
+
+def test_outcome_and_report_of_a_failed_and_a_passed_run(tmp_path):
+    from prefect.states import Completed, Failed
+
+    from flows.nightly import outcome, suite_markdown
+
+    from titanflow.judge.loss import LossVerdict
+    from titanflow.judge.regression import Finding
+    from titanflow.run.summary import RunSummary
+
+    loss = LossVerdict(first_step_loss=11.94, expected_first_step_loss=11.944, tolerance=0.15,
+                       expectation_source="derived", verdict="pass", reason="|11.9400 - 11.9440| = 0.0040 <= 0.15")
+    slower = Finding(metric="tokens_per_s", value=400.0, baseline=600.0, margin=0.05, passed=False, status="fail",
+                     finding_class="performance", detail="-33 %")
+    off_curve = Finding(metric="losses", value=11.2, baseline=11.5, margin=0.02, passed=False, status="fail",
+                        finding_class="numerics", detail="step 2 ...")
+    passed = tmp_path / "a" / "summary.json"
+    passed.parent.mkdir()
+    passed.write_text(RunSummary(run_id="a", scenario="native", target="cpu", init="random", steps=2, loss=loss,
+                                 findings=[slower], verdict="pass", reason=loss.reason).model_dump_json())
+    failed = tmp_path / "b" / "summary.json"
+    failed.parent.mkdir()
+    failed.write_text(RunSummary(run_id="b", scenario="moe", target="cpu", init="random", steps=2, loss=loss,
+                                 findings=[off_curve], verdict="fail",
+                                 reason="loss curve regression: losses step 2 ...").model_dump_json())
+    rows = [{"scenario": "native", "init": "random", "run_id": "a", **outcome(passed, Completed())},
+            {"scenario": "moe", "init": "random", "run_id": "b", **outcome(failed, Failed())},
+            {"scenario": "moe", "init": "pretrained", "run_id": "c",
+             **outcome(tmp_path / "c" / "summary.json", Failed(message="nproc: bad"))}]
+    assert [r["failure_class"] for r in rows] == [None, "numerics", "infrastructure"]
+    assert rows[0]["flagged"] == 1 and rows[1]["flagged"] == 0  # a numerics finding fails, it is not "flagged"
+    markdown = suite_markdown("cpu", rows)
+    assert markdown.startswith("# nightly on cpu: 1 of 3 passed")
+    assert "| moe | random | fail | numerics | 11.9400 | 0 | b |" in markdown
+    assert "**moe / random** (numerics): loss curve regression" in markdown

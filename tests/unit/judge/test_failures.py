@@ -1,0 +1,135 @@
+"""Failure classes from real logs (tests/fixtures/failure_logs/README.md says how each was made),
+the retry rule of the train task, and (end to end) a planted NaN that is not retried while a
+timed-out launch is."""
+
+import json
+import math
+
+import pytest
+from prefect.states import Failed
+
+from helpers import FIXTURES
+from tasks.retry import retry_infrastructure_only
+from titanflow.judge.failures import classify, classify_exception, classify_failure, matching_signature
+from titanflow.run.summary import RunSummary
+
+LOGS = FIXTURES / "failure_logs"
+PASSING_RUN = FIXTURES / "run_folders" / "native-cpu-random"
+
+
+def _log(name: str) -> str:
+    return (LOGS / name).read_text()
+
+
+def _fields(summary: dict, log_tail: str = "") -> str | None:
+    """classify_failure of the fields a summary records (absent: None)."""
+    return classify_failure(verdict=summary.get("verdict"), failed_task=summary.get("failed_task"),
+                            error=summary.get("error"), losses=summary.get("losses"), log_tail=log_tail)
+
+
+def _summary(name: str) -> RunSummary:
+    """A summary.json fixture, read the way every reader reads it."""
+    return RunSummary.model_validate_json(_log(name))
+
+
+def _train_failure(log: str, why: str = "torchrun exited 1") -> dict:
+    """The summary fields the train task + titanflow.run.summary write when torchrun fails with ``log``."""
+    tail = "\n".join(log.splitlines()[-25:])
+    return {"verdict": "fail", "failed_task": "train",
+            "error": f"TrainingError: train: {why}; full log runs/x/train.log\n--- last lines ---\n{tail}"}
+
+
+@pytest.mark.parametrize("log, evidence", [
+    ("port_in_use.log", "address already in use"),
+    ("sigkill.log", "SIGKILL"),
+    ("cpu_oom.log", "can't allocate memory"),
+])
+def test_launch_port_and_memory_failures_are_infrastructure_by_their_signature(log, evidence):
+    text = _log(log)
+    found = matching_signature(text)
+    assert found is not None and found[0] == "infrastructure"
+    assert evidence.lower() in text.lower()
+    assert _fields(_train_failure(text), text) == "infrastructure"
+
+
+def test_sigkilled_rank_is_recognised_from_the_torchrun_report():
+    found = matching_signature(_log("sigkill.log"))
+    # the elastic agent's first line about the rank: "failed (exitcode: -9) local_rank: 1"
+    assert found == ("infrastructure", "exitcode: -9")
+
+
+def test_training_watchdog_timeout_is_infrastructure():
+    summary = _summary("timeout.summary.json")
+    assert summary.failed_task == "train" and "timed out after 8 s" in summary.error
+    assert classify(summary, _log("timeout.train.log")) == "infrastructure"
+
+
+def test_interrupted_run_is_infrastructure():
+    # titanflow.run.summary.RunRecorder's error on Ctrl-C
+    summary = {"verdict": "fail", "failed_task": "train", "error": "KeyboardInterrupt: interrupted (Ctrl-C)"}
+    assert _fields(summary) == "infrastructure"
+
+
+def test_backend_compiler_failure_is_compile_in_warmup_or_in_training():
+    text = _log("compile_backend_failed.log")
+    assert matching_signature(text)[0] == "compile"
+    warmup = {"verdict": "fail", "failed_task": "compile_warmup", "error": "RuntimeError: warm-up step failed"}
+    assert _fields(warmup, text) == "compile"
+    assert _fields(_train_failure(text), text) == "compile"  # torch.compile inside the training launch
+
+
+def test_planted_nan_from_a_huge_learning_rate_is_numerics():
+    """lr 1e6 on the tiny model: grad_norm NaN at step 2, torchtitan stops at step 3 (measured)."""
+    summary = _summary("nan_lr1e6.summary.json")
+    tail = _log("nan_lr1e6.train.log")
+    assert "Loss is not finite" in tail and summary.failed_task == "train"
+    assert classify(summary, tail) == "numerics"
+    # the train task's exception alone (what Prefect's retry condition sees) says the same
+    assert classify_exception("train", RuntimeError(summary.error.split(": ", 1)[1])) == "numerics"
+
+
+def test_nan_in_the_recorded_losses_is_numerics_even_without_a_message():
+    summary = {"verdict": "fail", "failed_task": "train", "error": "TrainingError: train: non-finite loss at steps [3]",
+               "losses": [11.94, 11.93, math.nan]}
+    assert _fields(summary, "") == "numerics"
+
+
+def test_first_step_loss_out_of_band_is_numerics(tiny_assets):
+    from titan_cfg.model_spec import qwen3_shape
+    from titanflow.judge.expected_loss import random_init_first_step_loss
+    from titanflow.judge.loss import judge
+    from titanflow.run.params import ScenarioRun
+
+    # 0.2 nats above the derived random-init loss: compare_loss fails the verdict, no task raises
+    verdict = judge([random_init_first_step_loss(151_936, 64) + 0.2], qwen3_shape(tiny_assets.weights_dir),
+                    ScenarioRun())
+    summary = RunSummary(run_id="r", scenario="native", target="cpu", init="random", steps=1, loss=verdict,
+                         verdict=verdict.verdict)
+    assert verdict.verdict == "fail" and classify(summary, "", [verdict.first_step_loss]) == "numerics"
+
+
+def test_missing_key_in_the_export_is_export_validation():
+    summary = {"verdict": "fail", "failed_task": "validate", "error": _log("validate_missing_key.error")}
+    assert "model.norm.weight" in summary["error"]
+    assert _fields(summary, "") == "export_validation"
+
+
+def test_passing_run_has_no_failure_class():
+    summary = RunSummary.model_validate_json((PASSING_RUN / "summary.json").read_text())
+    assert summary.verdict == "pass"
+    assert classify(summary, (PASSING_RUN / "train.log").read_text()) is None
+
+
+class _Task:
+    name = "train"
+
+
+@pytest.mark.parametrize("log, retried", [("timeout", True), ("port_in_use.log", True), ("nan_lr1e6", False),
+                                          ("compile_backend_failed.log", False)])
+def test_retry_condition_retries_only_infrastructure(log, retried):
+    if log.endswith(".log"):
+        message = _train_failure(_log(log))["error"].split(": ", 1)[1]
+    else:
+        message = json.loads(_log(f"{log}.summary.json"))["error"].split(": ", 1)[1]
+    state = Failed(data=RuntimeError(message))  # how Prefect's task engine hands over a raised exception
+    assert retry_infrastructure_only(_Task(), None, state) is retried

@@ -1,0 +1,161 @@
+"""Regression rules: the committed TOML validates, each rule kind judges against its baseline,
+short history says "no baseline". The committed golden curves are checked by every end-to-end
+run (tests/e2e/test_scenarios.py), and a planted regression by the nightly suite (tests/unit/flows/test_nightly.py).
+"""
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from titanflow.judge.goldens import read_curve, write_curve
+from titanflow.judge.regression import Finding, evaluate, load_rules
+
+#: Per-step losses of a real run: native, cpu, random init, 10 steps (runs/<id>/metrics.csv, measured).
+NATIVE_CPU_RANDOM_LOSSES = [11.94006, 11.93394, 11.89889, 11.85279, 11.8061,
+                            11.71372, 11.69535, 11.65731, 11.63609, 11.62677]
+
+
+def _row(run_id: str, day: int, **metrics) -> dict:
+    """A history row as titanflow.judge.history writes it, for a native cpu random-init run finishing on ``day``."""
+    row = {"run_id": run_id, "scenario": "native", "target": "cpu", "init": "random", "config_key": "k10",
+           "verdict": "pass", "finished_at": pd.Timestamp(f"2026-11-{day:02d} 02:00", tz="UTC"),
+           "losses": NATIVE_CPU_RANDOM_LOSSES, "tokens_per_s": 500.0, "peak_memory_gib": 1.0,
+           "peak_rss_bytes": 2**30, "total_s": 60.0, "seconds_train": 40.0, "seconds_compare_loss": 0.01}
+    return row | metrics
+
+
+def _by_metric(findings: list[Finding]) -> dict[str, Finding]:
+    return {f.metric: f for f in findings}
+
+
+@pytest.fixture()
+def golden_dir(tmp_path) -> Path:
+    """A golden folder holding the native cpu random curve recorded with config_key "k10"."""
+    write_curve(tmp_path / "native-cpu-random.curve.csv", NATIVE_CPU_RANDOM_LOSSES, "k10", {"steps": 10}, "test")
+    return tmp_path
+
+
+def test_committed_rules_carry_the_mindspeed_margins():
+    rules = {r.metric: r for r in load_rules().rules}
+    assert rules["losses"].kind == "golden_curve" and rules["losses"].margin == 0.02
+    assert (rules["tokens_per_s"].direction, rules["tokens_per_s"].margin) == ("lower_is_worse", 0.05)
+    assert (rules["peak_memory_gib"].direction, rules["peak_memory_gib"].margin) == ("higher_is_worse", 0.10)
+    assert rules["total_s"].margin == rules["task_seconds"].margin == 0.05
+    assert load_rules().baseline.runs == 5
+
+
+@pytest.mark.parametrize("edit, field", [
+    ('metric = "tokens_per_sec"', "rules.0.metric"),
+    ('metric = "tokens_per_s"\nkind = "history_mean"', "rules.0.kind"),
+    ('metric = "tokens_per_s"\nkind = "history_median"\ndirection = "down"', "rules.0.direction"),
+])
+def test_unknown_metric_or_kind_fails_naming_the_field(tmp_path, edit, field):
+    body = "[[rules]]\n" + edit + "\n"
+    if "kind" not in edit:
+        body += 'kind = "history_median"\ndirection = "lower_is_worse"\n'
+    body += 'margin = 0.05\nclass = "performance"\n'
+    path = tmp_path / "rules.toml"
+    path.write_text(body)
+    with pytest.raises(ValueError, match=field.replace(".", r"\.")):
+        load_rules(path)
+
+
+def test_unknown_metric_message_lists_the_known_ones(tmp_path):
+    path = tmp_path / "rules.toml"
+    path.write_text('[[rules]]\nmetric = "tokens_per_sec"\nkind = "history_median"\ndirection = "lower_is_worse"\n'
+                    'margin = 0.05\nclass = "performance"\n')
+    with pytest.raises(ValueError, match="known: tokens_per_s, peak_memory_gib"):
+        load_rules(path)
+
+
+def test_curve_within_002_nats_passes_and_a_shift_of_003_fails(golden_dir):
+    same = _by_metric(evaluate(_row("r", 10), pd.DataFrame(), golden_dir=golden_dir))["losses"]
+    assert same.status == "pass" and same.passed
+    # a later step moved by 0.03 nats (as a changed learning rate would): over the 0.02 margin
+    moved = list(NATIVE_CPU_RANDOM_LOSSES)
+    moved[6] += 0.03
+    finding = _by_metric(evaluate(_row("r", 10, losses=moved), pd.DataFrame(), golden_dir=golden_dir))["losses"]
+    assert finding.status == "fail" and finding.passed is False and finding.finding_class == "numerics"
+    assert finding.value == pytest.approx(11.72535) and finding.baseline == pytest.approx(11.69535)
+    assert "step 7" in finding.detail
+    # within the margin: 0.019 nats
+    moved[6] = NATIVE_CPU_RANDOM_LOSSES[6] + 0.019
+    assert _by_metric(evaluate(_row("r", 10, losses=moved), pd.DataFrame(), golden_dir=golden_dir))["losses"].passed
+
+
+def test_nan_loss_fails_the_curve(golden_dir):
+    losses = NATIVE_CPU_RANDOM_LOSSES[:2] + [float("nan")]
+    finding = _by_metric(evaluate(_row("r", 10, losses=losses), pd.DataFrame(), golden_dir=golden_dir))["losses"]
+    assert finding.status == "fail" and "step 3" in finding.detail
+
+
+def test_curve_recorded_with_other_parameters_is_no_baseline(golden_dir):
+    finding = _by_metric(evaluate(_row("r", 10, config_key="k3"), pd.DataFrame(), golden_dir=golden_dir))["losses"]
+    assert finding.status == "no baseline" and finding.passed is None
+
+
+def test_missing_curve_is_no_baseline_not_a_pass(tmp_path):
+    finding = _by_metric(evaluate(_row("r", 10), pd.DataFrame(), golden_dir=tmp_path))["losses"]
+    assert finding.status == "no baseline" and finding.passed is None
+
+
+def _history(values: list[dict]) -> pd.DataFrame:
+    return pd.DataFrame([_row(f"past-{day}", day, **v) for day, v in enumerate(values, 1)])
+
+
+def test_throughput_5_percent_below_the_median_of_the_last_5_passing_runs_fails(golden_dir):
+    # median of the last five passing runs: 500 (the first run, 100, is outside the window; the failed one is skipped)
+    past = _history([{"tokens_per_s": 100.0}, {"tokens_per_s": 480.0}, {"tokens_per_s": 500.0},
+                     {"tokens_per_s": 1.0, "verdict": "fail"}, {"tokens_per_s": 520.0}, {"tokens_per_s": 500.0},
+                     {"tokens_per_s": 510.0}])
+    slow = _by_metric(evaluate(_row("now", 20, tokens_per_s=474.0), past, golden_dir=golden_dir))["tokens_per_s"]
+    assert slow.baseline == 500.0 and slow.status == "fail" and slow.finding_class == "performance"
+    ok = _by_metric(evaluate(_row("now", 20, tokens_per_s=476.0), past, golden_dir=golden_dir))["tokens_per_s"]
+    assert ok.status == "pass"  # 476 >= 500 x 0.95 = 475
+
+
+def test_memory_and_time_margins_are_10_and_5_percent_up(golden_dir):
+    past = _history([{}] * 5)  # peak 1.0 GiB, total 60 s, train 40 s each
+    findings = _by_metric(evaluate(_row("now", 20, peak_memory_gib=1.11, total_s=62.9, seconds_train=42.1), past,
+                                   golden_dir=golden_dir))
+    assert findings["peak_memory_gib"].status == "fail"          # > 1.10
+    assert findings["total_s"].status == "pass"                   # <= 63.0
+    assert findings["seconds_train"].status == "fail"            # > 42.0
+    assert findings["seconds_compare_loss"].status == "pass"
+
+
+def test_tiny_task_time_within_the_noise_floor_passes():
+    # compare_loss: 0.01 s -> 0.3 s is +2900 %, but within the 0.5 s noise floor of the committed rules
+    past = _history([{}] * 5)
+    finding = _by_metric(evaluate(_row("now", 20, seconds_compare_loss=0.3), past))["seconds_compare_loss"]
+    assert finding.status == "pass"
+
+
+def test_fewer_than_min_runs_of_history_is_no_baseline(golden_dir):
+    past = _history([{}, {}])  # two passing runs; the committed rules need three
+    findings = _by_metric(evaluate(_row("now", 20, tokens_per_s=1.0), past, golden_dir=golden_dir))
+    assert findings["tokens_per_s"].status == "no baseline" and findings["tokens_per_s"].passed is None
+    assert "2 comparable passing run(s), need 3" in findings["tokens_per_s"].detail
+
+
+def test_runs_of_other_parameters_or_later_runs_are_not_a_baseline(golden_dir):
+    past = pd.concat([_history([{"config_key": "k3"}] * 5),
+                      pd.DataFrame([_row(f"later-{d}", 25 + d) for d in range(3)])])
+    finding = _by_metric(evaluate(_row("now", 20), past, golden_dir=golden_dir))["tokens_per_s"]
+    assert finding.status == "no baseline"
+
+
+def test_findings_are_table_artifact_records(golden_dir):
+    records = [f.as_record() for f in evaluate(_row("now", 20), pd.DataFrame(), golden_dir=golden_dir)]
+    assert set(records[0]) == {"metric", "value", "baseline", "margin", "passed", "status", "class", "detail"}
+    json.dumps(records)  # serialisable as Prefect table rows
+
+
+def test_golden_curve_file_round_trips(tmp_path):
+    path = write_curve(tmp_path / "x.curve.csv", NATIVE_CPU_RANDOM_LOSSES, "abc", {"steps": 10}, "note")
+    curve, key = read_curve(path)
+    assert key == "abc" and curve[1] == 11.94006 and curve[10] == 11.62677
+    with pytest.raises(ValueError, match="finite"):
+        write_curve(tmp_path / "y.curve.csv", [1.0, float("nan")], "abc", {}, "note")

@@ -1,0 +1,24 @@
+import math
+
+from titanflow.launch.metrics import metrics_table, parse_step_line
+
+# A rank-0 line as torchtitan 0.3.0 logs it through torchrun --tee (colour codes included).
+LINE = ("[default0]:[titan] 2026-11-29 21:32:24,714 - root - INFO - \x1b[31mstep:  1  \x1b[32mloss: 11.95009  "
+        "\x1b[38;2;180;60;0mgrad_norm:  1.1346  \x1b[38;2;54;234;195mmemory:  0.98GiB(4.14%)  \x1b[34mtps: 25  "
+        "\x1b[36mtflops: 0.00  \x1b[35mmfu: 0.00%\x1b[39m")
+
+
+def test_step_line_is_parsed_through_colour_codes_and_rank_prefix():
+    assert parse_step_line(LINE) == {"step": 1, "loss": 11.95009, "grad_norm": 1.1346, "memory_gib": 0.98, "tps": 25.0}
+
+
+def test_nan_loss_is_kept_as_nan():
+    row = parse_step_line(LINE.replace("11.95009", "nan"))
+    assert math.isnan(row["loss"])
+
+
+def test_table_keeps_one_row_per_step_in_order():
+    second = LINE.replace("step:  1", "step:  2").replace("11.95009", "11.90140")
+    table = metrics_table([second, "noise", LINE, LINE])
+    assert list(table.step) == [1, 2]
+    assert list(table.loss) == [11.95009, 11.90140]

@@ -1,0 +1,71 @@
+"""titanflow.prefect_ops.server without a Prefect server: what ``make stop`` ends and what ``make server`` refuses
+(seconds; the full start/stop against Prefect is in tests/e2e/test_deployments.py)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+
+import psutil
+import pytest
+
+from titanflow.prefect_ops import server
+from titanflow.prefect_ops.local_server import ServerError
+
+# A stand-in for a worker whose flow run lives in a session of its own, as Prefect's runner starts it.
+_LEADER_WITH_DETACHED_CHILD = (
+    "import subprocess, sys, time\n"
+    "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'], start_new_session=True)\n"
+    "time.sleep(300)\n"
+)
+
+
+def _children(pid: int, count: int, timeout_s: float = 20) -> list[psutil.Process]:
+    deadline = time.monotonic() + timeout_s
+    while len(found := psutil.Process(pid).children(recursive=True)) < count:
+        assert time.monotonic() < deadline, "the stand-in process did not start its child"
+        time.sleep(0.1)
+    return found
+
+
+def test_stop_ends_recorded_processes_and_their_children_in_other_sessions(tmp_path):
+    leader = server._spawn("worker", [sys.executable, "-c", _LEADER_WITH_DETACHED_CHILD],
+                           tmp_path / "worker.log", server.prefect_env(tmp_path, "http://127.0.0.1:9/api"))
+    server.ServerState(api_url="http://127.0.0.1:9/api", home=str(tmp_path), processes=[leader]).save()
+    (child,) = _children(leader.pid, 1)
+    assert os.getsid(child.pid) != os.getsid(leader.pid)  # out of reach of a process-group signal
+
+    ended = server.stop(tmp_path, grace_s=5)
+
+    assert sorted(ended) == sorted([leader.pid, child.pid])
+    assert not psutil.pid_exists(child.pid) or psutil.Process(child.pid).status() == psutil.STATUS_ZOMBIE
+    assert server._alive(leader) is None
+    assert server.ServerState.load(tmp_path) is None  # the record is gone with the processes
+
+
+def test_stop_with_nothing_recorded_or_only_dead_processes_ends_nothing(tmp_path):
+    assert server.stop(tmp_path) == []
+    # the recorded PID now belongs to another process (this one): its start time differs, it is left alone
+    gone = server.Started("server", pid=os.getpid(), create_time=0.0, log="")
+    server.ServerState(api_url="http://127.0.0.1:9/api", home=str(tmp_path), processes=[gone]).save()
+    assert server.stop(tmp_path) == []
+    assert server.ServerState.load(tmp_path) is None
+
+
+def test_start_refuses_a_port_in_use_naming_the_option(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        with pytest.raises(ServerError, match=r"port: 127\.0\.0\.1:\d+ is in use.*make server PORT=<port>.*--port"):
+            server.start(tmp_path, port=taken.getsockname()[1])
+    assert server.ServerState.load(tmp_path) is None
+
+
+def test_deployment_plan_reads_pools_and_entrypoints_from_prefect_yaml(tmp_path):
+    (tmp_path / "prefect.yaml").write_text(
+        "deployments:\n"
+        "  - {name: a, entrypoint: flows/scenario.py:qwen3_scenario, work_pool: {name: cpu}}\n"
+        "  - {name: b, entrypoint: flows/absent.py:nothing, work_pool: {name: trn2}}\n")
+    assert server.deployment_plan(tmp_path / "prefect.yaml") == (["cpu", "trn2"], ["a"], ["b"])

@@ -1,0 +1,131 @@
+"""Bad input fails before any compute, naming the field (issue: bad input)."""
+
+import time
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from titanflow.cli import main
+from titanflow.run.params import ScenarioRun, check_runs_dir_writable, is_hub_id
+
+
+@pytest.mark.parametrize(
+    ("fields", "named"),
+    [
+        ({"scenario": "mystery"}, "scenario"),
+        ({"target": "tpu"}, "target"),
+        ({"steps": 0}, "steps"),
+        ({"nproc": 3}, "nproc"),  # 3 ranks do not divide the cpu target's global batch of 4
+        ({"global_batch_size": 5, "nproc": 2}, "nproc"),
+        ({"weights": "/no/such/folder"}, "weights"),
+        ({"run_id": "../escape"}, "run_id"),
+    ],
+)
+def test_bad_field_is_named(fields, named):
+    with pytest.raises(ValidationError) as err:
+        ScenarioRun(**fields)
+    assert named in str(err.value)
+
+
+def test_defaults_resolve_from_the_target():
+    run = ScenarioRun()
+    assert (run.world_size, run.global_batch_size_resolved, run.seq_len_resolved) == (2, 4, 256)
+    trn2 = ScenarioRun(target="trn2")
+    assert (trn2.world_size, trn2.global_batch_size_resolved) == (64, 64)
+
+
+def test_runs_dir_under_a_file_is_refused(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with pytest.raises(ValueError, match="runs_dir"):
+        check_runs_dir_writable(blocker / "runs")
+
+
+def test_hub_ids_and_paths_are_told_apart():
+    assert is_hub_id("Qwen/Qwen3-4B-Instruct-2507")
+    assert not is_hub_id("/models/qwen")
+    assert not is_hub_id("./models/qwen")
+
+
+def test_cli_refuses_bad_input_in_seconds_without_prefect(capsys):
+    start = time.monotonic()
+    assert main(["run", "native", "--target", "cpu", "--steps", "0"]) == 2
+    assert time.monotonic() - start < 5  # no server started, nothing trained
+    assert "steps" in capsys.readouterr().err
+
+
+def test_warmup_longer_than_the_run_is_refused():
+    with pytest.raises(ValidationError, match="warmup_steps"):
+        ScenarioRun(steps=3, warmup_steps=5)
+    assert ScenarioRun(steps=1).warmup_steps_resolved == 1
+
+
+def _llama_folder(tmp_path, tiny_assets):
+    import json
+    import shutil
+
+    folder = tmp_path / "llama"
+    shutil.copytree(tiny_assets.weights_dir, folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "model_type": "llama"}))
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (["--seq-len", "100000"], "seq_len: 100000 exceeds the model's max_position_embeddings 4096"),
+        (["--target", "trn2"], "titanflow render native --target trn2"),
+        (["--runs-dir", "/proc/titanflow-runs"], "runs_dir"),
+    ],
+)
+def test_cli_preflight_refuses_before_prefect_and_writes_nothing(tmp_path, capsys, tiny_assets, options, message):
+    runs = tmp_path / "runs"
+    args = ["run", "native", "--target", "cpu", "--runs-dir", str(runs), *options]
+    if "--runs-dir" in options:
+        args = ["run", "native", *options]
+    start = time.monotonic()
+    assert main(args) == 2
+    assert time.monotonic() - start < 5
+    assert message in capsys.readouterr().err
+    assert not runs.exists() or not any(runs.iterdir())
+
+
+def test_cli_refuses_a_non_qwen3_folder_and_an_existing_run_id(tmp_path, capsys, tiny_assets):
+    runs = tmp_path / "runs"
+    assert main(["run", "native", "--weights", str(_llama_folder(tmp_path, tiny_assets)),
+                 "--runs-dir", str(runs)]) == 2
+    assert "model_type is 'llama'" in capsys.readouterr().err
+    (runs / "taken").mkdir(parents=True)
+    assert main(["run", "native", "--run-id", "taken", "--runs-dir", str(runs)]) == 2
+    assert "run_id" in capsys.readouterr().err and list(runs.iterdir()) == [runs / "taken"]
+
+
+def test_weights_pointing_at_a_file_is_refused(tmp_path, capsys, tiny_assets):
+    assert main(["run", "native", "--weights", str(tiny_assets.weights_dir / "config.json"),
+                 "--runs-dir", str(tmp_path)]) == 2
+    assert "is a file" in capsys.readouterr().err
+
+
+def test_cli_names_an_unreachable_prefect_api(monkeypatch, capsys, tmp_path):
+    monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:9/api")  # nothing listens on port 9
+    assert main(["run", "native", "--runs-dir", str(tmp_path)]) == 2
+    assert "PREFECT_API_URL=http://127.0.0.1:9/api does not answer" in capsys.readouterr().err
+
+
+def test_pretrained_from_a_folder_without_weights_is_refused_before_training(tmp_path, capsys, tiny_assets):
+    import shutil
+
+    folder = tmp_path / "no-weights"
+    shutil.copytree(tiny_assets.weights_dir, folder, ignore=shutil.ignore_patterns("*.safetensors"))
+    assert main(["run", "native", "--init", "pretrained", "--weights", str(folder),
+                 "--runs-dir", str(tmp_path / "runs")]) == 2
+    assert "holds no *.safetensors; nothing to load for init=pretrained" in capsys.readouterr().err
+
+
+def test_pretrained_load_needs_an_absolute_folder(tmp_path):
+    from titan_cfg.trainer_config import check_pretrained_source
+
+    with pytest.raises(ValueError, match="relative"):
+        check_pretrained_source(Path("models/qwen3"))

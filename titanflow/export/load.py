@@ -1,0 +1,102 @@
+"""The load level of the export checks: ``transformers.AutoModelForCausalLM`` on the export.
+
+- keys: the model's state-dict keys absent from the safetensors files are exactly
+  ``{lm_head.weight}`` for a tied model and nothing for an untied one (an MoE's experts,
+  fused in memory by transformers 5.x, are compared as the per-expert keys they load from);
+  transformers reports nothing missing (a missing key would be randomly
+  initialised), nothing unexpected, nothing mismatched in shape;
+- tie: with ``tie_word_embeddings`` the loaded ``lm_head.weight`` is the embedding matrix;
+- forward: one forward pass on a fixed sentence gives finite logits.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from titan_cfg.probe import PROBE_TEXT
+from titanflow.export.structure import read_headers
+
+
+class LoadReport(BaseModel):
+    """Outcome of loading the export in transformers; ``problems`` lists each failed check in words."""
+
+    missing_in_files: list[str] = Field(description="state-dict keys of the loaded model absent from the files")
+    missing: list[str] = Field(description="transformers' missing_keys (randomly initialised on load)")
+    unexpected: list[str] = Field(description="transformers' unexpected_keys")
+    mismatched: list[str] = Field(description="transformers' mismatched_keys (shape differs)")
+    tied: bool = Field(description="config.json tie_word_embeddings")
+    lm_head_is_embedding: bool | None = Field(description="tied models only: lm_head is the embedding after load")
+    forward_finite: bool = Field(description="one forward on the probe sentence gave finite logits")
+    problems: list[str] = Field(description="each failed load check, in words")
+
+
+def load_export(export_dir: Path):
+    """(model, loading info) of ``AutoModelForCausalLM.from_pretrained`` on the export, fp32 on CPU."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(export_dir, output_loading_info=True, dtype=torch.float32)
+
+
+def check_export(export_dir: Path, loaded=None) -> LoadReport:
+    """Run the load checks above on ``loaded`` (from :func:`load_export`; loaded here when None)."""
+    import torch
+    from transformers import AutoTokenizer
+
+    model, info = loaded or load_export(export_dir)
+    tied = bool(model.config.tie_word_embeddings)
+    in_files = {name for tensors in read_headers(export_dir).values() for name in tensors}
+    missing_in_files = sorted(checkpoint_keys(model) - in_files)
+    expected_absent = ["lm_head.weight"] if tied else []
+    problems = []
+    if missing_in_files != expected_absent:
+        problems.append(f"keys absent from the files {missing_in_files}, expected {expected_absent}")
+    for name in ("missing_keys", "unexpected_keys", "mismatched_keys"):
+        if info[name]:
+            problems.append(f"transformers {name}: {sorted(map(str, info[name]))}")
+    lm_head_is_embedding = None
+    if tied:
+        embed, head = model.get_input_embeddings().weight, model.get_output_embeddings().weight
+        lm_head_is_embedding = bool(head.data_ptr() == embed.data_ptr() or torch.equal(head, embed))
+        if not lm_head_is_embedding:
+            problems.append("tie_word_embeddings is true but lm_head differs from embed_tokens after load")
+    tokenizer = AutoTokenizer.from_pretrained(export_dir)
+    ids = tokenizer(PROBE_TEXT, return_tensors="pt").input_ids
+    with torch.no_grad():
+        logits = model(ids).logits
+    forward_finite = bool(torch.isfinite(logits).all())
+    if not forward_finite:
+        problems.append("forward pass on the probe sentence gave non-finite logits")
+    return LoadReport(
+        missing_in_files=missing_in_files,
+        missing=sorted(info["missing_keys"]),
+        unexpected=sorted(info["unexpected_keys"]),
+        mismatched=sorted(map(str, info["mismatched_keys"])),
+        tied=tied,
+        lm_head_is_embedding=lm_head_is_embedding,
+        forward_finite=forward_finite,
+        problems=problems,
+    )
+
+
+def checkpoint_keys(model) -> set[str]:
+    """The checkpoint keys ``model``'s state dict is loaded from: its own keys, except those transformers
+    builds by merging checkpoint tensors (its conversion mapping for the model_type, e.g. Qwen3 MoE's
+    ``mlp.experts.gate_up_proj`` [E, 2F, D] from ``mlp.experts.{e}.gate_proj/up_proj.weight``), which
+    are replaced by their sources, ``*`` taking every expert index 0..num_experts-1."""
+    from transformers.conversion_mapping import WeightConverter, get_checkpoint_conversion_mapping
+
+    converters = [c for c in get_checkpoint_conversion_mapping(model.config.model_type) or []
+                  if isinstance(c, WeightConverter)]
+    experts = range(getattr(model.config, "num_experts", 0) or 0)
+    keys = set()
+    for key in model.state_dict():
+        converter = next((c for c in converters for t in c.target_patterns if key.endswith(t)), None)
+        if converter is None:
+            keys.add(key)
+            continue
+        prefix = key[: -len(next(t for t in converter.target_patterns if key.endswith(t)))]
+        keys |= {prefix + source.replace("*", str(e)) for source in converter.source_patterns for e in experts}
+    return keys

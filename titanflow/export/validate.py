@@ -1,0 +1,94 @@
+"""The export checks, four levels side by side, each timed and reported in summary.json.
+
+1. structure (titanflow.export.structure): index, dtypes and config.json from the safetensors headers;
+2. round trip (titanflow.export.roundtrip): HF -> torchtitan -> HF bit-exact, for torchtitan's own models;
+3. load (titanflow.export.load): ``transformers.AutoModelForCausalLM`` loads it, keys, tie, forward;
+4. parity (titanflow.export.parity): the export's logits against the trained torchtitan model's.
+
+A check that finds a problem records it and the task fails after summary.json has
+the report; a check that cannot run at all (a damaged shard, no probe file) fails
+the task with its own message, which summary.json keeps as the error.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from pydantic import BaseModel, Field, model_validator
+
+from titan_cfg.job import Job
+from titan_cfg.probe import PROBE_FILE
+from titan_cfg.scenarios import SCENARIOS
+from titanflow.export.load import LoadReport, check_export, load_export
+from titanflow.export.parity import ParityReport, check_parity
+from titanflow.export.roundtrip import RoundTripReport, check_round_trip
+from titanflow.export.structure import StructureReport, check_structure
+from titanflow.run.params import Tolerances
+
+
+class ExportCheckError(RuntimeError):
+    """The export failed a check; the message lists every failed check."""
+
+
+class ValidationReport(BaseModel):
+    """The four levels' reports, seconds per check, and every problem found."""
+
+    structure: StructureReport = Field(description="level 1: safetensors headers, index, dtypes, config.json")
+    round_trip: RoundTripReport | None = Field(
+        description="level 2; None: the scenario has no torchtitan <-> HF conversion to test")
+    load: LoadReport = Field(description="level 3: the load in transformers")
+    parity: ParityReport | None = Field(description="level 4: export against the trained model")
+    seconds: dict[str, float] = Field(description="wall seconds per level")
+    problems: list[str] = Field(description="every failed check of every level, prefixed by its level")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _nest_flat_load(cls, data):
+        """Read summaries written before the load level was its own field (its keys at the top)."""
+        if isinstance(data, dict) and "load" not in data and "missing_in_files" in data:
+            names = set(LoadReport.model_fields) - {"problems"}
+            load = {k: data[k] for k in names if k in data}
+            load["problems"] = [p.removeprefix("load: ") for p in data.get("problems", []) if p.startswith("load: ")]
+            data = {**{k: v for k, v in data.items() if k not in names}, "load": load}
+        return data
+
+    def raise_for_problems(self) -> None:
+        """Raises :class:`ExportCheckError` listing every failed check, if any failed."""
+        if self.problems:
+            raise ExportCheckError("validate: " + "; ".join(self.problems))
+
+
+def validate_export(export_dir: Path, job: Job, tolerances: Tolerances) -> ValidationReport:
+    """Run the four levels (module docstring); raises when a check cannot run at all."""
+    seconds: dict[str, float] = {}
+    start = time.monotonic()
+    structure = check_structure(export_dir, job.export_dtype, job.rope_theta)
+    seconds["structure"] = round(time.monotonic() - start, 3)
+    problems = [f"structure: {p}" for p in structure.problems]
+    round_trip = None
+    if SCENARIOS[job.scenario].round_trip:  # the transformers backend keeps HF names: nothing is converted
+        start = time.monotonic()
+        round_trip = check_round_trip(export_dir, job.shape)
+        seconds["round_trip"] = round(time.monotonic() - start, 3)
+        for what in ("differing", "lost", "gained"):
+            if getattr(round_trip, what):
+                problems.append(f"round trip: tensors {what} after HF -> torchtitan -> HF: "
+                                f"{getattr(round_trip, what)[:5]}")
+    start = time.monotonic()
+    loaded = load_export(export_dir)
+    load = check_export(export_dir, loaded)
+    seconds["load"] = round(time.monotonic() - start, 3)
+    problems += [f"load: {p}" for p in load.problems]
+    start = time.monotonic()
+    parity = check_parity(loaded[0], Path(job.dump_folder) / PROBE_FILE)
+    seconds["parity"] = round(time.monotonic() - start, 3)
+    if parity.kl > tolerances.parity_kl or parity.top1_agreement < tolerances.parity_top1:
+        problems.append(f"parity: KL {parity.kl:.3g} (max {tolerances.parity_kl:g}), top-1 agreement "
+                        f"{parity.top1_agreement:.4f} (min {tolerances.parity_top1:g}) between the trained model "
+                        "and its export")
+    if parity.router_agreement is not None and parity.router_agreement < tolerances.parity_router:
+        problems.append(f"parity: router top-k choices agree on {parity.router_agreement:.4f} of (layer, token) "
+                        f"pairs (min {tolerances.parity_router:g}) between the trained model and its export")
+    return ValidationReport(structure=structure, round_trip=round_trip, load=load, parity=parity,
+                            seconds=seconds, problems=problems)

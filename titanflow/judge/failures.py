@@ -1,0 +1,131 @@
+"""Failure classes: why a scenario run failed, from its summary and the tail of its log.
+
+    from titanflow.judge.failures import classify
+    from titanflow.run.summary import read_summary
+    classify(read_summary("runs/<id>/summary.json"), Path("runs/<id>/train.log").read_text()[-20000:])
+
+Four classes, checked in this order (the first that matches wins):
+
+| class | signals |
+|---|---|
+| ``infrastructure`` | launch failure, rendezvous / port in use, out of memory, SIGKILL / exit -9 / "Killed", the timeout watchdog, an interrupt |
+| ``compile`` | inductor / dynamo / neuronx-cc errors, the ``compile_warmup`` task failing |
+| ``numerics`` | a NaN or infinite loss, a first-step loss outside its band (``compare_loss`` verdict fail), loss regression findings |
+| ``export_validation`` | the ``export`` or ``validate`` task failing (parity, missing keys, structure) |
+
+Infrastructure comes first because it is the only class worth retrying and its
+signals (a killed rank, a taken port) explain whatever else the log shows.
+When no signal matches, the failed task decides (:data:`CLASS_OF_TASK`); a task
+missing there (a crash in the trainer with an unrecognised message, such as an
+import error) counts as a launch failure, i.e. infrastructure.
+
+The regular expressions below were written against real logs; the snippets the
+tests use, and the commands that produced them, are in ``tests/fixtures/failure_logs/``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Literal, get_args
+
+from titanflow.judge.loss import non_finite_steps
+from titanflow.run.task_names import TaskName
+
+if TYPE_CHECKING:
+    from titanflow.run.summary import RunSummary
+
+#: Why a run failed; the order is the order of the checks.
+FailureClass = Literal["infrastructure", "compile", "numerics", "export_validation"]
+
+#: Every failure class, in the order they are checked.
+FAILURE_CLASSES: tuple[str, ...] = get_args(FailureClass)
+
+#: Log/error signatures per class (case-insensitive), checked in FAILURE_CLASSES order.
+SIGNATURES: dict[str, list[str]] = {
+    "infrastructure": [
+        r"timed out after \d+ ?s",                    # titanflow.launch.process watchdog (TrainingError message)
+        r"killed after the \d+ s timeout",            # the watchdog's own line in train.log
+        r"interrupted \(ctrl-c\)|KeyboardInterrupt",  # titanflow.run.summary.RunRecorder on Ctrl-C
+        r"Signal 9 \(SIGKILL\)|exitcode\s*:\s*-9\b|exited -9\b|\bKilled\b",  # torchrun / OOM killer
+        r"out of memory|OutOfMemoryError|can't allocate memory|Cannot allocate memory|MemoryError",
+        r"address already in use|EADDRINUSE|DistNetworkError|RendezvousError|rendezvous",
+        r"Connection refused|connection reset by peer|NCCL error|Gloo connectFullMesh failed",
+        r"No such file or directory: '[^']*torchrun'|command not found",
+    ],
+    "compile": [
+        r"torch\._dynamo|torch\._inductor|InductorError|BackendCompilerFailed|TorchRuntimeError",
+        r"neuronx-cc|neuron_cc|NEFF|compilation failed|CompilationError",
+    ],
+    "numerics": [
+        r"Loss is not finite",                        # torchtitan 0.3.0 trainer.py: stops at a NaN/inf loss
+        r"non-finite loss|\bNaN loss\b|loss:\s*(?:nan|inf)\b",  # launch/torchrun.py, judge/loss.py, step lines
+    ],
+    "export_validation": [
+        r"\bvalidate: |\bexport: |parity|missing keys?|unexpected keys?",
+    ],
+}
+
+#: Failed task -> class, when no signature matched.
+CLASS_OF_TASK: dict[TaskName, FailureClass] = {
+    TaskName.pull_weights: "infrastructure",
+    TaskName.render_config: "infrastructure",
+    TaskName.compile_warmup: "compile",
+    TaskName.train: "infrastructure",
+    TaskName.export: "export_validation",
+    TaskName.validate: "export_validation",
+    TaskName.compare_loss: "numerics",
+}
+
+_COMPILED = {cls: [re.compile(p, re.IGNORECASE) for p in patterns] for cls, patterns in SIGNATURES.items()}
+
+
+def matching_signature(text: str) -> tuple[str, str] | None:
+    """(class, the matched text) of the first signature found in ``text``, in class order; None if none."""
+    for cls in FAILURE_CLASSES:
+        for pattern in _COMPILED[cls]:
+            match = pattern.search(text)
+            if match:
+                return cls, match.group(0)
+    return None
+
+
+def classify_failure(*, verdict: str | None, failed_task: str | None, error: str | None,
+                     losses: list[float] | None, log_tail: str = "") -> FailureClass | None:
+    """The failure class of a run (one of :data:`FAILURE_CLASSES`), or None when it did not fail.
+
+    A run failed when its ``verdict`` is "fail", a task failed, or a loss is not finite.
+    Order: a signature of the infrastructure class in ``error`` or ``log_tail`` (the last lines
+    of the training log; "" for a failure before training); a compile signature or the
+    compile_warmup task; a non-finite loss; then the remaining signatures; then
+    :data:`CLASS_OF_TASK`; a run that failed only its verdict (no task failed) is numerics
+    (loss out of band).
+    """
+    bad_steps = non_finite_steps(losses)
+    if verdict != "fail" and not failed_task and not bad_steps:
+        return None
+    found = matching_signature(f"{error or ''}\n{log_tail or ''}")
+    if found and found[0] == "infrastructure":
+        return "infrastructure"
+    if failed_task == TaskName.compile_warmup or (found and found[0] == "compile"):
+        return "compile"
+    if bad_steps:
+        return "numerics"
+    if found:
+        return found[0]
+    if failed_task:
+        return CLASS_OF_TASK.get(failed_task, "infrastructure")
+    return "numerics"  # only the verdict failed: compare_loss found the loss out of its band
+
+
+def classify(summary: "RunSummary", log_tail: str = "", losses: list[float] | None = None) -> FailureClass | None:
+    """:func:`classify_failure` of a run's summary; ``losses`` default to the summary's (pass the
+    metrics.csv ones for a run whose train task failed)."""
+    return classify_failure(verdict=summary.verdict, failed_task=summary.failed_task, error=summary.error,
+                            losses=summary.losses if losses is None else losses, log_tail=log_tail)
+
+
+def classify_exception(task_name: str, error: BaseException) -> str:
+    """Class of an exception raised by Prefect task ``task_name`` (its message is the log tail,
+    as :class:`titanflow.launch.torchrun.TrainingError` carries it)."""
+    message = f"{type(error).__name__}: {error}"
+    return classify_failure(verdict="fail", failed_task=task_name, error=message, losses=None) or "infrastructure"

@@ -1,0 +1,106 @@
+"""Golden loss curves: where they live, how they are written and read, and which one applies to a run.
+
+One plain-text file per (scenario, target, init), ``goldens/loss_curves/<scenario>-<target>-<init>.curve.csv``:
+``#`` lines saying how and with which workload the curve was recorded (``config_key``, the hash of
+titanflow.judge.history.CONFIG_KEY_FIELDS), then ``step,loss`` rows. The goldens are those of the
+embedded weights (``weights`` None). Three readers use :func:`golden_for`:
+
+- the loss verdict (titanflow.judge.loss): step 1 is the pretrained first-step expectation, whatever
+  the run's steps;
+- the ``golden_curve`` regression rule (titanflow.judge.regression): every step, only when the run
+  has the curve's workload (:meth:`GoldenCurve.same_workload`);
+- the report's loss plot, under the same condition.
+
+Record them again after an intended change with
+``TITANFLOW_UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/e2e/test_scenarios.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+from pydantic import BaseModel
+
+from titanflow.paths import REPO_ROOT
+
+#: Every golden of the repository: loss curves and trn2 renders.
+GOLDEN_ROOT = REPO_ROOT / "goldens"
+#: Golden loss curves, one per (scenario, target, init).
+GOLDEN_DIR = GOLDEN_ROOT / "loss_curves"
+#: Golden renders of the trn2 jobs (tests/unit/launch/test_render.py pins them).
+RENDER_DIR = GOLDEN_ROOT / "renders"
+
+#: How to record the goldens again (named in every "no golden" message).
+RECORD_COMMAND = "TITANFLOW_UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/e2e/test_scenarios.py"
+
+
+class GoldenCurve(BaseModel):
+    """A recorded loss curve: ``losses`` {step: loss (nats)}, the ``config_key`` of its workload, its file."""
+
+    path: Path
+    losses: dict[int, float]
+    config_key: str | None
+
+    @property
+    def first_step_loss(self) -> float:
+        """The loss at step 1 (nats): the pretrained first-step expectation."""
+        return self.losses[1]
+
+    def same_workload(self, config_key: str | None) -> bool:
+        """True when the curve was recorded with the workload ``config_key`` names."""
+        return self.config_key == config_key
+
+
+def curve_path(scenario: str, target: str, init: str, golden_dir: Path = GOLDEN_DIR) -> Path:
+    """``<golden_dir>/<scenario>-<target>-<init>.curve.csv``."""
+    return Path(golden_dir) / f"{scenario}-{target}-{init}.curve.csv"
+
+
+def write_curve(path: Path, losses: list[float], config_key: str, parameters: dict, note: str) -> Path:
+    """Write a golden curve: ``#`` lines (note, config_key, parameters as JSON), then ``step,loss`` rows.
+
+    Raises:
+        ValueError: an empty or non-finite curve (a golden must come from a healthy run).
+    """
+    if not losses or not all(math.isfinite(x) for x in losses):
+        raise ValueError(f"losses: a golden curve needs finite losses for every step; got {losses}")
+    header = [*note.splitlines(), f"config_key: {config_key}", f"parameters: {json.dumps(parameters, sort_keys=True)}"]
+    body = "".join(f"{step},{loss:.5f}\n" for step, loss in enumerate(losses, 1))
+    path.write_text("".join(f"# {line}\n" for line in header) + "step,loss\n" + body)
+    return path
+
+
+def read_curve(path: Path) -> tuple[dict[int, float], str | None]:
+    """({step: loss}, config_key or None) from a golden curve file.
+
+    Raises:
+        FileNotFoundError: no such file (the message says how to record one).
+        ValueError: the table lacks ``step``/``loss`` columns.
+    """
+    if not path.is_file():
+        raise FileNotFoundError(f"no golden loss curve {path.name}; record one with {RECORD_COMMAND}")
+    key = None
+    for line in path.read_text().splitlines():
+        if line.startswith("# config_key:"):
+            key = line.split(":", 1)[1].strip()
+    table = pd.read_csv(path, comment="#")
+    if not {"step", "loss"} <= set(table.columns):
+        raise ValueError(f"{path}: expected columns step,loss; got {list(table.columns)}")
+    return {int(s): float(x) for s, x in zip(table.step, table.loss)}, key
+
+
+def golden_for(scenario: str, target: str, init: str, weights: str | None,
+               golden_dir: Path = GOLDEN_DIR) -> GoldenCurve | None:
+    """The golden curve that applies to a run of (scenario, target, init) with ``weights``.
+
+    None for the user's own weights (the goldens are of the embedded weights, ``weights`` None)
+    and when no curve was recorded for the triple.
+    """
+    path = curve_path(scenario, target, init, golden_dir)
+    if weights is not None or not path.is_file():
+        return None
+    losses, key = read_curve(path)
+    return GoldenCurve(path=path, losses=losses, config_key=key)

@@ -1,0 +1,303 @@
+"""Run history: one row per scenario run in a parquet table that outlives the runs.
+
+    from titanflow.judge import history
+    row = history.append_run("runs/<run-id>/summary.json")        # after each run (the nightly suite)
+    df = history.read_history(scenario="native", target="cpu", init="random")
+
+The table is ``<history dir>/runs.parquet`` (``$TITANFLOW_HISTORY`` or
+``<repo>/history``, :func:`titanflow.paths.history_root`). An append takes a
+``filelock`` lock on ``.runs.parquet.lock`` (hidden, so ``pandas.read_parquet`` of the folder
+skips it, as it skips the temporary file), reads the table, adds the row (a
+run_id already present is replaced, so re-appending a run is harmless), writes
+a temporary sibling, fsyncs it and ``os.replace``-s it over the table: readers
+never see a half-written file and concurrent appenders never lose a row.
+Rewriting the whole table per append is fine at nightly scale (hundreds of rows
+per year, a few KiB each).
+
+Columns: the fields of :class:`HistoryRow` (units in the names and descriptions).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import subprocess
+from datetime import datetime, timedelta, timezone
+from importlib import metadata
+from pathlib import Path
+import pandas as pd
+from filelock import FileLock
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from titan_cfg.job import JOB_FILE
+from titanflow import paths
+from titanflow.judge.failures import classify
+from titanflow.launch.metrics import log_tail
+from titanflow.run.summary import RunSummary, read_summary
+
+#: File name of the history table inside the history folder.
+HISTORY_FILE = "runs.parquet"
+
+#: Seconds an append waits for the lock before failing (an append itself takes well under a second).
+LOCK_TIMEOUT_S = 120.0
+
+#: Packages whose versions each row records.
+VERSIONED_PACKAGES = ("torch", "torchtitan", "transformers", "prefect")
+
+#: Parameters (ScenarioRun fields) that define the workload: runs compare (golden curve, history
+#: medians) only with runs of the same scenario, target, init and these. The numerics knobs (lr,
+#: warmup_steps, seed) are left out on purpose: a changed learning rate is what the loss-curve rule
+#: must catch, not a reason to skip it; run_id, runs_dir, timeout_s, tolerances and export_dtype
+#: change neither the curve nor the speed of training.
+CONFIG_KEY_FIELDS = ("weights", "steps", "global_batch_size", "seq_len", "nproc", "compile")
+
+#: Lines of train.log given to the failure classifier.
+LOG_TAIL_LINES = 60
+
+
+def history_file(history_dir: Path | str | None = None) -> Path:
+    """``<history_dir>/runs.parquet``; ``None``: :func:`titanflow.paths.history_root`."""
+    return Path(history_dir).resolve() / HISTORY_FILE if history_dir else paths.history_root() / HISTORY_FILE
+
+
+def config_key(parameters: dict) -> str:
+    """12 hex digits of sha256 over the :data:`CONFIG_KEY_FIELDS` of ``parameters`` (absent = None)."""
+    chosen = {name: parameters.get(name) for name in CONFIG_KEY_FIELDS}
+    return hashlib.sha256(json.dumps(chosen, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def package_versions() -> dict[str, str | None]:
+    """{``<package>_version``: installed version or None} for :data:`VERSIONED_PACKAGES`."""
+    found = {}
+    for name in VERSIONED_PACKAGES:
+        try:
+            found[f"{name}_version"] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            found[f"{name}_version"] = None
+    return found
+
+
+def git_state(repo: Path = paths.REPO_ROOT) -> tuple[str | None, bool | None]:
+    """(HEAD commit, whether tracked files differ from it) of ``repo``; (None, None) outside a git checkout."""
+    try:
+        commit = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                check=True, timeout=30).stdout.strip()
+        status = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
+                                capture_output=True, text=True, check=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None, None
+    return commit, bool(status.strip())
+
+
+def _losses(summary: RunSummary, run_dir: Path) -> list[float]:
+    """Per-step losses: the summary's, else metrics.csv's (the train task failed before the flow kept them)."""
+    if summary.losses:
+        return [float(x) for x in summary.losses]
+    metrics = run_dir / "metrics.csv"
+    if metrics.is_file() and metrics.stat().st_size:
+        table = pd.read_csv(metrics)
+        if "loss" in table:
+            return [float(x) for x in table.sort_values("step").loss]
+    return []
+
+
+def _world_size(summary: RunSummary, run_dir: Path) -> int | None:
+    """Ranks of the launch: the job's ``world_size``; for run folders written before the job
+    recorded it, ``--nproc_per_node`` of job/launch.json; else the ``nproc`` parameter."""
+    job = run_dir / "job" / JOB_FILE
+    if job.is_file() and "world_size" in (recorded := json.loads(job.read_text())):
+        return int(recorded["world_size"])
+    launch = run_dir / "job" / "launch.json"
+    if launch.is_file():
+        for arg in json.loads(launch.read_text()).get("argv", []):
+            match = re.fullmatch(r"--nproc[_-]per[_-]node=(\d+)", str(arg))
+            if match:
+                return int(match.group(1))
+    return summary.parameters.get("nproc")
+
+
+def _utc(stamp: datetime) -> pd.Timestamp:
+    """A time as a UTC timestamp (a time without zone is taken as UTC)."""
+    stamp = pd.Timestamp(stamp)
+    return stamp.tz_convert("UTC") if stamp.tzinfo else stamp.tz_localize("UTC")
+
+
+def _times(summary: RunSummary, summary_path: Path) -> tuple[pd.Timestamp, pd.Timestamp]:
+    """(started, finished) in UTC: the summary's own fields when present, else from the file's mtime."""
+    finished = (_utc(summary.finished_at) if summary.finished_at
+                else pd.Timestamp(datetime.fromtimestamp(summary_path.stat().st_mtime, tz=timezone.utc)))
+    started = (_utc(summary.started_at) if summary.started_at
+               else finished - timedelta(seconds=summary.total_s))
+    return started, finished
+
+
+class HistoryRow(BaseModel):
+    """One run as a row of the history table. Besides these columns a row has ``seconds_<task>``
+    (float, s): wall seconds of each task the run reached (summary.json ``timings_s``)."""
+
+    model_config = ConfigDict(extra="allow", arbitrary_types_allowed=True)
+
+    run_id: str = Field(description="the run folder's name")
+    flow_run_id: str | None = Field(description="the Prefect flow run")
+    scenario: str
+    target: str
+    init: str
+    config_key: str = Field(description="hash of the parameters that define the workload (CONFIG_KEY_FIELDS)")
+    parameters: str = Field(description="summary.json parameters, as sorted JSON")
+    started_at: pd.Timestamp = Field(description="UTC; summary.json, else its mtime minus total_s")
+    finished_at: pd.Timestamp = Field(description="UTC; summary.json, else its modification time")
+    verdict: str = Field(description="pass | fail | unknown (the run never got a verdict)")
+    failure_class: str | None = Field(description="titanflow.judge.failures.classify of the summary and the "
+                                      "tail of train.log; None for a run that did not fail")
+    failed_task: str | None
+    error: str | None
+    reason: str | None = Field(description="why the verdict, e.g. a loss-curve regression")
+    first_step_loss: float | None = Field(description="losses[0] (nats)")
+    final_loss: float | None = Field(description="losses[-1] (nats)")
+    losses: list[float] = Field(description="nats, step 1 first: summary.json, else the run's metrics.csv "
+                                "(a run whose train task failed)")
+    tokens_per_s: float | None = Field(description="all ranks")
+    peak_memory_gib: float | None = Field(description="largest per-rank peak torchtitan reported")
+    peak_rss_bytes: int | None = Field(description="largest resident set of any process of the launch")
+    compile_warmup_s: float | None = Field(description="seconds the compile warm-up took")
+    total_s: float = Field(description="sum of the task times (s)")
+    torch_version: str | None = Field(description="installed where the row was appended")
+    torchtitan_version: str | None
+    transformers_version: str | None
+    prefect_version: str | None
+    git_commit: str | None = Field(description="HEAD of the repository at append time")
+    git_dirty: bool | None = Field(description="tracked files differ from HEAD")
+    nproc: int | None = Field(description="world size: ranks of the launch (the job's)")
+    steps: int = Field(description="training steps asked for")
+    run_dir: str = Field(description="the run folder")
+
+    def as_record(self) -> dict:
+        """The row as the table stores it: the columns in table order, ``seconds_<task>`` after
+        ``compile_warmup_s``."""
+        fields = self.model_dump(exclude=set(self.model_extra or {}))
+        names = list(fields)
+        cut = names.index("compile_warmup_s") + 1
+        return {**{k: fields[k] for k in names[:cut]}, **(self.model_extra or {}),
+                **{k: fields[k] for k in names[cut:]}}
+
+    @model_validator(mode="after")
+    def _only_task_seconds_extra(self) -> "HistoryRow":
+        extra = self.model_extra or {}
+        wrong = [k for k, v in extra.items() if not k.startswith("seconds_") or not isinstance(v, float)]
+        if wrong:
+            raise ValueError(f"{', '.join(wrong)}: a row's only extra columns are seconds_<task> (float seconds)")
+        return self
+
+
+def row_from_summary(summary_path: Path | str, summary: RunSummary | None = None) -> HistoryRow:
+    """One history row from a run's ``summary.json`` (``summary``: the file as already read) and the
+    files next to it.
+
+    Raises:
+        FileNotFoundError: no summary at ``summary_path``.
+        ValueError: the file is not a titanflow summary (pydantic's error names the fields).
+    """
+    summary_path = Path(summary_path).resolve()
+    if not summary_path.is_file():
+        raise FileNotFoundError(f"summary_path: {summary_path} does not exist; pass runs/<run-id>/summary.json")
+    try:
+        summary = summary or read_summary(summary_path)
+    except ValidationError as err:
+        raise ValueError(f"summary_path: {summary_path} is not a titanflow summary.json: {err}") from None
+    run_dir = summary_path.parent
+    losses = _losses(summary, run_dir)
+    started, finished = _times(summary, summary_path)
+    commit, dirty = git_state()
+    train = summary.train
+    return HistoryRow(
+        run_id=summary.run_id, flow_run_id=summary.flow_run_id,
+        scenario=summary.scenario, target=summary.target, init=summary.init,
+        config_key=config_key(summary.parameters),
+        parameters=json.dumps(summary.parameters, sort_keys=True, default=str),
+        started_at=started, finished_at=finished,
+        verdict=summary.verdict or ("fail" if summary.failed_task else "unknown"),
+        failure_class=classify(summary, log_tail(run_dir / "train.log", LOG_TAIL_LINES) or "", losses),
+        failed_task=summary.failed_task, error=summary.error, reason=summary.reason,
+        first_step_loss=losses[0] if losses else None, final_loss=losses[-1] if losses else None,
+        losses=losses,
+        tokens_per_s=train.tokens_per_s if train else None,
+        peak_memory_gib=train.peak_memory_gib if train else None,
+        peak_rss_bytes=train.peak_rss_bytes if train else None,
+        compile_warmup_s=summary.compile_warmup.seconds if summary.compile_warmup else None,
+        **{f"seconds_{task}": float(s) for task, s in summary.timings_s.items()},
+        total_s=summary.total_s,
+        **package_versions(), git_commit=commit, git_dirty=dirty,
+        nproc=_world_size(summary, run_dir), steps=summary.steps,
+        run_dir=str(run_dir),
+    )
+
+
+def _read_table(table: Path) -> pd.DataFrame:
+    """The parquet table read through one open file.
+
+    pyarrow given a path may open it more than once (footer, then pages); an append
+    replacing the file in between makes it read pages of one file against the footer of
+    another ("Unexpected end of stream", seen with concurrent appends). An open file keeps
+    the inode it opened, so a reader sees one complete version.
+    """
+    with open(table, "rb") as handle:
+        return pd.read_parquet(handle)
+
+
+def _frame(rows: list[dict]) -> pd.DataFrame:
+    """Rows as a DataFrame with stable dtypes (nullable integers, UTC timestamps)."""
+    df = pd.DataFrame(rows)
+    for column in ("peak_rss_bytes", "nproc", "steps"):
+        if column in df:
+            df[column] = df[column].astype("Int64")
+    return df
+
+
+def append_rows(rows: list[dict], history_dir: Path | str | None = None) -> Path:
+    """Add ``rows`` to the history table under the lock (module docstring); returns the table's path.
+
+    A row whose run_id is already in the table replaces it.
+
+    Raises:
+        filelock.Timeout: another append held the lock for :data:`LOCK_TIMEOUT_S`.
+    """
+    table = history_file(history_dir)
+    table.parent.mkdir(parents=True, exist_ok=True)
+    new = _frame(rows)
+    with FileLock(str(table.with_name(f".{table.name}.lock")), timeout=LOCK_TIMEOUT_S):
+        if table.is_file():
+            old = _read_table(table)
+            kept = old[~old.run_id.isin(new.run_id)]
+            new = pd.concat([kept, new], ignore_index=True) if len(kept) else new
+        tmp = table.with_name(f".{table.name}.{os.getpid()}.tmp")
+        new.to_parquet(tmp, index=False)
+        with open(tmp, "rb") as written:  # on disk before it replaces the table
+            os.fsync(written.fileno())
+        os.replace(tmp, table)
+    return table
+
+
+def append_run(summary_path: Path | str, history_dir: Path | str | None = None) -> HistoryRow:
+    """Append the run of ``summary_path`` to the history (:func:`row_from_summary`, :func:`append_rows`); returns its row."""
+    row = row_from_summary(summary_path)
+    append_rows([row.as_record()], history_dir)
+    return row
+
+
+def read_history(scenario: str | None = None, target: str | None = None, init: str | None = None,
+                 history_dir: Path | str | None = None) -> pd.DataFrame:
+    """The history table, optionally filtered, oldest run first; empty (no columns) when nothing was appended.
+
+    ``losses`` holds plain lists of floats. Reading needs no lock: the table is only ever replaced whole.
+    """
+    table = history_file(history_dir)
+    if not table.is_file():
+        return pd.DataFrame()
+    df = _read_table(table)
+    df["losses"] = df["losses"].map(lambda x: [float(v) for v in x] if x is not None else [])
+    for column, value in (("scenario", scenario), ("target", target), ("init", init)):
+        if value is not None:
+            df = df[df[column] == value]
+    return df.sort_values("finished_at", kind="stable").reset_index(drop=True)

@@ -1,0 +1,91 @@
+"""The first-step loss verdict: the measured loss against what is expected for the init.
+
+Random init: the derived value (titanflow.judge.expected_loss) from the vocab and hidden
+sizes of the model trained (the job's shape), +- the run's tolerance. Pretrained init: the
+golden first-step loss of (scenario, target) (titanflow.judge.goldens), and at least
+``pretrained_gap`` nats below the random-init value, so weights that were silently not
+loaded cannot pass; the user's own weights have no golden and are held to the gap alone.
+A NaN or infinite loss at any step fails regardless.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from titan_cfg.model_spec import Qwen3Shape
+from titan_cfg.scenarios import SCENARIOS
+from titanflow.judge.expected_loss import OUTPUT_INIT_VARIANCE, random_init_first_step_loss
+from titanflow.judge.goldens import GOLDEN_DIR, RECORD_COMMAND, curve_path, golden_for
+from titanflow.run.params import ScenarioRun
+
+Verdict = Literal["pass", "fail"]
+
+
+class LossVerdict(BaseModel):
+    """The first-step loss against its expectation."""
+
+    first_step_loss: float = Field(description="loss of step 1 (nats), rank 0")
+    expected_first_step_loss: float = Field(description="what step 1 should give (nats)")
+    tolerance: float = Field(description="allowed |measured - expected| (nats); 0 for a one-sided bound")
+    expectation_source: str = Field(description="where the expectation comes from (formula, golden file)")
+    verdict: Verdict = Field(description="pass or fail of this check")
+    reason: str = Field(description="the comparison in numbers")
+
+
+def non_finite_steps(losses: list[float] | None) -> list[int]:
+    """1-based steps whose loss is NaN or infinite (or missing)."""
+    return [i for i, x in enumerate(losses or [], 1) if x is None or not math.isfinite(float(x))]
+
+
+def judge(losses: list[float], shape: Qwen3Shape, run: ScenarioRun, golden_dir: Path = GOLDEN_DIR) -> LossVerdict:
+    """Compare ``losses[0]`` (nats) with the expectation for ``run.init`` (module docstring).
+
+    ``shape``: the trained model's (the job's); the golden is the one
+    :func:`titanflow.judge.goldens.golden_for` gives the run from ``golden_dir``, whose step 1 is
+    the pretrained expectation whatever steps the run has.
+
+    Raises:
+        ValueError: no losses.
+        FileNotFoundError: a pretrained run of the embedded weights has no golden curve
+            (the message says how to record one).
+    """
+    if not losses:
+        raise ValueError("compare_loss: no losses to judge")
+    tolerances, output_init = run.tolerances, SCENARIOS[run.scenario].output_init
+    golden = golden_for(run.scenario, run.target, run.init, run.weights, golden_dir)
+    if run.init == "pretrained" and run.weights is None and golden is None:
+        raise FileNotFoundError(f"no golden loss curve {curve_path(run.scenario, run.target, run.init).name}; "
+                                f"record one with {RECORD_COMMAND}")
+    random_expected = random_init_first_step_loss(shape.vocab_size, shape.hidden_size, output_init)
+    first = losses[0]
+    bound = random_expected - tolerances.pretrained_gap
+    if run.init == "pretrained" and golden is None:
+        expected, tol = bound, 0.0
+        source = (f"no golden for these weights: at most the random-init {random_expected:.4f} - "
+                  f"{tolerances.pretrained_gap} nats")
+    elif run.init == "pretrained":
+        expected, tol = golden.first_step_loss, tolerances.pretrained_first_step_loss
+        source = f"golden: {golden.path.name} step 1"
+    else:
+        expected, tol = random_expected, tolerances.first_step_loss
+        variance = OUTPUT_INIT_VARIANCE[output_init](shape.hidden_size)
+        source = (f"derived: ln({shape.vocab_size}) + {shape.hidden_size} x {variance:.6g} / 2 "
+                  f"(random-init logits, {output_init} output init; titanflow.judge.expected_loss)")
+    bad_steps = non_finite_steps(losses)
+    if bad_steps:
+        verdict, reason = "fail", f"non-finite loss at steps {bad_steps}"
+    elif run.init == "pretrained" and first > bound:
+        verdict, reason = "fail", (f"first-step loss {first:.4f} is not {tolerances.pretrained_gap} nats below the "
+                                   f"random-init {random_expected:.4f}: were the weights loaded?")
+    elif run.init == "pretrained" and golden is None:
+        verdict, reason = "pass", f"{first:.4f} <= {bound:.4f} (no golden for these weights: the gap alone)"
+    elif abs(first - expected) <= tol:
+        verdict, reason = "pass", f"|{first:.4f} - {expected:.4f}| = {abs(first - expected):.4f} <= {tol}"
+    else:
+        verdict, reason = "fail", f"|{first:.4f} - {expected:.4f}| = {abs(first - expected):.4f} > {tol}"
+    return LossVerdict(first_step_loss=first, expected_first_step_loss=expected, tolerance=tol,
+                       expectation_source=source, verdict=verdict, reason=reason)

@@ -1,0 +1,250 @@
+"""Regression rules (data, in ``regression_rules.toml``) and their evaluation against history.
+
+    from titanflow.judge import history, regression
+    row = history.append_run("runs/<run-id>/summary.json").as_record()
+    findings = regression.evaluate(row, history.read_history(scenario=row["scenario"], target=row["target"]))
+    table = [f.as_record() for f in findings]          # rows for prefect.artifacts.create_table_artifact
+
+Two kinds of rule (the TOML file's header explains its fields):
+
+- ``golden_curve``: every step's loss against the golden loss curve that applies to the run
+  (titanflow.judge.goldens.golden_for), within an absolute margin (nats). The curve is used
+  only when it was recorded with the run's workload (the ``config_key`` in its header).
+- ``history_median``: a metric against the median of the last ``baseline.runs``
+  passing runs of the same scenario, target, init and parameters that finished
+  before it, within a relative margin in the worse direction.
+
+Each finding carries the rule's class: ``numerics`` for the loss curve (one of the failure
+classes of titanflow.judge.failures) and ``performance`` for throughput, memory and time (a
+regression of a run that may well have passed).
+
+A rule without enough to compare with reports status "no baseline" (or "no value"
+when the run lacks the metric, e.g. a run that failed before training); it never
+passes silently.
+
+Golden curves are recorded from a real run (titanflow.judge.goldens.RECORD_COMMAND).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+import pandas as pd
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+
+from titanflow.judge.failures import FailureClass
+from titanflow.judge.goldens import GOLDEN_DIR, curve_path, golden_for
+
+#: The committed rules.
+RULES_PATH = Path(__file__).with_name("regression_rules.toml")
+
+#: Row columns a ``history_median`` rule may name (titanflow.judge.history), plus ``task_seconds``
+#: (every ``seconds_<task>`` column).
+HISTORY_METRICS = ("tokens_per_s", "peak_memory_gib", "peak_rss_bytes", "total_s", "compile_warmup_s",
+                   "first_step_loss", "final_loss", "task_seconds")
+
+#: Row columns a ``golden_curve`` rule may name.
+CURVE_METRICS = ("losses",)
+
+#: A rule's class: a failure class (the loss curve's is numerics), or performance (slower, larger).
+FindingClass = Literal["performance"] | FailureClass
+Status = Literal["pass", "fail", "no baseline", "no value"]
+
+
+class Rule(BaseModel):
+    """One regression rule; ``margin`` is absolute (golden_curve, nats) or relative (history_median, 0.05 = 5 %)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    kind: Literal["golden_curve", "history_median"]
+    metric: str
+    margin: float = Field(gt=0)
+    direction: Literal["lower_is_worse", "higher_is_worse"] | None = None
+    noise_floor: float = Field(0.0, ge=0)
+    finding_class: FindingClass = Field(alias="class")
+
+    @field_validator("metric")
+    @classmethod
+    def _known_metric(cls, metric: str, info: ValidationInfo) -> str:
+        kind = info.data.get("kind")  # absent when the kind itself was refused
+        known = CURVE_METRICS if kind == "golden_curve" else HISTORY_METRICS
+        if metric not in known:
+            raise ValueError(f"unknown {metric!r} for kind {kind!r}; known: {', '.join(known)}")
+        return metric
+
+    @model_validator(mode="after")
+    def _check(self) -> "Rule":
+        if self.kind == "history_median" and self.direction is None:
+            raise ValueError("direction: a history_median rule needs lower_is_worse or higher_is_worse")
+        return self
+
+
+class Baseline(BaseModel):
+    """How many passing runs make a history baseline."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    runs: int = Field(5, ge=1, description="median of the last `runs` passing runs")
+    min_runs: int = Field(3, ge=1, description="fewer passing runs than this: no baseline")
+
+    @model_validator(mode="after")
+    def _check(self) -> "Baseline":
+        if self.min_runs > self.runs:
+            raise ValueError(f"min_runs: {self.min_runs} exceeds runs {self.runs}; make it at most runs")
+        return self
+
+
+class Rules(BaseModel):
+    """The rules file: a baseline policy and a list of rules."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    baseline: Baseline = Baseline()
+    rules: list[Rule] = Field(min_length=1)
+
+
+def load_rules(path: Path | str = RULES_PATH) -> Rules:
+    """Read and validate a rules TOML file.
+
+    Raises:
+        ValueError: a TOML syntax error, or a field that fails validation; the message
+            names the file and each bad field (e.g. ``rules.2.metric``) with what is allowed.
+    """
+    path = Path(path)
+    try:
+        return Rules.model_validate(tomllib.loads(path.read_text()))
+    except tomllib.TOMLDecodeError as err:
+        raise ValueError(f"{path}: not valid TOML: {err}") from err
+    except ValidationError as err:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg'].removeprefix('Value error, ')}"
+                             for e in err.errors())
+        raise ValueError(f"{path}: {problems}") from None
+
+
+class Finding(BaseModel):
+    """One rule checked on one run: ``value`` against ``baseline`` within ``margin``.
+
+    ``passed`` is None when nothing could be compared (status "no baseline" or "no value").
+    """
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    metric: str
+    value: float | None
+    baseline: float | None
+    margin: float
+    passed: bool | None
+    status: Status
+    finding_class: FindingClass = Field(alias="class")
+    detail: str
+
+    def as_record(self) -> dict[str, Any]:
+        """A flat dict (key ``class``) for a table artifact or a DataFrame row."""
+        return self.model_dump(by_alias=True)
+
+
+def _check_curve(rule: Rule, row: dict, golden_dir: Path) -> Finding:
+    """The golden_curve rule on one run: the worst step decides."""
+    losses = list(row.get("losses") or [])
+    weights = json.loads(row.get("parameters") or "{}").get("weights")
+    name = curve_path(row["scenario"], row["target"], row["init"]).name
+
+    def finding(status: Status, detail: str, value=None, baseline=None, passed=None) -> Finding:
+        return Finding(metric=rule.metric, value=value, baseline=baseline, margin=rule.margin, passed=passed,
+                       status=status, finding_class=rule.finding_class, detail=detail)
+
+    if not losses:
+        return finding("no value", "the run logged no loss")
+    curve = golden_for(row["scenario"], row["target"], row["init"], weights, golden_dir)
+    if curve is None:
+        return finding("no baseline", f"no golden curve {name}" if weights is None
+                       else f"the goldens are of the embedded weights; this run trained {weights}")
+    if not curve.same_workload(row.get("config_key")):
+        return finding("no baseline", f"{name} was recorded with parameters {curve.config_key}, this run has "
+                       f"{row.get('config_key')}")
+    golden = curve.losses
+    steps = [s for s in range(1, len(losses) + 1) if s in golden]
+    if not steps:
+        return finding("no baseline", f"{name} shares no step with the run")
+    gaps = {s: abs(losses[s - 1] - golden[s]) if math.isfinite(losses[s - 1]) else math.inf for s in steps}
+    worst = max(steps, key=lambda s: gaps[s])
+    passed = gaps[worst] <= rule.margin
+    detail = (f"step {worst}: |{losses[worst - 1]:.5f} - {golden[worst]:.5f}| = {gaps[worst]:.5f} "
+              f"{'<=' if passed else '>'} {rule.margin} (worst of {len(steps)} steps vs {name})")
+    return finding("pass" if passed else "fail", detail, losses[worst - 1], golden[worst], passed)
+
+
+# --- history medians ----------------------------------------------------------------------------
+
+def baseline_runs(row: dict, history: pd.DataFrame, baseline: Baseline) -> pd.DataFrame:
+    """The last ``baseline.runs`` passing runs comparable with ``row`` (same scenario, target, init,
+    config_key) that finished before it; fewer (or none) when the history is short."""
+    if history.empty:
+        return history
+    same = ((history.scenario == row["scenario"]) & (history.target == row["target"])
+            & (history.init == row["init"]) & (history.config_key == row["config_key"])
+            & (history.verdict == "pass") & (history.run_id != row["run_id"])
+            & (history.finished_at < pd.Timestamp(row["finished_at"])))
+    return history[same].sort_values("finished_at").tail(baseline.runs)
+
+
+def _check_median(rule: Rule, metric: str, row: dict, previous: pd.DataFrame, baseline: Baseline) -> Finding:
+    """A history_median rule on one column of one run."""
+    value = row.get(metric)
+    value = None if value is None or pd.isna(value) else float(value)
+    past = [float(x) for x in previous[metric].dropna()] if metric in previous else []
+
+    def finding(status: Status, detail: str, base=None, passed=None) -> Finding:
+        return Finding(metric=metric, value=value, baseline=base, margin=rule.margin, passed=passed,
+                       status=status, finding_class=rule.finding_class, detail=detail)
+
+    if value is None:
+        return finding("no value", f"the run has no {metric}")
+    if len(past) < baseline.min_runs:
+        return finding("no baseline", f"{len(past)} comparable passing run(s), need {baseline.min_runs}")
+    median = statistics.median(past)
+    if rule.direction == "lower_is_worse":
+        limit = median * (1 - rule.margin)
+        passed = value >= limit or median - value <= rule.noise_floor
+        sign = ">="
+    else:
+        limit = median * (1 + rule.margin)
+        passed = value <= limit or value - median <= rule.noise_floor
+        sign = "<="
+    change = (value - median) / median if median else math.inf
+    detail = (f"{value:.4g} vs median {median:.4g} of {len(past)} runs ({change:+.1%}); "
+              f"needs {sign} {limit:.4g}" + (f" or a change within {rule.noise_floor}" if rule.noise_floor else ""))
+    return finding("pass" if passed else "fail", detail, median, passed)
+
+
+def evaluate(row: dict | pd.Series, history: pd.DataFrame, rules: Rules | None = None,
+             golden_dir: Path = GOLDEN_DIR) -> list[Finding]:
+    """Every rule on one run (a row of titanflow.judge.history) -> findings, in rule order.
+
+    ``history``: titanflow.judge.history.read_history(); may include ``row`` itself and
+    runs of other scenarios (only comparable earlier passing runs are used).
+    ``rules``: default :func:`load_rules` of the committed file.
+    """
+    rules = rules or load_rules()
+    row = dict(row)
+    previous = baseline_runs(row, history, rules.baseline)
+    findings = []
+    for rule in rules.rules:
+        if rule.kind == "golden_curve":
+            findings.append(_check_curve(rule, row, golden_dir))
+        elif rule.metric == "task_seconds":
+            findings += [_check_median(rule, column, row, previous, rules.baseline)
+                         for column in sorted(row) if column.startswith("seconds_")]
+        else:
+            findings.append(_check_median(rule, rule.metric, row, previous, rules.baseline))
+    return findings
+
+
+def regressions(findings: list[Finding]) -> list[Finding]:
+    """The findings that failed (``passed`` is False); "no baseline" and "no value" are not regressions."""
+    return [f for f in findings if f.passed is False]

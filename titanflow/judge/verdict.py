@@ -1,0 +1,30 @@
+"""The run's verdict, decided in one place from what the run recorded.
+
+    fail  a task raised (its error says why), or the first-step loss is out of its band,
+          or the loss curve left its golden band (a failed ``numerics`` finding);
+    pass  the first-step loss is within its band and no numerics finding failed;
+    None  the run has not got that far (nothing judged yet).
+
+Performance findings (slower, larger) never fail a run: they are flagged in the report.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from titanflow.judge.loss import LossVerdict
+from titanflow.judge.regression import Finding
+from titanflow.run.task_names import TaskName
+
+
+def final_verdict(failed_task: TaskName | None, loss: LossVerdict | None,
+                  findings: list[Finding]) -> tuple[Literal["pass", "fail"] | None, str | None]:
+    """(verdict, reason) of a run (module docstring); the reason of a failed task is its error, not repeated here."""
+    if failed_task is not None:
+        return "fail", None
+    if loss is None:
+        return None, None
+    numerics = [f for f in findings if f.passed is False and f.finding_class == "numerics"]
+    if loss.verdict == "pass" and numerics:
+        return "fail", "loss curve regression: " + "; ".join(f"{f.metric} {f.detail}" for f in numerics)
+    return loss.verdict, loss.reason

@@ -1,0 +1,97 @@
+"""Training: launch the rendered job with torchrun and measure it.
+
+Writes ``runs/<id>/train.log`` (rank 0, streamed live to the Prefect run log),
+``runs/<id>/train/ranks/`` (every rank's own log, from torchrun ``--log-dir``)
+and ``runs/<id>/metrics.csv`` (step, loss, grad_norm, memory_gib, tps).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from titan_cfg.job import Job
+from titanflow import paths
+from titanflow.judge.loss import non_finite_steps
+from titanflow.launch.metrics import metrics_table
+from titanflow.launch.process import run_streaming
+from titanflow.launch.render import RenderedJob
+
+
+class TrainingError(RuntimeError):
+    """torchrun failed, timed out, or logged no step; the message carries the log tail."""
+
+
+class TrainResult(BaseModel):
+    """Summary of a finished training launch."""
+
+    log_path: str | None = Field(description="runs/<id>/train.log, rank 0")
+    metrics_path: str | None = Field(description="runs/<id>/metrics.csv (step, loss, grad_norm, memory_gib, tps)")
+    losses: list[float] = Field(description="loss per step (nats), step 1 first, rank 0")
+    tokens_per_s: float = Field(description="all ranks: median per-rank tokens/s over steps >= 2, times world size")
+    peak_memory_gib: float = Field(description="largest per-rank peak memory torchtitan reported (GiB)")
+    peak_rss_bytes: int = Field(description="largest resident set of any process of the launch (bytes)")
+    wall_s: float = Field(description="seconds from launch to exit")
+
+
+def resolve_launcher(argv: list[str]) -> list[str]:
+    """Replace a bare ``torchrun`` by the one installed next to this Python (the project venv)."""
+    local = Path(sys.executable).parent / argv[0]
+    return [str(local) if local.exists() else (shutil.which(argv[0]) or argv[0]), *argv[1:]]
+
+
+def launch(rendered: RenderedJob, *, timeout_s: float, log_name: str = "train.log", on_line=lambda _: None,
+           extra_env: dict[str, str] | None = None):
+    """Run the rendered torchrun line, each output line to ``on_line``; returns (ProcessResult, log path)."""
+    log_path = Path(rendered.run_dir) / log_name
+    result = run_streaming(
+        resolve_launcher(rendered.argv),
+        env={**os.environ, **rendered.env, **(extra_env or {})},
+        log_path=log_path, timeout_s=timeout_s, on_line=on_line, cwd=paths.REPO_ROOT,
+    )
+    return result, log_path
+
+
+def run_training(rendered: RenderedJob, *, timeout_s: float, on_line=lambda _: None) -> TrainResult:
+    """Launch, then parse the metrics table; a NaN or infinite loss fails (a diverged model is not exported).
+
+    Raises:
+        TrainingError: non-zero exit, timeout, no step line logged (message has the log tail),
+            or a non-finite loss (torchtitan stops at one on the steps it logs, "Loss is not finite").
+    """
+    lines: list[str] = []
+    metrics_path = Path(rendered.run_dir) / "metrics.csv"
+
+    def keep(line: str) -> None:
+        lines.append(line)
+        on_line(line)
+
+    try:
+        result, log_path = launch(rendered, timeout_s=timeout_s, on_line=keep)
+    finally:  # interrupted or not, the steps that ran are kept
+        table = metrics_table(lines)
+        table.to_csv(metrics_path, index=False)
+    if result.timed_out or result.returncode != 0 or table.empty:
+        why = (f"timed out after {timeout_s:.0f} s" if result.timed_out
+               else f"torchrun exited {result.returncode}" if result.returncode else "no training step was logged")
+        tail = "\n".join(result.tail[-25:])
+        raise TrainingError(f"train: {why}; full log {log_path}\n--- last lines ---\n{tail}")
+    bad_steps = non_finite_steps([float(x) for x in table.loss])
+    if bad_steps:
+        raise TrainingError(f"train: non-finite loss at steps {bad_steps}; full log {log_path}")
+    world_size = Job.read(Path(rendered.job_path)).world_size
+    later = table[table.step >= 2].tps
+    per_rank_tps = float(later.median()) if len(later) else float(table.tps.iloc[0])
+    return TrainResult(
+        log_path=str(log_path),
+        metrics_path=str(metrics_path),
+        losses=[float(x) for x in table.loss],
+        tokens_per_s=per_rank_tps * world_size,
+        peak_memory_gib=float(table.memory_gib.max()),
+        peak_rss_bytes=result.peak_rss_bytes,
+        wall_s=result.wall_s,
+    )

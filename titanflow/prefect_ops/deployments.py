@@ -1,0 +1,53 @@
+"""The deployments ``deployments/prefect.yaml`` must hold, derived from the registries.
+
+One ``qwen3-scenario`` deployment per scenario x target with a work pool x init, named
+``<scenario>-<target>-<init>`` and tagged ``scenario:``, ``target:``, ``init:``; one
+``qwen3-nightly`` deployment per such target, ``nightly-<target>``. The YAML stays the file
+Prefect deploys (``prefect deploy`` reads it); :func:`check_prefect_yaml` says where it and
+the registries part, and ``make server`` refuses a file that does not hold them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from titan_cfg.scenarios import SCENARIOS
+from titanflow.paths import REPO_ROOT
+from titanflow.run.params import INITS
+
+#: The deployments file, deployed from the repository root (entrypoints are relative to it).
+PREFECT_YAML = REPO_ROOT / "deployments" / "prefect.yaml"
+
+#: Target -> the work pool whose worker runs it. ``cuda`` has none: no CUDA node is part of the
+#: reference set-up, and a deployment nothing can pick up would only queue runs.
+WORK_POOLS = {"cpu": "cpu", "trn2": "trn2"}
+
+
+def expected_deployments() -> dict[str, dict]:
+    """{deployment name: {"flow", "work_pool", "parameters", "tags"}} the registries call for."""
+    rows = {}
+    for target, pool in WORK_POOLS.items():
+        for scenario in SCENARIOS:
+            for init in INITS:
+                rows[f"{scenario}-{target}-{init}"] = {
+                    "flow": "flows/scenario.py:qwen3_scenario", "work_pool": pool,
+                    "parameters": {"scenario": scenario, "target": target, "init": init},
+                    "tags": [f"scenario:{scenario}", f"target:{target}", f"init:{init}"]}
+        rows[f"nightly-{target}"] = {"flow": "flows/nightly.py:qwen3_nightly", "work_pool": pool,
+                                     "parameters": {"target": target}, "tags": ["suite:nightly", f"target:{target}"]}
+    return rows
+
+
+def check_prefect_yaml(prefect_yaml: Path = PREFECT_YAML) -> list[str]:
+    """Each way ``prefect_yaml`` differs from :func:`expected_deployments`, in words; [] when it holds them."""
+    found = {d["name"]: {"flow": d["entrypoint"], "work_pool": d["work_pool"]["name"],
+                         "parameters": d.get("parameters", {}), "tags": d.get("tags", [])}
+             for d in yaml.safe_load(prefect_yaml.read_text())["deployments"]}
+    expected = expected_deployments()
+    problems = [f"{name}: missing" for name in expected if name not in found]
+    problems += [f"{name}: not a scenario x target x init of the registries" for name in found if name not in expected]
+    problems += [f"{name}: {key} is {found[name][key]!r}, expected {row[key]!r}"
+                 for name, row in expected.items() if name in found for key in row if found[name][key] != row[key]]
+    return problems

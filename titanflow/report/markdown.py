@@ -1,0 +1,66 @@
+"""The run's summary as markdown: verdict, loss figures, failures with their class, validation,
+timings, the loss-curve plot inlined and, for a failed run, the end of ``train.log``."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from titanflow.judge.regression import Finding
+from titanflow.report.artifacts import png_markdown
+from titanflow.run.summary import RunSummary
+
+#: Lines of train.log shown in a failed run's report.
+LOG_TAIL_LINES = 40
+
+
+def fenced(text: str) -> str:
+    """``text`` in a fenced code block whose fence is longer than any backtick run inside it
+    (CommonMark), so a log line with backticks cannot end the block early."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}text\n{text}\n{fence}"
+
+
+def summary_markdown(summary: RunSummary, *, loss_curve: Path | None = None, log: str | None = None,
+                     findings: list[Finding] | None = None) -> str:
+    """The run's summary as a short markdown report.
+
+    ``loss_curve``: a PNG inlined under the summary; ``log``: the log tail shown (fenced) when
+    the run failed; ``findings``: the regression findings, whose failures are listed with their class.
+    """
+    verdict = (summary.verdict or "unknown").upper()
+    lines = [f"# {summary.scenario} on {summary.target} ({summary.init} init): {verdict}", ""]
+    if summary.loss:
+        loss = summary.loss
+        lines += [f"- first-step loss **{loss.first_step_loss:.4f}**, expected "
+                  f"{loss.expected_first_step_loss:.4f} +- {loss.tolerance} ({loss.expectation_source})"]
+    if summary.failed_task:
+        lines += [f"- failed task: `{summary.failed_task}`: {summary.error or ''}"]
+    if summary.reason:
+        lines += [f"- loss check ({summary.verdict or ''}): {summary.reason}"]
+    for finding in findings or []:
+        if finding.passed is False:
+            lines += [f"- out of margin ({finding.finding_class or 'unclassified'}): {finding.metric} "
+                      f"{finding.value} against baseline {finding.baseline} (margin {finding.margin})"]
+    if summary.validation:
+        v, load = summary.validation, summary.validation.load
+        lines += [f"- export {summary.export.export_dir if summary.export else None}: absent from files "
+                  f"{load.missing_in_files}, missing {load.missing}, unexpected {load.unexpected}, tied {load.tied}"]
+        if v.parity:
+            lines += [f"- parity with the trained model: KL {v.parity.kl:.3g}, top-1 {v.parity.top1_agreement:.4f}"]
+        if v.round_trip:
+            lines += [f"- round trip HF -> torchtitan -> HF: {v.round_trip.tensors} tensors, "
+                      f"{len(v.round_trip.differing)} differing"]
+        lines += [f"- validation seconds: {v.seconds}"]
+    if summary.train:
+        lines += [f"- {summary.train.tokens_per_s:.0f} tokens/s, peak RSS "
+                  f"{summary.train.peak_rss_bytes / 2**30:.2f} GiB"]
+    if log is not None and verdict == "FAIL":  # before the timings and the plot: it says why
+        lines += ["", f"## Last {len(log.splitlines())} lines of train.log", "", fenced(log)]
+    lines += ["", "| task | seconds |", "|---|---|"]
+    lines += [f"| {name} | {s:.1f} |" for name, s in summary.timings_s.items()]
+    if loss_curve is not None:
+        lines += ["", "## Loss curve", "", png_markdown(loss_curve, f"loss per step, run {summary.run_id}"),
+                  "", f"`{loss_curve}`"]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,198 @@
+"""Flow parameters: :class:`ScenarioRun`, validated before anything runs.
+
+Every check here is cheap (no torch import, no compute) and every error names
+the field and the fix, so a bad ``prefect deployment run --param`` or CLI flag
+fails in seconds rather than minutes into training.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Literal, get_args
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from titan_cfg import kernels
+from titan_cfg.job import ExportDtype, Init
+from titan_cfg.scenarios import SCENARIOS
+from titan_cfg.targets import TARGETS, Target
+from titanflow import paths
+
+# Closed choices typed as such: the flows' signatures use them, so a deployment's parameter schema
+# (enforced by the server) and the UI's run form refuse or offer exactly these values.
+ScenarioName = Literal[tuple(SCENARIOS)]
+TargetName = Literal[tuple(TARGETS)]
+
+
+class Tolerances(BaseModel):
+    """How far a measured value may sit from its expectation (absolute, in nats)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    first_step_loss: float = Field(
+        0.15,
+        gt=0,
+        description="random init: |measured - derived| first-step loss. 0.15 covers the batch "
+        "mean of the target logit, measured at about +-0.06 (docs/notes/torchtitan-on-cpu.md), with margin",
+    )
+    pretrained_first_step_loss: float = Field(
+        0.05, gt=0, description="pretrained init: |measured - golden| first-step loss (nats)")
+    pretrained_gap: float = Field(
+        2.0, gt=0, description="pretrained init: first-step loss at least this far below the random-init value, "
+        "so weights that were silently not loaded fail")
+    parity_kl: float = Field(1e-6, gt=0, description="max mean KL(trained || export) per token, nats (fp32 on CPU)")
+    parity_top1: float = Field(1.0, gt=0, le=1, description="min top-1 agreement, trained vs export")
+    parity_router: float = Field(1.0, gt=0, le=1, description="MoE: min fraction of (layer, token) pairs whose "
+                                 "top-k experts are the same, trained vs export")
+
+
+class ScenarioRun(BaseModel):
+    """One scenario run as the user asked for it; ``None`` means "the target's default".
+
+    Sizes are counts: ``global_batch_size`` sequences per step over all ranks,
+    ``seq_len`` tokens per sequence; ``timeout_s`` seconds for the training launch.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    scenario: str = Field("native", description="; ".join(f"{name}: {s.description}" for name, s in SCENARIOS.items()))
+    target: str = Field("cpu", description=f"one of: {', '.join(TARGETS)} (titan_cfg/targets.py)")
+    init: Init = Field("random", description="random | pretrained")
+    weights: str | None = Field(None, description="local HF folder or Hub id; None: the embedded tiny Qwen3 "
+                                "(random init) or its pretrained checkpoint (pretrained init)")
+    steps: int = Field(10, ge=1)
+    global_batch_size: int | None = Field(None, ge=1)
+    seq_len: int | None = Field(None, ge=16)
+    nproc: int | None = Field(None, ge=1, description="ranks; None: the target's world size")
+    lr: float = Field(8e-4, gt=0)
+    warmup_steps: int | None = Field(None, ge=0, description="linear lr warm-up steps; None: min(2, steps)")
+    seed: int = 0
+    export_dtype: ExportDtype = Field("float32", description="float32 | bfloat16 | float16")
+    compile: bool = Field(False, description="true | false: torch.compile the model (warm-up fills the cache)")
+    kernels: dict[str, str] | None = Field(
+        None, description=f"kernel implementation per op, over the target's and scenario's choice, "
+        f"as op=impl[,op=impl] or a JSON object; known: {kernels.known()}")
+    timeout_s: float = Field(1800, gt=0, description="seconds before a training launch is killed (each attempt: "
+                             "an infrastructure failure is retried twice)")
+    runs_dir: str | None = Field(None, description="parent of runs/<run-id>; None: $TITANFLOW_RUNS or <repo>/runs")
+    run_id: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    tolerances: Tolerances = Tolerances()
+
+    @field_validator("kernels", mode="before")
+    @classmethod
+    def _parse_kernels(cls, value):
+        """Accept ``"rope=cpu,attention=sdpa"`` (command line) as well as a mapping."""
+        if isinstance(value, str):
+            pairs = [item.split("=", 1) for item in value.split(",") if item.strip()]
+            if any(len(pair) != 2 for pair in pairs):
+                raise ValueError(f"kernels: {value!r} is not op=impl[,op=impl] (e.g. rope=cpu)")
+            return {op.strip(): name.strip() for op, name in pairs}
+        return value
+
+    @model_validator(mode="after")
+    def _check(self) -> "ScenarioRun":
+        if self.scenario not in SCENARIOS:
+            raise ValueError(f"scenario: unknown {self.scenario!r}; known: {', '.join(SCENARIOS)}")
+        if self.target not in TARGETS:
+            raise ValueError(f"target: unknown {self.target!r}; known: {', '.join(TARGETS)}")
+        limit = SCENARIOS[self.scenario].rank_limits.get(self.target)
+        if limit and self.world_size > limit[0]:
+            raise ValueError(f"nproc: {self.scenario} on {self.target} runs on at most {limit[0]} rank(s): {limit[1]}")
+        if self.global_batch_size_resolved % self.world_size:
+            raise ValueError(
+                f"nproc: {self.world_size} ranks do not divide global_batch_size "
+                f"{self.global_batch_size_resolved}; pick a global_batch_size that is a multiple of nproc"
+            )
+        if self.warmup_steps is not None and self.warmup_steps > self.steps:
+            raise ValueError(f"warmup_steps: {self.warmup_steps} exceeds steps {self.steps}; pass at most {self.steps}")
+        for op, name in self.kernels_resolved.items():  # KernelChoiceError (a ValueError) names the op and the fix
+            kernels.implementation(op, name).check_shape(self.seq_len_resolved, self.target_spec.lnc)
+        if self.weights is not None and _looks_like_path(self.weights) and not Path(self.weights).exists():
+            raise ValueError(f"weights: folder {self.weights} does not exist; give a local HF folder or a Hub id")
+        return self
+
+    @property
+    def target_spec(self) -> Target:
+        """The :class:`Target` named by ``target``."""
+        return TARGETS[self.target]()
+
+    @property
+    def kernels_resolved(self) -> dict[str, str]:
+        """Implementation per op: the target's defaults, then the scenario's choice for the target,
+        then ``kernels`` (titan_cfg.kernels.resolve)."""
+        return kernels.resolve(self.target, self.target_spec.kernels,
+                               SCENARIOS[self.scenario].kernels.get(self.target), self.kernels)
+
+    @property
+    def world_size(self) -> int:
+        """Ranks over all nodes: ``nproc`` as given, else the target's, capped by the scenario's limit there."""
+        if self.nproc:
+            return self.nproc
+        limit = SCENARIOS[self.scenario].rank_limits.get(self.target)
+        return min(self.target_spec.nproc_per_node, limit[0]) if limit else self.target_spec.nproc_per_node
+
+    @property
+    def global_batch_size_resolved(self) -> int:
+        """Sequences per step over all ranks: as given, else the target's."""
+        return self.global_batch_size or self.target_spec.global_batch_size
+
+    @property
+    def seq_len_resolved(self) -> int:
+        """Tokens per sequence: as given, else the target's."""
+        return self.seq_len or self.target_spec.seq_len
+
+    @property
+    def warmup_steps_resolved(self) -> int:
+        """Warm-up steps: as given, else min(2, steps)."""
+        return self.warmup_steps if self.warmup_steps is not None else min(2, self.steps)
+
+    def runs_root(self) -> Path:
+        """Parent folder of this run's ``<run-id>/``."""
+        return Path(self.runs_dir).resolve() if self.runs_dir else paths.runs_root()
+
+
+#: Weight inits a suite runs per scenario.
+INITS: tuple[str, ...] = get_args(Init)
+
+
+def nightly_suite(scenarios: list[str] | None = None, inits: list[str] | None = None) -> list[tuple[str, str]]:
+    """(scenario, init) pairs of a nightly suite, in order; default every scenario x both inits.
+
+    Raises:
+        ValueError: an unknown scenario or init (names the known ones).
+    """
+    unknown = sorted(set(scenarios or []) - set(SCENARIOS)) + sorted(set(inits or []) - set(INITS))
+    if unknown:
+        raise ValueError(f"scenarios/inits: unknown {unknown}; scenarios: {', '.join(SCENARIOS)}; "
+                         f"inits: {', '.join(INITS)}")
+    return [(s, i) for s in (scenarios or list(SCENARIOS)) for i in (inits or list(INITS))]
+
+
+def _looks_like_path(weights: str) -> bool:
+    """A Hub id is ``name`` or ``org/name``; anything absolute, relative-dotted or deeper is a path."""
+    return weights.startswith(("/", ".", "~")) or weights.count("/") > 1 or os.path.isdir(weights)
+
+
+def is_hub_id(weights: str) -> bool:
+    """True for ``org/name``-style ids (what ``huggingface_hub.snapshot_download`` takes)."""
+    return not _looks_like_path(weights) and re.fullmatch(r"[\w.-]+(/[\w.-]+)?", weights) is not None
+
+
+def check_runs_dir_writable(root: Path) -> None:
+    """Fail before compute when the runs folder cannot be created and written.
+
+    Creates ``root`` if needed and writes (then removes) one probe file; a
+    permission check alone is not enough (root passes every ``os.access``).
+
+    Raises:
+        ValueError: names ``runs_dir``, the path and the OS error.
+    """
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=root, prefix=".write-probe-"):
+            pass
+    except OSError as err:
+        raise ValueError(f"runs_dir: {root} is not writable ({err.strerror}); pass --runs-dir a folder you can write") from err

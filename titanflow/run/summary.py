@@ -1,0 +1,152 @@
+"""The run record: :class:`RunSummary`, written as ``runs/<id>/summary.json``, and the recorder the flow fills.
+
+The summary is composed of what the tasks return (warm-up, training, export, validation, loss
+verdict, history findings), plus the run's identity, the failure if any and per-task timings.
+Every reader (history, report, CLI, nightly) validates it with
+``RunSummary.model_validate_json``. A :class:`RunRecorder` wraps each task call of the flow; when
+one raises it records the failed task and its error, and the flow writes the summary in its
+``finally`` before the exception propagates (the flow run ends Failed, its logs stay in
+``runs/<id>/``). Summaries written before the record was typed (the results' fields at the top
+level) are read too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import time
+from pathlib import Path
+from typing import Any, Iterator, Literal
+
+from pydantic import BaseModel, Field, computed_field, model_validator
+
+from titan_cfg.job import Init
+from titanflow.export.assemble import ExportResult
+from titanflow.export.validate import ValidationReport
+from titanflow.judge.loss import LossVerdict
+from titanflow.judge.regression import Finding
+from titanflow.judge.verdict import final_verdict
+from titanflow.launch.torchrun import TrainResult
+from titanflow.launch.warmup import WarmupResult
+from titanflow.paths import write_atomic
+from titanflow.run.task_names import TaskName
+
+#: The summary's file name inside the run folder.
+SUMMARY = "summary.json"
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
+
+class RunSummary(BaseModel):
+    """Everything a run produced and how it ended; ``None`` parts were not reached."""
+
+    run_id: str = Field(description="the run folder's name, runs/<run_id>")
+    flow_run_id: str | None = Field(None, description="the Prefect flow run that ran it")
+    scenario: str = Field(description="titan_cfg.scenarios name")
+    target: str = Field(description="titan_cfg.targets name")
+    init: Init = Field(description="random | pretrained")
+    steps: int = Field(description="training steps asked for")
+    kernels: dict[str, str] = Field(default_factory=dict, description="kernel implementation per op, resolved")
+    parameters: dict[str, Any] = Field(default_factory=dict, description="ScenarioRun as validated (model_dump)")
+    started_at: datetime.datetime | None = Field(None, description="UTC, when the flow began the run")
+    finished_at: datetime.datetime | None = Field(None, description="UTC, when the summary was last written")
+    compile_warmup: WarmupResult | None = Field(None, description="the compile_warmup task's result")
+    train: TrainResult | None = Field(None, description="the train task's result: losses, tokens/s, memory")
+    export: ExportResult | None = Field(None, description="the export task's result")
+    validation: ValidationReport | None = Field(None, description="the validate task's four levels")
+    loss: LossVerdict | None = Field(None, description="the compare_loss task's first-step verdict")
+    findings: list[Finding] = Field(default_factory=list, description="every regression rule on this run "
+                                    "(compare_history)")
+    verdict: Literal["pass", "fail"] | None = Field(None, description="the run's verdict "
+                                                    "(titanflow.judge.verdict.final_verdict)")
+    reason: str | None = Field(None, description="why the verdict, in numbers")
+    failed_task: TaskName | None = Field(None, description="the task that raised, if any")
+    error: str | None = Field(None, description="``<exception type>: <message>`` of the failed task")
+    timings_s: dict[str, float] = Field(default_factory=dict, description="wall seconds per task, in run order")
+
+    @computed_field(description="sum of timings_s (s)")
+    @property
+    def total_s(self) -> float:
+        return round(sum(self.timings_s.values()), 3)
+
+    @property
+    def losses(self) -> list[float]:
+        """Per-step losses (nats, step 1 first) of a finished training; [] otherwise."""
+        return self.train.losses if self.train else []
+
+    @property
+    def regressions(self) -> list[Finding]:
+        """The findings out of margin."""
+        return [f for f in self.findings if f.passed is False]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _nest_flat_results(cls, data):
+        """Read summaries whose task results sat at the top level (written before this model)."""
+        if not isinstance(data, dict) or "losses" not in data and "export_dir" not in data \
+                and "first_step_loss" not in data:
+            return data
+        data = dict(data)
+        if "losses" in data and "train" not in data:
+            data["train"] = {"log_path": data.pop("train_log", None), "metrics_path": None,
+                             "losses": data.pop("losses"), "tokens_per_s": data.pop("tokens_per_s"),
+                             "peak_memory_gib": data.pop("peak_memory_gib"),
+                             "peak_rss_bytes": data.pop("peak_rss_bytes"),
+                             "wall_s": (data.get("timings_s") or {}).get("train", 0.0)}
+        if "export_dir" in data and "export" not in data:
+            data["export"] = {"export_dir": data.pop("export_dir"),
+                              "untied_lm_head": data.pop("export_untied_lm_head", False)}
+        if "first_step_loss" in data and "loss" not in data:
+            data["loss"] = {name: data.pop(name) for name in
+                            ("first_step_loss", "expected_first_step_loss", "tolerance", "expectation_source")}
+            data["loss"].update(verdict=data.get("verdict"), reason=data.get("reason"))
+        data.pop("regressions", None)
+        return data
+
+
+class RunRecorder:
+    """Fills one :class:`RunSummary` as the flow runs its tasks, and writes it."""
+
+    def __init__(self, run_dir: Path, summary: RunSummary):
+        self.run_dir = run_dir
+        self.summary = summary.model_copy(update={"started_at": summary.started_at or _now()})
+
+    @property
+    def path(self) -> Path:
+        """``run_dir/summary.json``."""
+        return self.run_dir / SUMMARY
+
+    @contextlib.contextmanager
+    def task(self, task) -> Iterator[None]:
+        """Time the block as the Prefect task ``task`` (its ``name``); on an exception record it and
+        re-raise (the flow writes the summary in its ``finally``)."""
+        start = time.monotonic()
+        try:
+            yield
+        except BaseException as err:
+            reason = "interrupted (Ctrl-C)" if isinstance(err, KeyboardInterrupt) else str(err)
+            self.summary.failed_task = TaskName(task.name)
+            self.summary.error = f"{type(err).__name__}: {reason}"
+            raise
+        finally:
+            self.summary.timings_s[task.name] = round(time.monotonic() - start, 3)
+
+    def write(self) -> Path:
+        """Decide the verdict from the parts recorded so far (titanflow.judge.verdict), then write
+        ``run_dir/summary.json`` atomically; returns its path."""
+        self.summary.verdict, self.summary.reason = final_verdict(self.summary.failed_task, self.summary.loss,
+                                                                  self.summary.findings)
+        self.summary.finished_at = _now()
+        return write_atomic(self.path, self.summary.model_dump_json(indent=2) + "\n")
+
+
+def read_summary(path: Path | str) -> RunSummary:
+    """The summary at ``path`` (a summary.json), validated.
+
+    Raises:
+        FileNotFoundError: no file at ``path``.
+        pydantic.ValidationError: the file is not a titanflow summary (names the fields).
+    """
+    return RunSummary.model_validate_json(Path(path).read_text())

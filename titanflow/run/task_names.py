@@ -1,0 +1,25 @@
+"""The names of the scenario flow's tasks, defined once.
+
+They are the Prefect task names (``@task(name=...)``), the keys of ``timings_s`` in
+summary.json, the ``seconds_<task>`` columns of the history and the ``failed_task`` a
+failure is classified by.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class TaskName(StrEnum):
+    """One member per task of ``qwen3-scenario``, in the order the flow runs them."""
+
+    pull_weights = "pull_weights"
+    render_config = "render_config"
+    compile_warmup = "compile_warmup"
+    train = "train"
+    export = "export"
+    validate = "validate"
+    compare_loss = "compare_loss"
+    compare_history = "compare_history"
+    append_history = "append_history"
+    report = "report"
