@@ -1,1 +1,2 @@
-"""Prefect tasks, one concern per module. Each returns paths and small summaries, never tensors."""
+"""Prefect tasks: each a ``@task`` over one function of ``titanflow/`` (retries and retry predicates
+declared here, tasks/retry.py). Each returns paths and small typed results, never tensors."""

@@ -54,7 +54,7 @@ def cpu() -> Target:
 
     FSDP over 2 processes needs ``spmd_backend="partial_dtensor"`` in torchtitan 0.3.0:
     the default fails ("all parameters must be DTensors") and ``full_dtensor`` logs a
-    loss off by the data-parallel factor (measured, shared/notes).
+    loss off by the data-parallel factor (measured: docs/measurements.md).
     """
     return Target(
         name="cpu",

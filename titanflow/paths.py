@@ -33,12 +33,13 @@ def history_root() -> Path:
 
 
 def write_atomic(path: Path, data: str | bytes) -> Path:
-    """Write ``data`` to ``path`` through a hidden temporary sibling and ``os.replace``, so a reader
-    sees the old file or the new one, never half of it; returns ``path``."""
+    """Write ``data`` (text as UTF-8) to ``path`` through a hidden temporary sibling, flushed to disk,
+    then ``os.replace``: a reader sees the old file or the new one, never half of it, and a crash
+    leaves at most the temporary file. Returns ``path``."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    if isinstance(data, bytes):
-        tmp.write_bytes(data)
-    else:
-        tmp.write_text(data, encoding="utf-8")
+    with open(tmp, "wb") as handle:
+        handle.write(data.encode("utf-8") if isinstance(data, str) else data)
+        handle.flush()
+        os.fsync(handle.fileno())
     os.replace(tmp, path)
     return path

@@ -5,15 +5,8 @@ an *installer* that edits the torchtitan model config before the model is built 
 before parallelisation, compile and checkpoint load), and each implementation
 declares the targets it runs on and the tensor layout it expects. The registry's
 layout adapter (:mod:`titan_cfg.kernels.layout`) permutes torchtitan's tensors into
-that layout and the results back.
-
-    op          implementation   layout   targets          what it is
-    rope        reference        BLNH     all              torchtitan's CosSinRoPE, untouched
-    rope        cpu              BNLH     cpu, cuda        torch.library custom op (own autograd, fake impl)
-    rope        neuron           BNLH     trn2             nkilib rope_hf through torch-neuronx
-    rope        cuda             BNLH     cuda             Triton kernel behind a custom op
-    attention   flex             BLNH     cuda             torchtitan's FlexAttention, untouched
-    attention   sdpa             BNLH     all              SDPA on torchtitan's block-causal mask, made dense
+that layout and the results back. The table is :data:`OPS` below; the README's
+"Kernel overrides" table shows it to users (tests/unit/titan_cfg/test_kernels.py keeps the two equal).
 
 Layout letters: B batch, L sequence, N heads, H head_dim. The choice is resolved
 from the target's defaults, the scenario's per-target choices and the user's
@@ -135,7 +128,7 @@ OPS: dict[str, Op] = {
 
 
 def known() -> str:
-    """``rope: reference, cpu, neuron; attention: flex, sdpa`` (for error messages)."""
+    """``rope: reference, cpu, neuron, cuda; attention: flex, sdpa`` (for error messages)."""
     return "; ".join(f"{name}: {', '.join(op.implementations)}" for name, op in OPS.items())
 
 

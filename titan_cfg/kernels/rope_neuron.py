@@ -6,7 +6,7 @@ torch-neuronx raises ImportError naming the package. The op has the same contrac
 as the cpu one (:mod:`titan_cfg.kernels.rope_cpu`): HF layout [B, N, L, H] in,
 new tensors out, inputs never mutated, backward by the kernel's own backward mode.
 
-Kernel facts (shared/notes, nkilib RoPE docs): ``rope_hf(q, k, q_out, k_out, cos, sin,
+Kernel facts (nkilib RoPE docs; docs/measurements.md): ``rope_hf(q, k, q_out, k_out, cos, sin,
 backward=...)`` writes into ``q_out``/``k_out``; it computes in the input dtype (bf16),
 while torchtitan's CosSinRoPE upcasts to fp32, so expect bf16 rounding differences,
 not equality; the sequence length must be a multiple of 128 x LNC (256 at LNC=2). The

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import subprocess
 from datetime import datetime, timedelta, timezone
@@ -271,11 +270,7 @@ def append_rows(rows: list[dict], history_dir: Path | str | None = None) -> Path
             old = _read_table(table)
             kept = old[~old.run_id.isin(new.run_id)]
             new = pd.concat([kept, new], ignore_index=True) if len(kept) else new
-        tmp = table.with_name(f".{table.name}.{os.getpid()}.tmp")
-        new.to_parquet(tmp, index=False)
-        with open(tmp, "rb") as written:  # on disk before it replaces the table
-            os.fsync(written.fileno())
-        os.replace(tmp, table)
+        paths.write_atomic(table, new.to_parquet(index=False))
     return table
 
 

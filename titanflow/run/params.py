@@ -36,7 +36,7 @@ class Tolerances(BaseModel):
         0.15,
         gt=0,
         description="random init: |measured - derived| first-step loss. 0.15 covers the batch "
-        "mean of the target logit, measured at about +-0.06 (docs/notes/torchtitan-on-cpu.md), with margin",
+        "mean of the target logit, measured at about +-0.06 (docs/measurements.md), with margin",
     )
     pretrained_first_step_loss: float = Field(
         0.05, gt=0, description="pretrained init: |measured - golden| first-step loss (nats)")

@@ -11,7 +11,7 @@ def test_derivation_gives_walkthrough_figure_for_qwen3_4b():
     assert derived == pytest.approx(11.93122 + 0.512, abs=1e-4)
     assert round(derived, 2) == 12.44
     # The AWS walkthrough published 12.43 from random init; the batch mean of the target logit
-    # spreads first-step losses by about +-0.06 (measured, shared/notes), so they agree.
+    # spreads first-step losses by about +-0.06 (measured: docs/measurements.md), so they agree.
     assert abs(derived - 12.43) <= 0.06
 
 

@@ -150,3 +150,18 @@ def test_rope_override_refused_for_the_transformers_backend():
     backend_config = SimpleNamespace(model_spec=SimpleNamespace(model=SimpleNamespace()))
     with pytest.raises(kernels.KernelChoiceError, match="use rope=reference"):
         install(backend_config, "cpu")
+
+
+def test_readme_kernel_table_is_the_registry():
+    """The README's "Kernel overrides" table lists exactly OPS: op, implementation, layout, targets."""
+    from titan_cfg.kernels import ALL_TARGETS, OPS
+    from titanflow.paths import REPO_ROOT
+
+    readme = (REPO_ROOT / "README.md").read_text().split("## Kernel overrides", 1)[1].split("\n## ", 1)[0]
+    rows = [[cell.strip(" `") for cell in line.strip("|").split("|")] for line in readme.splitlines()
+            if line.startswith("| `")]
+    listed = {(op, name, layout, tuple(sorted(ALL_TARGETS)) if targets == "all" else
+               tuple(sorted(t.strip() for t in targets.split(",")))) for op, name, layout, targets, _ in rows}
+    registered = {(op.name, impl.name, impl.layout, tuple(sorted(impl.targets)))
+                  for op in OPS.values() for impl in op.implementations.values()}
+    assert listed == registered
