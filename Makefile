@@ -37,6 +37,7 @@ chromium:
 
 # A local Prefect server (SQLite in .prefect/), the work pools, every deployment of
 # deployments/prefect.yaml and a worker on the cpu pool; prints the UI URL. PORT=0 picks a free port.
+# The Prefect settings it relies on (leases on disk, analytics off) are in prefect.toml.
 PORT ?= 4200
 server: setup
 	$(BIN)/python -m titanflow.prefect_ops.server start --port $(PORT)

@@ -32,6 +32,7 @@ from tasks.weights import pull_weights
 from titan_cfg.job import ExportDtype, Init
 from titan_cfg.scenarios import SCENARIOS
 from titanflow.launch.slot import training_slot
+from titanflow.report.artifacts import artifact_key, waiting_progress
 from titanflow.run.params import ScenarioName, ScenarioRun, TargetName
 from titanflow.run.preflight import preflight
 from titanflow.run.summary import RunRecorder, RunSummary
@@ -103,16 +104,25 @@ def qwen3_scenario(
         run_id=run_dir.name, flow_run_id=str(runtime.flow_run.id), scenario=run.scenario, target=run.target,
         init=run.init, steps=run.steps, kernels=run.kernels_resolved, parameters=run.model_dump()))
     summary = record.summary
+
+    def slot():
+        """The node's training slot; waiting for it is logged and shown on the progress artifact."""
+        return training_slot(run_id=run_dir.name, on_wait=waiting_progress(artifact_key(run.model_dump()),
+                                                                           run_dir.name))
+
     try:
         builds = run.init == "pretrained" and run.weights is None  # may pretrain the embedded checkpoint first
-        with record.task(pull_weights), training_slot() if builds else contextlib.nullcontext():
+        with record.task(pull_weights) as timing, slot() if builds else contextlib.nullcontext() as held:
+            if held is not None:
+                timing.exclude_wait(held.waited_s)
             weights_dir = pull_weights(run.weights, run.init, SCENARIOS[run.scenario].model_type)
         with record.task(render_config):
             rendered = render_config(run, weights_dir, str(run_dir))
         with record.task(compile_warmup):
             summary.compile_warmup = compile_warmup(rendered, run.timeout_s)
-        with record.task(train), training_slot() as slot:
-            logger.info("holding the training slot %s", slot)
+        with record.task(train) as timing, slot() as held:
+            timing.exclude_wait(held.waited_s)  # a wait is recorded apart, never as training
+            logger.info("holding the training slot %s", held.name)
             summary.train = train(rendered, run.timeout_s)
         with record.task(export):
             summary.export = export(rendered.job_path, str(run_dir))

@@ -23,8 +23,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from titanflow.run.summary import RunSummary
 
-#: Prefect settings for command-line use, applied unless the caller set them: no telemetry
-#: (the server otherwise logs a DNS error at every start on a machine without network).
+#: Prefect settings for command-line use, applied unless the caller set them: no telemetry (the
+#: server otherwise logs a DNS error at every start on a machine without network). The repository's
+#: prefect.toml says the same for the server; this covers a command run from another folder.
 PREFECT_DEFAULTS = {
     "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
     "DO_NOT_TRACK": "1",
@@ -114,7 +115,7 @@ def _with_api(call) -> tuple[bool, object]:
     the call when it is unset; ``(False, None)`` after saying so when the given API does not answer."""
     for key, value in PREFECT_DEFAULTS.items():
         os.environ.setdefault(key, value)
-    from titanflow.prefect_ops.local_server import api_healthy, temporary_server
+    from titanflow.prefect_ops.local_server import api_healthy, prefect_home, temporary_server
 
     if os.environ.get("PREFECT_API_URL"):
         if not api_healthy(os.environ["PREFECT_API_URL"]):
@@ -123,8 +124,7 @@ def _with_api(call) -> tuple[bool, object]:
             return False, None
         return True, call()
     # Prefect reads PREFECT_API_URL when first imported: start the server before importing it.
-    prefect_home = Path(os.environ.get("PREFECT_HOME", Path.home() / ".prefect")).expanduser()
-    with temporary_server(prefect_home / "titanflow-server.log") as api_url:
+    with temporary_server(prefect_home() / "titanflow-server.log") as api_url:
         os.environ["PREFECT_API_URL"] = api_url
         try:
             return True, call()

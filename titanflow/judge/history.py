@@ -171,13 +171,15 @@ class HistoryRow(BaseModel):
     nproc: int | None = Field(description="world size: ranks of the launch (the job's)")
     steps: int = Field(description="training steps asked for")
     run_dir: str = Field(description="the run folder")
+    slot_wait_s: float = Field(0.0, description="seconds waited for the training slot: in no task's time, "
+                               "tokens/s or regression rule (tables written before it read 0 / NaN)")
 
     def as_record(self) -> dict:
         """The row as the table stores it: the columns in table order, ``seconds_<task>`` after
         ``compile_warmup_s``."""
         fields = self.model_dump(exclude=set(self.model_extra or {}))
         names = list(fields)
-        cut = names.index("compile_warmup_s") + 1
+        cut = names.index("compile_warmup_s") + 1  # the task times follow it, as in tables written before
         return {**{k: fields[k] for k in names[:cut]}, **(self.model_extra or {}),
                 **{k: fields[k] for k in names[cut:]}}
 
@@ -225,6 +227,7 @@ def row_from_summary(summary_path: Path | str, summary: RunSummary | None = None
         peak_memory_gib=train.peak_memory_gib if train else None,
         peak_rss_bytes=train.peak_rss_bytes if train else None,
         compile_warmup_s=summary.compile_warmup.seconds if summary.compile_warmup else None,
+        slot_wait_s=summary.slot_wait_s,
         **{f"seconds_{task}": float(s) for task, s in summary.timings_s.items()},
         total_s=summary.total_s,
         **package_versions(), git_commit=commit, git_dirty=dirty,

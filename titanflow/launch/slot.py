@@ -5,23 +5,88 @@ suite, a deployment run started by hand and a CLI run on the same machine queue 
 it instead of sharing the cores or the accelerators. The limit is Prefect's own
 (visible and adjustable in the UI under Concurrency), named ``titanflow-train-<host>``
 with 1 slot; it is created on first use when missing, so no set-up step can be forgotten.
+
+A held slot is a Prefect lease of :data:`LEASE_S` seconds, renewed every :data:`RENEW_EVERY_S`.
+The server keeps leases on disk (``prefect.toml``: filesystem lease storage), so a restart keeps
+them; its repossessor frees a slot whose lease expired, so a holder killed outright (SIGKILL,
+a lost node) frees it within :data:`LEASE_S`. Who holds the slot is recorded in the Prefect
+Variable of the limit (:class:`SlotHolder`): a run waiting for the slot logs that holder and
+how long it has waited, every :data:`WAIT_LOG_EVERY_S`, and frees the slot at once when the
+holder's flow run has ended (never when it is still live).
+
+Why not ``prefect.concurrency.sync.concurrency``: in Prefect 3.9.1 it stops renewing the lease
+after three failed attempts (about 5 s), so a server restarted in the middle of a multi-hour
+training drops the slot while the training goes on; and it exposes neither the wait nor the
+lease id, so a waiting run could neither say whom it waits for nor free the lease of a holder
+that has ended. The acquire, renew and release calls below are Prefect's own client API.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
+import datetime
+import logging
+import re
 import socket
-from typing import Iterator
+import threading
+import time
+from typing import Callable, Iterator
+from uuid import UUID
+
+from pydantic import BaseModel, Field
 
 #: Slots per node: trainings that may run at once on one machine.
 SLOTS_PER_NODE = 1
 #: Name prefix of the per-node limits.
 PREFIX = "titanflow-train-"
+#: Seconds a lease lasts unless renewed (the server accepts 60 s to a day): how long a slot whose
+#: holder died stays taken before the server frees it.
+LEASE_S = 120.0
+#: Seconds between renewals: four chances before the lease would expire.
+RENEW_EVERY_S = LEASE_S / 4
+#: Seconds between two "waiting for the training slot" log lines.
+WAIT_LOG_EVERY_S = 30.0
+#: Seconds between two acquisition attempts when the server does not say (its Retry-After header).
+RETRY_S = 5.0
+
+_HTTP_LOCKED = 423
+#: What the server answers a renewal of a lease it no longer has (expired and revoked, or lost).
+_LEASE_GONE = (404, 410)
+
+
+class SlotHolder(BaseModel):
+    """Who holds a training slot, as recorded in the limit's Prefect Variable."""
+
+    lease_id: UUID = Field(description="the Prefect concurrency lease")
+    flow_run_id: UUID | None = Field(description="the holding flow run (None outside a flow run)")
+    flow_run_name: str | None = Field(description="its Prefect name")
+    run_id: str | None = Field(description="the titanflow run folder's name")
+    host: str = Field(description="the machine the holder runs on")
+    since: datetime.datetime = Field(description="UTC, when the slot was acquired")
+
+    def describe(self) -> str:
+        """``run <run_id> (flow run <name> <id>) on <host> since <time>``."""
+        return (f"run {self.run_id} (flow run {self.flow_run_name} {self.flow_run_id}) on {self.host} "
+                f"since {self.since:%H:%M:%S} UTC")
+
+
+class HeldSlot(BaseModel):
+    """A slot this process holds: the limit, the lease, and the seconds waited for it."""
+
+    name: str = Field(description="the global concurrency limit")
+    lease_id: UUID = Field(description="the current lease (a re-acquired slot has a new one)")
+    waited_s: float = Field(description="seconds between asking for the slot and getting it")
 
 
 def limit_name(host: str | None = None) -> str:
     """``titanflow-train-<host>``: the concurrency limit of this machine (``socket.gethostname()``)."""
     return PREFIX + (host or socket.gethostname())
+
+
+def holder_variable(name: str) -> str:
+    """The Prefect Variable naming the holder of limit ``name`` (letters, digits, ``-`` and ``_`` only)."""
+    return re.sub(r"[^A-Za-z0-9_-]", "_", name).lower()
 
 
 def ensure_limit(name: str, slots: int = SLOTS_PER_NODE) -> None:
@@ -38,36 +103,214 @@ def ensure_limit(name: str, slots: int = SLOTS_PER_NODE) -> None:
                 client.create_global_concurrency_limit(GlobalConcurrencyLimitCreate(name=name, limit=slots))
 
 
-def release_stale_slots(api_url: str) -> list[str]:
-    """Free every occupied ``titanflow-train-*`` slot on the server at ``api_url``; returns the limits freed.
+def read_holder(name: str) -> SlotHolder | None:
+    """The recorded holder of limit ``name``, or None when none is recorded."""
+    from prefect.variables import Variable
 
-    For a server that has just started, when no flow run of it can be training: Prefect keeps slot
-    leases apart from the slot counts, so a server stopped while a run trained can come back with
-    the slot counted as taken and nobody to release it, and every later training would wait.
-    """
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.actions import GlobalConcurrencyLimitUpdate
-    from prefect.settings import PREFECT_API_URL, temporary_settings
+    value = Variable.get(holder_variable(name), default=None)
+    return SlotHolder.model_validate(value) if value else None
 
-    freed = []
-    with temporary_settings({PREFECT_API_URL: api_url}), get_client(sync_client=True) as client:
-        for limit in client.read_global_concurrency_limits(limit=200):
-            if limit.name.startswith(PREFIX) and limit.active_slots:
-                client.update_global_concurrency_limit(limit.name, GlobalConcurrencyLimitUpdate(active_slots=0))
-                freed.append(limit.name)
-    return freed
+
+def holder_ended(client, holder: SlotHolder) -> str | None:
+    """The final state name of the holder's flow run (``Completed``, ``Crashed``, ...), "gone" when
+    the server no longer knows it, or None while it may still train (or is not a flow run)."""
+    from prefect.exceptions import ObjectNotFound
+
+    if holder.flow_run_id is None:
+        return None
+    try:
+        state = client.read_flow_run(holder.flow_run_id).state
+    except ObjectNotFound:
+        return "gone"
+    return state.name if state is not None and state.is_final() else None
+
+
+def _status(err: Exception) -> int | None:
+    response = getattr(err, "response", None)
+    return getattr(response, "status_code", None)
+
+
+def _lease_holder():
+    """Prefect's lease holder for the current flow run (None outside one)."""
+    from prefect.context import FlowRunContext
+    from prefect.types._concurrency import ConcurrencyLeaseHolder
+
+    context = FlowRunContext.get()
+    if context is None or context.flow_run is None:
+        return None, None
+    return ConcurrencyLeaseHolder(type="flow_run", id=context.flow_run.id), context.flow_run
+
+
+def _try_acquire(client, name: str, holder) -> UUID | None:
+    """One attempt: the new lease's id, or None when the slot is taken (HTTP 423)."""
+    try:
+        response = client.increment_concurrency_slots_with_lease([name], SLOTS_PER_NODE, "concurrency", LEASE_S,
+                                                                 holder=holder)
+    except Exception as err:  # noqa: BLE001 - only "locked" is a normal answer; the rest is raised
+        if _status(err) == _HTTP_LOCKED:
+            return None
+        raise
+    return UUID(response.json()["lease_id"])
+
+
+def _free_if_ended(client, name: str, log: logging.Logger) -> bool:
+    """Release the lease of the recorded holder when its flow run has ended; True if it did."""
+    holder = read_holder(name)
+    ended = holder_ended(client, holder) if holder else None
+    if holder is None or ended is None:
+        return False
+    _forget(name, holder.lease_id)  # first: once the slot is free, the next holder records itself
+    client.release_concurrency_slots_with_lease(holder.lease_id)  # a lease already gone: a no-op
+    log.warning("training slot %s: its holder %s has ended (%s); its slot is freed", name, holder.describe(), ended)
+    return True
+
+
+def _forget(name: str, lease_id: UUID) -> None:
+    """Remove the holder record of limit ``name`` if it still names ``lease_id`` (call it while the
+    slot is still held, so no next holder can have recorded itself in between)."""
+    from prefect.variables import Variable
+
+    held = read_holder(name)
+    if held is not None and held.lease_id == lease_id:
+        Variable.unset(holder_variable(name))  # one already gone: False, no error
+
+
+def _acquire(client, name: str, holder, log: logging.Logger, on_wait: Callable[[str], None]) -> tuple[UUID, float]:
+    """Wait for the slot (module docstring); returns (lease id, seconds waited)."""
+    start = time.monotonic()
+    next_log = start
+    while True:
+        lease_id = _try_acquire(client, name, holder)
+        if lease_id is not None:
+            waited = time.monotonic() - start
+            if waited >= 1.0:
+                log.info("training slot %s acquired after waiting %.0f s", name, waited)
+            return lease_id, waited
+        if _free_if_ended(client, name, log):
+            continue
+        now = time.monotonic()
+        if now >= next_log:
+            held_by = read_holder(name)
+            message = (f"waiting for the training slot {name} (1 slot), held by "
+                       f"{held_by.describe() if held_by else 'a holder that recorded no name'}; "
+                       f"waited {now - start:.0f} s")
+            log.info(message)
+            on_wait(message)
+            next_log = now + WAIT_LOG_EVERY_S
+        time.sleep(RETRY_S)
+
+
+class _Renewer:
+    """Renews the lease every :data:`RENEW_EVERY_S` until stopped. A failed renewal (server down) is
+    logged once per outage and retried on the next beat; a lease the server no longer has (expired
+    during a long outage) is re-acquired, and if another run took the slot meanwhile that is logged
+    as an error: training goes on, which is the lesser harm for a long run."""
+
+    def __init__(self, slot: HeldSlot, record: Callable[[UUID], None], holder, log: logging.Logger):
+        self.slot, self.record, self.holder, self.log = slot, record, holder, log
+        self.stopping = threading.Event()
+        # the caller's context: its Prefect settings (API URL) and run logger reach the thread
+        self.thread = threading.Thread(target=contextvars.copy_context().run, args=(self.run,),
+                                       name=f"renew-{slot.name}", daemon=True)
+
+    def run(self) -> None:
+        from prefect.client.orchestration import get_client
+
+        failing = False
+        with get_client(sync_client=True) as client:
+            while not self.stopping.wait(RENEW_EVERY_S):
+                try:
+                    client.renew_concurrency_lease(self.slot.lease_id, LEASE_S)
+                    if failing:
+                        self.log.info("training slot %s: lease renewed again", self.slot.name)
+                    failing = False
+                except Exception as err:  # noqa: BLE001 - a monitoring failure must not stop training
+                    if _status(err) in _LEASE_GONE:
+                        self._reacquire(client)
+                    elif not failing:
+                        self.log.warning("training slot %s: lease renewal failed (%s); training goes on, "
+                                         "retrying every %.0f s", self.slot.name, err, RENEW_EVERY_S)
+                    failing = _status(err) not in _LEASE_GONE
+
+    def _reacquire(self, client) -> None:
+        lease_id = _try_acquire(client, self.slot.name, self.holder)
+        if lease_id is None:
+            self.log.error("training slot %s: the lease was lost and another run holds the slot now; this "
+                           "training goes on beside it", self.slot.name)
+            return
+        self.slot.lease_id = lease_id
+        self.record(lease_id)
+        self.log.warning("training slot %s: the lease was lost (server restart or outage) and re-acquired",
+                         self.slot.name)
+
+
+def _logger() -> logging.Logger:
+    from prefect.exceptions import MissingContextError
+    from prefect.logging import get_run_logger
+
+    try:
+        return get_run_logger()
+    except MissingContextError:
+        return logging.getLogger(__name__)
 
 
 @contextlib.contextmanager
-def training_slot(host: str | None = None) -> Iterator[str]:
-    """Hold this node's training slot for the block (waits while another run holds it); yields the limit's name.
+def training_slot(host: str | None = None, run_id: str | None = None,
+                  on_wait: Callable[[str], None] = lambda _: None) -> Iterator[HeldSlot]:
+    """Hold this node's training slot for the block, waiting while another run holds it; yields the
+    :class:`HeldSlot` (its ``waited_s`` is the wait, never part of any task's time).
+
+    ``run_id`` names the holder in the record; ``on_wait`` gets each "waiting for the training slot"
+    message (e.g. to update the progress artifact).
 
     Raises:
-        prefect.concurrency ConcurrencySlotAcquisitionError: the API cannot grant the slot.
+        httpx.HTTPStatusError: the API refused the request for another reason than a taken slot.
     """
-    from prefect.concurrency.sync import concurrency
+    from prefect.client.orchestration import get_client
+    from prefect.variables import Variable
 
     name = limit_name(host)
+    log = _logger()
     ensure_limit(name)
-    with concurrency(name, occupy=1, strict=True):
-        yield name
+    lease_holder, flow_run = _lease_holder()
+    since = datetime.datetime.now(datetime.UTC)
+
+    def record(lease_id: UUID) -> None:
+        Variable.set(holder_variable(name), SlotHolder(
+            lease_id=lease_id, flow_run_id=flow_run.id if flow_run else None,
+            flow_run_name=flow_run.name if flow_run else None, run_id=run_id, host=socket.gethostname(),
+            since=since).model_dump(mode="json"), overwrite=True)
+
+    with get_client(sync_client=True) as client:
+        lease_id, waited = _acquire(client, name, lease_holder, log, on_wait)
+        slot = HeldSlot(name=name, lease_id=lease_id, waited_s=round(waited, 3))
+        record(lease_id)
+        renewer = _Renewer(slot, record, lease_holder, log)
+        renewer.thread.start()
+        try:
+            yield slot
+        finally:
+            renewer.stopping.set()
+            renewer.thread.join(timeout=10)
+            try:
+                _forget(name, slot.lease_id)
+                client.release_concurrency_slots_with_lease(slot.lease_id)
+            except Exception as err:  # noqa: BLE001 - the lease expires on its own within LEASE_S
+                log.warning("training slot %s: release failed (%s); the server frees it when the lease "
+                            "expires (%.0f s)", name, err, LEASE_S)
+
+
+def release_stale_slots(api_url: str) -> list[str]:
+    """At a server's start: free every ``titanflow-train-*`` slot held by a flow run that has ended;
+    returns the limits freed. Slots of live runs are left alone (their leases survive a restart
+    and are renewed), and so are slots without a recorded holder (their leases expire)."""
+    from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    freed = []
+    log = logging.getLogger(__name__)
+    with temporary_settings({PREFECT_API_URL: api_url}), get_client(sync_client=True) as client:
+        for limit in client.read_global_concurrency_limits(limit=200):
+            if limit.name.startswith(PREFIX) and limit.active_slots and _free_if_ended(client, limit.name, log):
+                freed.append(limit.name)
+    return freed

@@ -16,6 +16,7 @@ import socket
 import subprocess
 import sys
 import time
+import tomllib
 from pathlib import Path
 from typing import Iterator
 
@@ -36,7 +37,20 @@ def api_healthy(api_url: str, timeout_s: float = 5.0) -> bool:
         return False
 
 
+def prefect_home() -> Path:
+    """PREFECT_HOME as Prefect will resolve it in this process: the environment variable, else ``home``
+    of ``prefect.toml`` in the working directory (the repository's sets ``.prefect``), else
+    ``~/.prefect``. Read without importing prefect, which would fix its settings before the command
+    line has set ``PREFECT_API_URL``."""
+    if os.environ.get("PREFECT_HOME"):
+        return Path(os.environ["PREFECT_HOME"]).expanduser()
+    toml = Path("prefect.toml")
+    home = tomllib.loads(toml.read_text()).get("home") if toml.is_file() else None
+    return Path(home).expanduser() if home else Path.home() / ".prefect"
+
+
 def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]

@@ -97,15 +97,14 @@ class ServerState:
 
 
 def prefect_env(home: Path, api_url: str) -> dict[str, str]:
-    """Environment for every Prefect command ``start`` runs: this home and server, no telemetry.
+    """Environment for every Prefect command ``start`` runs: this home and server, no client telemetry.
 
-    ``TITANFLOW_ROOT`` is where a flow run starts (the pull step of deployments/prefect.yaml).
+    The settings correctness depends on (lease storage, server analytics off) come from the
+    repository's prefect.toml: every command runs from the repository root, as any other way of
+    starting the server should. ``TITANFLOW_ROOT`` is where a flow run starts (the pull step of
+    deployments/prefect.yaml).
     """
-    return {**os.environ, "PREFECT_HOME": str(home), "PREFECT_API_URL": api_url,
-            "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1",
-            # concurrency-slot leases on disk, not in the server's memory: they survive a restart
-            # and expire there (titanflow.launch.slot)
-            "PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE": "prefect.server.concurrency.lease_storage.filesystem",
+    return {**os.environ, "PREFECT_HOME": str(home), "PREFECT_API_URL": api_url, "DO_NOT_TRACK": "1",
             "TITANFLOW_ROOT": str(REPO_ROOT)}
 
 
@@ -328,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"server port on 127.0.0.1, 0 for a free one (default: {DEFAULT_PORT})")
     args = parser.parse_args(argv)
     # Prefect reads its home when first imported (start imports it lazily): this command's is the server's.
-    os.environ.update(PREFECT_HOME=str(args.home.resolve()), PREFECT_SERVER_ANALYTICS_ENABLED="false", DO_NOT_TRACK="1")
+    os.environ.update(PREFECT_HOME=str(args.home.resolve()), DO_NOT_TRACK="1")
     if args.command == "start":
         try:
             print(describe(start(args.home, args.port)))

@@ -23,6 +23,7 @@ from prefect.artifacts import create_progress_artifact, create_table_artifact
 from prefect.client.schemas.actions import ArtifactUpdate
 from prefect.exceptions import MissingContextError
 from prefect.logging import get_run_logger
+
 from titanflow.judge.regression import Finding
 from titanflow.launch.metrics import parse_step_line
 
@@ -107,6 +108,20 @@ class TrainingProgress:
                 self.failures += 1
                 if self.failures == 1:
                     self._logger.warning("progress artifact %s not updated at step %d: %s", self.key, row["step"], err)
+
+
+def waiting_progress(key: str, run_id: str):
+    """An ``on_wait`` for titanflow.launch.slot.training_slot: each "waiting for the training slot"
+    message becomes the description of the ``<key>-progress`` artifact, at 0 %. A failure to publish
+    it is logged, never raised (waiting goes on)."""
+
+    def on_wait(message: str) -> None:
+        try:
+            create_progress_artifact(0.0, key=f"{key}-progress", description=f"run {run_id}: {message}")
+        except Exception as err:  # noqa: BLE001 - monitoring must not stop the run
+            logging.getLogger(__name__).warning("progress artifact %s-progress not updated: %s", key, err)
+
+    return on_wait
 
 
 def findings_rows(findings: Iterable[Finding]) -> list[dict[str, Any]]:

@@ -64,7 +64,10 @@ class RunSummary(BaseModel):
     reason: str | None = Field(None, description="why the verdict, in numbers")
     failed_task: TaskName | None = Field(None, description="the task that raised, if any")
     error: str | None = Field(None, description="``<exception type>: <message>`` of the failed task")
-    timings_s: dict[str, float] = Field(default_factory=dict, description="wall seconds per task, in run order")
+    timings_s: dict[str, float] = Field(default_factory=dict, description="wall seconds per task, in run order; "
+                                        "a wait for the training slot is not in them (slot_wait_s)")
+    slot_wait_s: float = Field(0.0, description="seconds spent waiting for the node's training slot "
+                               "(titanflow.launch.slot), apart from every task's time")
 
     @computed_field(description="sum of timings_s (s)")
     @property
@@ -106,6 +109,19 @@ class RunSummary(BaseModel):
         return data
 
 
+class TaskTiming:
+    """The timing of one task block: seconds spent waiting inside it are recorded apart."""
+
+    def __init__(self, summary: RunSummary):
+        self.summary = summary
+        self.waited_s = 0.0
+
+    def exclude_wait(self, seconds: float) -> None:
+        """``seconds`` of this block were a wait for the training slot: count them in ``slot_wait_s``, not the task."""
+        self.waited_s += seconds
+        self.summary.slot_wait_s = round(self.summary.slot_wait_s + seconds, 3)
+
+
 class RunRecorder:
     """Fills one :class:`RunSummary` as the flow runs its tasks, and writes it."""
 
@@ -119,19 +135,21 @@ class RunRecorder:
         return self.run_dir / SUMMARY
 
     @contextlib.contextmanager
-    def task(self, task) -> Iterator[None]:
+    def task(self, task) -> Iterator["TaskTiming"]:
         """Time the block as the Prefect task ``task`` (its ``name``); on an exception record it and
-        re-raise (the flow writes the summary in its ``finally``)."""
+        re-raise (the flow writes the summary in its ``finally``). Yields a :class:`TaskTiming` whose
+        ``exclude_wait`` takes a wait for the training slot out of the task's time."""
         start = time.monotonic()
+        timing = TaskTiming(self.summary)
         try:
-            yield
+            yield timing
         except BaseException as err:
             reason = "interrupted (Ctrl-C)" if isinstance(err, KeyboardInterrupt) else str(err)
             self.summary.failed_task = TaskName(task.name)
             self.summary.error = f"{type(err).__name__}: {reason}"
             raise
         finally:
-            self.summary.timings_s[task.name] = round(time.monotonic() - start, 3)
+            self.summary.timings_s[task.name] = round(time.monotonic() - start - timing.waited_s, 3)
 
     def write(self) -> Path:
         """Decide the verdict from the parts recorded so far (titanflow.judge.verdict), then write

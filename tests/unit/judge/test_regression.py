@@ -159,3 +159,28 @@ def test_golden_curve_file_round_trips(tmp_path):
     assert key == "abc" and curve[1] == 11.94006 and curve[10] == 11.62677
     with pytest.raises(ValueError, match="finite"):
         write_curve(tmp_path / "y.curve.csv", [1.0, float("nan")], "abc", {}, "note")
+
+
+def test_a_wait_for_the_training_slot_is_never_a_regression(tmp_path, golden_dir, monkeypatch):
+    """A run that waited 100 s for the slot, then trained 40 s as the last five did: the wait goes to
+    slot_wait_s, not to seconds_train or total_s, and no rule flags it (before, it was counted as training
+    and flagged +250 %)."""
+    from tasks.train import train
+    from titanflow.judge import history
+    from titanflow.run import summary as run_summary
+    from titanflow.run.summary import RunRecorder, RunSummary
+
+    clock = iter([1000.0, 1140.0])  # the train block: 140 s from entering it to leaving it
+    monkeypatch.setattr(run_summary.time, "monotonic", lambda: next(clock))
+    record = RunRecorder(tmp_path, RunSummary(run_id="waited", scenario="native", target="cpu", init="random",
+                                              steps=10, parameters={"steps": 10}))
+    with record.task(train) as timing:
+        timing.exclude_wait(100.0)
+    row = history.row_from_summary(record.write()).as_record()
+    assert (row["seconds_train"], row["slot_wait_s"], row["total_s"]) == (40.0, 100.0, 40.0)
+    past = pd.DataFrame([_row(f"r{day}", day, config_key=row["config_key"]) for day in range(1, 6)])
+    row = row | {"finished_at": pd.Timestamp("2026-11-20 02:00", tz="UTC"), "tokens_per_s": 500.0,
+                 "peak_memory_gib": 1.0, "peak_rss_bytes": 2**30}
+    findings = evaluate(row, past, golden_dir=golden_dir)
+    assert {f.metric: f.passed for f in findings if f.metric.startswith("seconds_")} == {"seconds_train": True}
+    assert [f for f in findings if f.passed is False] == []

@@ -1,35 +1,132 @@
-"""The node's training slot: a Prefect global concurrency limit created on first use, held while
-training, and freed when a restarted server still counts it taken."""
+"""The node's training slot against a real local Prefect server (the session's ``prefect_api``): created on
+first use, held under a renewed lease with its holder recorded, a wait that says whom it waits for and is
+measured, a slot whose holder has ended freed, a live holder's never, a lost lease re-acquired."""
 
+import contextvars
+import threading
+import time
+import uuid
+
+import pytest
 from prefect.settings import PREFECT_API_URL, temporary_settings
 
-from titanflow.launch.slot import SLOTS_PER_NODE, limit_name, release_stale_slots, training_slot
+from titanflow.launch import slot as slots
+from titanflow.launch.slot import SLOTS_PER_NODE, limit_name, read_holder, release_stale_slots, training_slot
 
 
-def _limit(client, name):
-    return client.read_global_concurrency_limit_by_name(name)
-
-
-def test_slot_is_created_held_and_released(prefect_api):
+@pytest.fixture()
+def api(prefect_api):
     from prefect.client.orchestration import get_client
 
     with temporary_settings({PREFECT_API_URL: prefect_api}), get_client(sync_client=True) as client:
-        with training_slot("test-node-a") as name:
-            assert name == limit_name("test-node-a") == "titanflow-train-test-node-a"
-            held = _limit(client, name)
-            assert (held.limit, held.active_slots) == (SLOTS_PER_NODE, 1)
-        assert _limit(client, name).active_slots == 0
+        yield client
 
 
-def test_stale_slot_left_by_a_stopped_server_is_freed(prefect_api):
-    """What a server restarted after `make stop` during training finds: the count says taken, no run holds it."""
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.actions import GlobalConcurrencyLimitUpdate
+@pytest.fixture()
+def fast(monkeypatch):
+    """Retry, log and renew every fraction of a second instead of every few seconds."""
+    monkeypatch.setattr(slots, "RETRY_S", 0.2)
+    monkeypatch.setattr(slots, "WAIT_LOG_EVERY_S", 0.5)
+    monkeypatch.setattr(slots, "RENEW_EVERY_S", 0.5)
 
-    with temporary_settings({PREFECT_API_URL: prefect_api}), get_client(sync_client=True) as client:
-        with training_slot("test-node-b") as name:
-            pass
-        client.update_global_concurrency_limit(name, GlobalConcurrencyLimitUpdate(active_slots=1))
-        assert name in release_stale_slots(prefect_api)
-        assert _limit(client, name).active_slots == 0
-        assert release_stale_slots(prefect_api) == []  # nothing left to free
+
+def _active(client, name: str) -> int:
+    return client.read_global_concurrency_limit_by_name(name).active_slots
+
+
+def _ended_flow_run_id(prefect_api) -> uuid.UUID:
+    from prefect import flow
+
+    @flow
+    def finished():
+        return 1
+
+    with temporary_settings({PREFECT_API_URL: prefect_api}):
+        return finished(return_state=True).state_details.flow_run_id
+
+
+def _stale_lease(client, name: str, flow_run_id: uuid.UUID) -> uuid.UUID:
+    """A lease of ``name`` recorded as held by ``flow_run_id``, as a holder killed mid-training leaves it."""
+    from prefect.variables import Variable
+
+    slots.ensure_limit(name)
+    lease_id = slots._try_acquire(client, name, None)
+    Variable.set(slots.holder_variable(name), slots.SlotHolder(
+        lease_id=lease_id, flow_run_id=flow_run_id, flow_run_name="gone-run", run_id="killed", host="node",
+        since="2026-12-01T00:00:00Z").model_dump(mode="json"), overwrite=True)
+    return lease_id
+
+
+def test_slot_is_created_held_recorded_and_released(api):
+    with training_slot("test-node-a", run_id="r1") as held:
+        assert held.name == limit_name("test-node-a") == "titanflow-train-test-node-a"
+        limit = api.read_global_concurrency_limit_by_name(held.name)
+        assert (limit.limit, limit.active_slots) == (SLOTS_PER_NODE, 1)
+        holder = read_holder(held.name)
+        assert (holder.run_id, holder.lease_id) == ("r1", held.lease_id) and held.waited_s < 5
+    assert _active(api, held.name) == 0 and read_holder(held.name) is None
+
+
+def test_a_waiting_run_names_the_holder_and_its_wait_is_measured(api, fast):
+    hold_s = 3.0
+    acquired = threading.Event()
+
+    def holder():
+        with training_slot("test-node-w", run_id="first"):
+            acquired.set()
+            time.sleep(hold_s)
+
+    first = threading.Thread(target=contextvars.copy_context().run, args=(holder,))  # the same Prefect API
+    first.start()
+    acquired.wait(30)
+    messages: list[str] = []
+    with training_slot("test-node-w", run_id="second", on_wait=messages.append) as held:
+        assert read_holder(held.name).run_id == "second"
+    first.join()
+    assert held.waited_s >= hold_s - 1.0
+    assert messages and all("waiting for the training slot titanflow-train-test-node-w (1 slot), held by run first"
+                            in m for m in messages)
+
+
+def test_slot_of_a_flow_run_that_ended_is_freed_at_once(api, prefect_api, fast):
+    name = limit_name("test-node-e")
+    _stale_lease(api, name, _ended_flow_run_id(prefect_api))
+    assert _active(api, name) == 1
+    with training_slot("test-node-e", run_id="next") as held:
+        assert held.waited_s < 5 and _active(api, name) == 1
+    assert _active(api, name) == 0
+
+
+def test_slot_of_a_live_flow_run_is_never_freed(api, prefect_api):
+    from prefect import flow
+
+    @flow
+    def not_started():
+        pass
+
+    name = limit_name("test-node-l")
+    live = api.create_flow_run(not_started)  # Scheduled: not final, so its holder may still train
+    lease_id = _stale_lease(api, name, live.id)
+    assert slots._free_if_ended(api, name, slots.logging.getLogger("test")) is False
+    assert release_stale_slots(prefect_api) == [] and _active(api, name) == 1
+    api.release_concurrency_slots_with_lease(lease_id)
+
+
+def test_server_start_frees_only_slots_whose_holder_ended(api, prefect_api):
+    name = limit_name("test-node-s")
+    _stale_lease(api, name, _ended_flow_run_id(prefect_api))
+    assert name in release_stale_slots(prefect_api)
+    assert _active(api, name) == 0 and read_holder(name) is None
+    assert release_stale_slots(prefect_api) == []  # nothing left to free
+
+
+def test_a_lease_lost_while_training_is_re_acquired(api, fast):
+    with training_slot("test-node-r", run_id="long") as held:
+        first = held.lease_id
+        api.release_concurrency_slots_with_lease(first)  # as an expired lease the server revoked
+        deadline = time.monotonic() + 10
+        while held.lease_id == first and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert held.lease_id != first and _active(api, held.name) == 1
+        assert read_holder(held.name).lease_id == held.lease_id
+    assert _active(api, held.name) == 0
