@@ -26,6 +26,7 @@ import subprocess
 from datetime import datetime, timedelta, timezone
 from importlib import metadata
 from pathlib import Path
+
 import pandas as pd
 from filelock import FileLock
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator

@@ -20,7 +20,7 @@ from matplotlib.figure import Figure
 FIGSIZE_IN = (6.4, 3.6)
 DPI = 100
 
-#: A curve: losses with step 1 first, or {step: loss} (the form ``titanflow.judge.expected_loss.read_curve`` returns first).
+#: A curve: losses with step 1 first, or {step: loss} (the form ``titanflow.judge.goldens.read_curve`` returns first).
 Curve = Sequence[float] | Mapping[int, float]
 
 

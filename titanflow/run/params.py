@@ -30,7 +30,7 @@ TargetName = Literal[tuple(TARGETS)]
 class Tolerances(BaseModel):
     """How far a measured value may sit from its expectation (absolute, in nats)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     first_step_loss: float = Field(
         0.15,
@@ -56,7 +56,7 @@ class ScenarioRun(BaseModel):
     ``seq_len`` tokens per sequence; ``timeout_s`` seconds for the training launch.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     scenario: str = Field("native", description="; ".join(f"{name}: {s.description}" for name, s in SCENARIOS.items()))
     target: str = Field("cpu", description=f"one of: {', '.join(TARGETS)} (titan_cfg/targets.py)")
@@ -110,7 +110,7 @@ class ScenarioRun(BaseModel):
             raise ValueError(f"warmup_steps: {self.warmup_steps} exceeds steps {self.steps}; pass at most {self.steps}")
         for op, name in self.kernels_resolved.items():  # KernelChoiceError (a ValueError) names the op and the fix
             kernels.implementation(op, name).check_shape(self.seq_len_resolved, self.target_spec.lnc)
-        if self.weights is not None and _looks_like_path(self.weights) and not Path(self.weights).exists():
+        if self.weights is not None and _looks_like_path(self.weights) and not Path(self.weights).expanduser().exists():
             raise ValueError(f"weights: folder {self.weights} does not exist; give a local HF folder or a Hub id")
         return self
 

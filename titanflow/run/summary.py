@@ -94,15 +94,15 @@ class RunSummary(BaseModel):
         data = dict(data)
         if "losses" in data and "train" not in data:
             data["train"] = {"log_path": data.pop("train_log", None), "metrics_path": None,
-                             "losses": data.pop("losses"), "tokens_per_s": data.pop("tokens_per_s"),
-                             "peak_memory_gib": data.pop("peak_memory_gib"),
-                             "peak_rss_bytes": data.pop("peak_rss_bytes"),
+                             "losses": data.pop("losses"), "tokens_per_s": data.pop("tokens_per_s", None),
+                             "peak_memory_gib": data.pop("peak_memory_gib", None),
+                             "peak_rss_bytes": data.pop("peak_rss_bytes", None),
                              "wall_s": (data.get("timings_s") or {}).get("train", 0.0)}
         if "export_dir" in data and "export" not in data:
             data["export"] = {"export_dir": data.pop("export_dir"),
                               "untied_lm_head": data.pop("export_untied_lm_head", False)}
         if "first_step_loss" in data and "loss" not in data:
-            data["loss"] = {name: data.pop(name) for name in
+            data["loss"] = {name: data.pop(name, None) for name in
                             ("first_step_loss", "expected_first_step_loss", "tolerance", "expectation_source")}
             data["loss"].update(verdict=data.get("verdict"), reason=data.get("reason"))
         data.pop("regressions", None)

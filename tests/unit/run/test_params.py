@@ -20,6 +20,9 @@ from titanflow.run.params import ScenarioRun, check_runs_dir_writable, is_hub_id
         ({"global_batch_size": 5, "nproc": 2}, "nproc"),
         ({"weights": "/no/such/folder"}, "weights"),
         ({"run_id": "../escape"}, "run_id"),
+        ({"lr": float("inf")}, "lr"),  # torchtitan would refuse it only after the flow started
+        ({"timeout_s": float("nan")}, "timeout_s"),
+        ({"weights": "~/no-such-titanflow-folder"}, "weights"),
     ],
 )
 def test_bad_field_is_named(fields, named):
@@ -129,3 +132,9 @@ def test_pretrained_load_needs_an_absolute_folder(tmp_path):
 
     with pytest.raises(ValueError, match="relative"):
         check_pretrained_source(Path("models/qwen3"))
+
+
+def test_a_weights_folder_under_home_is_found_with_a_tilde(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "tinyw").mkdir()
+    assert ScenarioRun(weights="~/tinyw").weights == "~/tinyw"
