@@ -4,8 +4,9 @@ Why not prefect-shell's ShellOperation or Prefect's ``timeout_seconds``: the
 former has no timeout and keeps no output tail, and the latter cannot
 interrupt a task blocked reading a silent child's pipe. torchrun forks worker
 processes, so the whole group is signalled (``start_new_session`` +
-``os.killpg``), and stdout/stderr are drained by two threads so a full pipe
-can never deadlock the child.
+``os.killpg``), and so is every descendant that left it (torchrun puts each rank in
+a group of its own), stopped ones included; stdout/stderr are drained by two threads
+so a full pipe can never deadlock the child.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
+
+import psutil
 
 #: Seconds between SIGTERM and SIGKILL when a run is stopped.
 KILL_GRACE_S = 10.0
@@ -82,7 +85,8 @@ def run_streaming(
         def stop_job() -> None:
             with lock:
                 tail_at_kill.extend(tail)  # what the job printed, not the launcher's own dying words
-            stop_group(proc.pid, KILL_GRACE_S)
+            # torchrun starts each rank in a process group of its own: reach them by name, taken now
+            stop_group(proc.pid, KILL_GRACE_S, others=descendants(proc.pid))
 
         def on_timeout() -> None:
             timed_out.set()
@@ -127,15 +131,25 @@ def _signal(pid: int, sig: int) -> None:
         pass
 
 
+def descendants(pid: int) -> list[int]:
+    """PIDs of every process ``pid`` started, at any depth, whatever process group or session it is in
+    ([] when ``pid`` is gone)."""
+    try:
+        return [child.pid for child in psutil.Process(pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+
+
 def stop_group(pid: int, grace_s: float, others: Iterable[int] = ()) -> None:
     """Stop the process group led by ``pid``, and the processes ``others`` (descendants that left
     the group, e.g. in sessions of their own): SIGTERM to all, then SIGKILL to whatever still runs
     after ``grace_s`` seconds (then waits up to :data:`KILL_WAIT_S` for them). A zombie counts as stopped; nothing is reaped here (the parent's
     wait does that), so a caller blocked in ``wait4`` on ``pid`` keeps its rusage."""
     others = list(others)
-    _signal_group(pid, signal.SIGTERM)
-    for other in others:
-        _signal(other, signal.SIGTERM)
+    for sig in (signal.SIGTERM, signal.SIGCONT):  # SIGCONT: a stopped process acts on the SIGTERM too
+        _signal_group(pid, sig)
+        for other in others:
+            _signal(other, sig)
     deadline = time.monotonic() + grace_s
     if all(wait_gone(p, max(0.0, deadline - time.monotonic())) for p in [pid, *others]):
         return

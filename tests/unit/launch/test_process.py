@@ -61,3 +61,22 @@ def test_ctrl_c_stops_the_group_before_propagating(tmp_path):
             time.sleep(600)
         """), env=dict(os.environ), log_path=tmp_path / "log", timeout_s=600)
     assert wait_gone(int(pid_file.read_text()), 10.0)  # signalled processes take a moment to die
+
+
+def test_timeout_ends_a_stopped_descendant_in_a_group_of_its_own(tmp_path):
+    """As torchrun starts a rank: a child in a session of its own, here stopped (SIGSTOP, a hung rank),
+    holding the output pipe. The timeout ends it too, and the runner returns within the kill grace."""
+    from titanflow.launch.process import KILL_GRACE_S
+
+    pid_file = tmp_path / "rank.pid"
+    result = run_streaming(_python(f"""
+        import subprocess, sys, time
+        rank = subprocess.Popen([sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGSTOP)"],
+                                start_new_session=True)
+        open({str(pid_file)!r}, "w").write(str(rank.pid))
+        print("started", flush=True)
+        time.sleep(600)
+    """), env=dict(os.environ), log_path=tmp_path / "log", timeout_s=3)
+    assert result.timed_out
+    assert wait_gone(int(pid_file.read_text()), 5.0)
+    assert result.wall_s < 3 + KILL_GRACE_S + 5  # not the 30 s per pipe reader a survivor would cost
