@@ -58,6 +58,9 @@ def check_weights_folder(run: ScenarioRun, folder: Path) -> Qwen3Shape:
         from titan_cfg.trainer_config import check_pretrained_source
 
         check_pretrained_source(folder)
+        from titanflow.weights.check import check_checkpoint
+
+        check_checkpoint(folder)  # every shard and tensor the load reads, before any rank starts
     return shape
 
 

@@ -1,0 +1,84 @@
+"""A pretrained checkpoint checked before launch: what torchtitan would otherwise find missing inside every rank.
+
+For ``init=pretrained`` the weights folder (a local folder, a Hub snapshot, the embedded pretrained tiny
+checkpoint alike) must hold every shard its ``model.safetensors.index.json`` names, every shard's
+safetensors header must read, and every tensor the model of its config.json has must be in some shard
+with that shape (a tied config's ``lm_head.weight`` excepted). The expected tensors come from
+transformers itself: the config's model built on the meta device (no memory, a few seconds), its
+state-dict keys mapped to the checkpoint keys they load from (titanflow.export.load.checkpoint_keys).
+A Hugging Face cache filled file by file can hold a partial snapshot without any error from
+huggingface_hub; the message then says how to complete it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from titanflow.export.load import checkpoint_keys
+from titanflow.export.structure import INDEX, read_headers
+
+#: How many missing or mismatched tensor names a message lists before "and N more".
+LISTED = 8
+
+
+def _listed(names: list[str]) -> str:
+    more = f" and {len(names) - LISTED} more" if len(names) > LISTED else ""
+    return ", ".join(names[:LISTED]) + more
+
+
+def _complete_the_cache(folder: Path, missing: list[str]) -> str:
+    """The fix for a partial Hub snapshot (``.../models--org--name/snapshots/<rev>``), else for a folder."""
+    parts = folder.parts
+    if "snapshots" in parts and parts[parts.index("snapshots") - 1].startswith("models--"):
+        repo = parts[parts.index("snapshots") - 1].removeprefix("models--").replace("--", "/")
+        return (f"the Hugging Face cache holds a partial snapshot of {repo}; complete it where there is network: "
+                f"hf download {repo} {' '.join(missing)}")
+    return "copy the missing files into the folder, or pass a complete one"
+
+
+def expected_tensors(folder: Path) -> dict[str, list[int] | None]:
+    """{checkpoint key: shape} the model of ``folder``'s config.json loads from (shape None for a key
+    transformers fuses after loading, e.g. a Qwen3 MoE expert); a tied config's lm_head is not among them."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(folder)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    own = {name: list(tensor.shape) for name, tensor in model.state_dict().items()}
+    keys = checkpoint_keys(model)
+    if config.tie_word_embeddings:
+        keys.discard("lm_head.weight")
+    return {key: own.get(key) for key in sorted(keys)}
+
+
+def check_checkpoint(folder: Path) -> None:
+    """Check a pretrained weights folder (module docstring) in seconds, before anything launches.
+
+    Raises:
+        ValueError: naming ``weights``, the folder, and each missing shard (with how to complete a
+            Hub snapshot), unreadable shard, missing tensor or tensor of another shape.
+    """
+    index = folder / INDEX
+    if index.is_file():
+        named = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        missing = [name for name in named if not (folder / name).is_file()]
+        if missing:
+            raise ValueError(f"weights: {folder} lacks {', '.join(missing)}, named by {INDEX}; "
+                             f"{_complete_the_cache(folder, missing)}")
+    try:
+        headers = read_headers(folder)
+    except ValueError as err:
+        raise ValueError(f"weights: {err}".replace("export: ", "")) from None
+    found = {name: shape for tensors in headers.values() for name, (_, shape) in tensors.items()}
+    expected = expected_tensors(folder)
+    absent = [key for key in expected if key not in found]
+    if absent:
+        raise ValueError(f"weights: {folder} lacks tensors its config.json's model loads: {_listed(absent)}; "
+                         "the checkpoint is incomplete or of another architecture")
+    wrong = [f"{key} {found[key]} (expected {shape})" for key, shape in expected.items()
+             if shape is not None and found[key] != shape]
+    if wrong:
+        raise ValueError(f"weights: {folder} has tensors of another shape than its config.json says: "
+                         f"{_listed(wrong)}")
