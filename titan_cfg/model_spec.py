@@ -98,6 +98,11 @@ def qwen3_shape(weights_dir: Path, model_type: str | None = None) -> Qwen3Shape:
             cannot build, or (MoE) routing torchtitan's Qwen3 MoE does not build.
     """
     config = read_config(weights_dir)
+    nested = (config.get("rope_parameters") or {}).get("rope_theta")
+    if nested is not None and config.get("rope_theta") is not None and nested != config["rope_theta"]:
+        raise ConfigError(f"weights_dir: config.json says rope_theta {config['rope_theta']} and "
+                          f"rope_parameters.rope_theta {nested}; they must agree (transformers 5.x reads the "
+                          "latter): remove one or make them equal")
     config = {**config, "rope_theta": rope_theta_of(config)}
     wanted = [model_type] if model_type else list(SHAPES)
     if config.get("model_type") not in wanted:

@@ -17,7 +17,9 @@ class Target(BaseModel):
 
     ``nproc_per_node`` ranks on one node (world size); ``global_batch_size``
     sequences per step over all ranks (``local = global / world size``),
-    ``seq_len`` tokens each.
+    ``seq_len`` tokens each. ``max_world_size`` and ``min_step_s`` bound what a run may ask
+    for: more ranks than the target has, or more steps than could finish within the run's
+    timeout even at ``min_step_s`` seconds each, are refused before anything runs.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -34,6 +36,8 @@ class Target(BaseModel):
     activation_checkpoint: str = "full"  # "none" | "full" | "selective"
     mixed_precision_param: str = "bfloat16"  # FSDP parameter dtype in forward/backward
     env: dict[str, str]          # environment every rank gets (on top of the caller's)
+    max_world_size: int | None = None  # most ranks the target has; None: this machine's CPU count
+    min_step_s: float = 0.05     # no step is faster (s): steps x this beyond the timeout is refused up front
 
     def missing_runtime(self) -> str | None:
         """Why this machine cannot launch the target (None when it can); checked before any compute."""
@@ -89,6 +93,7 @@ def trn2() -> Target:
         device="neuron",
         nproc_per_node=64,
         lnc=2,
+        max_world_size=64,  # 16 chips x 8 physical cores / LNC 2
         global_batch_size=64,
         seq_len=4096,
         kernels={"rope": "reference", "attention": "sdpa"},  # walkthrough: model_registry("4B", attn_backend="sdpa")
@@ -110,6 +115,8 @@ def cuda() -> Target:
         name="cuda",
         device="cuda",
         nproc_per_node=8,
+        max_world_size=8,
+        min_step_s=0.01,
         global_batch_size=64,
         seq_len=4096,
         kernels={"rope": "reference", "attention": "flex"},

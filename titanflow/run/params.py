@@ -27,6 +27,10 @@ ScenarioName = Literal[tuple(SCENARIOS)]
 TargetName = Literal[tuple(TARGETS)]
 
 
+#: The longest training launch a run may ask for (s): a week.
+MAX_TIMEOUT_S = 7 * 24 * 3600
+
+
 class Tolerances(BaseModel):
     """How far a measured value may sit from its expectation (absolute, in nats)."""
 
@@ -75,7 +79,7 @@ class ScenarioRun(BaseModel):
     kernels: dict[str, str] | None = Field(
         None, description=f"kernel implementation per op, over the target's and scenario's choice, "
         f"as op=impl[,op=impl] or a JSON object; known: {kernels.known()}")
-    timeout_s: float = Field(1800, gt=0, description="seconds before a training launch is killed (each attempt: "
+    timeout_s: float = Field(1800, gt=0, le=MAX_TIMEOUT_S, description="seconds before a training launch is killed (each attempt: "
                              "an infrastructure failure is retried twice)")
     runs_dir: str | None = Field(None, description="parent of runs/<run-id>; None: $TITANFLOW_RUNS or <repo>/runs")
     run_id: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -106,6 +110,16 @@ class ScenarioRun(BaseModel):
                 f"nproc: {self.world_size} ranks do not divide global_batch_size "
                 f"{self.global_batch_size_resolved}; pick a global_batch_size that is a multiple of nproc"
             )
+        most_ranks = self.target_spec.max_world_size or os.cpu_count() or 1
+        if self.world_size > most_ranks:
+            raise ValueError(f"nproc: {self.world_size} ranks, but {self.target} has {most_ranks}; pass --nproc "
+                             f"{most_ranks} or fewer")
+        fastest_s = self.steps * self.target_spec.min_step_s
+        if fastest_s > self.timeout_s:
+            raise ValueError(f"steps: {self.steps} steps take at least {fastest_s:.0f} s on {self.target} "
+                             f"({self.target_spec.min_step_s} s a step at best), beyond timeout_s {self.timeout_s:.0f}; "
+                             f"pass at most {int(self.timeout_s / self.target_spec.min_step_s)} steps or a longer "
+                             f"--timeout-s (at most {MAX_TIMEOUT_S})")
         if self.warmup_steps is not None and self.warmup_steps > self.steps:
             raise ValueError(f"warmup_steps: {self.warmup_steps} exceeds steps {self.steps}; pass at most {self.steps}")
         for op, name in self.kernels_resolved.items():  # KernelChoiceError (a ValueError) names the op and the fix

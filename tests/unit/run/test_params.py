@@ -23,6 +23,9 @@ from titanflow.run.params import ScenarioRun, check_runs_dir_writable, is_hub_id
         ({"lr": float("inf")}, "lr"),  # torchtitan would refuse it only after the flow started
         ({"timeout_s": float("nan")}, "timeout_s"),
         ({"weights": "~/no-such-titanflow-folder"}, "weights"),
+        ({"steps": 10**9}, "steps"),  # at 0.05 s a step at best, far beyond the 1800 s timeout
+        ({"timeout_s": 8 * 24 * 3600.0}, "timeout_s"),  # more than a week
+        ({"target": "trn2", "nproc": 128, "global_batch_size": 128}, "nproc"),  # trn2.48xlarge: 64 ranks
     ],
 )
 def test_bad_field_is_named(fields, named):
@@ -138,3 +141,14 @@ def test_a_weights_folder_under_home_is_found_with_a_tilde(tmp_path, monkeypatch
     monkeypatch.setenv("HOME", str(tmp_path))
     (tmp_path / "tinyw").mkdir()
     assert ScenarioRun(weights="~/tinyw").weights == "~/tinyw"
+
+
+def test_steps_are_bounded_by_the_timeout_at_the_fastest_step_the_target_can_do():
+    from titan_cfg.targets import TARGETS
+
+    fastest = TARGETS["cpu"]().min_step_s
+    most = int(1800 / fastest)  # the default timeout_s
+    assert ScenarioRun(steps=most).steps == most
+    with pytest.raises(ValidationError, match=f"steps: {most + 1} steps take at least .*pass at most {most} steps"):
+        ScenarioRun(steps=most + 1)
+    assert ScenarioRun(steps=most + 1, timeout_s=3600).steps == most + 1

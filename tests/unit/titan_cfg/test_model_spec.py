@@ -66,3 +66,15 @@ def test_bad_config_names_the_field(tmp_path, instruct_2507_folder, changes, nam
 def test_missing_config_json_is_named(tmp_path):
     with pytest.raises(ConfigError, match="config.json"):
         qwen3_shape(tmp_path)
+
+
+def test_contradicting_rope_bases_are_refused_not_resolved(tmp_path, instruct_2507_folder):
+    """transformers 5.x reads rope_parameters.rope_theta and 4.x the top-level rope_theta: a config.json
+    where they disagree would train one base and export another, so it is refused naming both."""
+    folder = _folder_with(tmp_path, instruct_2507_folder, rope_theta=1_000_000,
+                          rope_parameters={"rope_type": "default", "rope_theta": 5_000_000})
+    with pytest.raises(ConfigError, match=r"rope_theta 1000000 and rope_parameters\.rope_theta 5000000"):
+        qwen3_shape(folder)
+    same = _folder_with(tmp_path / "same", instruct_2507_folder, rope_theta=5_000_000,
+                        rope_parameters={"rope_type": "default", "rope_theta": 5_000_000})
+    assert qwen3_shape(same).rope_theta == 5_000_000
