@@ -7,7 +7,8 @@ concurrency limit, titanflow.launch.slot) while it trains, so a deployment run s
 by hand on the same node waits instead of sharing it. A failed scenario does not stop
 the others. The suite ends Completed when every run passed, else Failed, its state
 message saying how many failed and of which class; regressions that do not fail a run
-(slower, larger) are counted as flagged. The markdown artifact ``nightly-<target>``
+(slower, larger) are counted as flagged, and so are runs whose history could not be recorded.
+The markdown artifact ``nightly-<target>``
 keeps one version per night.
 """
 
@@ -31,7 +32,8 @@ from titanflow.run.summary import read_summary
 def outcome(summary_path: Path, state: State) -> dict:
     """One suite row from a finished subflow: its summary.json when it got that far, else its state."""
     if not summary_path.is_file():  # refused before any task ran (bad parameters)
-        return {"verdict": "fail", "failure_class": "infrastructure", "reason": state.message, "flagged": 0}
+        return {"verdict": "fail", "failure_class": "infrastructure", "reason": state.message, "flagged": 0,
+                "history_error": None}
     summary = read_summary(summary_path)
     return {
         "verdict": summary.verdict or "fail",
@@ -39,6 +41,7 @@ def outcome(summary_path: Path, state: State) -> dict:
         "reason": summary.error or summary.reason or "",
         "first_step_loss": summary.loss.first_step_loss if summary.loss else None,
         "flagged": sum(1 for r in summary.regressions if r.finding_class != "numerics"),
+        "history_error": summary.history_error,
     }
 
 
@@ -53,6 +56,9 @@ def suite_markdown(target: str, rows: list[dict]) -> str:
                      f"{r['flagged']} | {r['run_id']} |")
     for r in failed:
         lines += ["", f"- **{r['scenario']} / {r['init']}** ({r['failure_class']}): {str(r['reason'])[:500]}"]
+    for r in rows:
+        if r.get("history_error"):
+            lines += ["", f"- **history not recorded** for {r['scenario']} / {r['init']}: {r['history_error'][:500]}"]
     return "\n".join(lines) + "\n"
 
 
@@ -87,7 +93,10 @@ def qwen3_nightly(
                              description=f"nightly suite on {target}")
     failed = [r for r in rows if r["verdict"] != "pass"]
     flagged = sum(r["flagged"] for r in rows)
+    unrecorded = sum(1 for r in rows if r.get("history_error"))
+    history = f"; history not recorded for {unrecorded} run(s)" if unrecorded else ""
     if failed:
         classes = ", ".join(sorted({f"{r['failure_class']}" for r in failed}))
-        return Failed(message=f"{len(failed)} of {len(rows)} scenario runs failed ({classes}); {flagged} flagged")
-    return Completed(message=f"{len(rows)} of {len(rows)} scenario runs passed; {flagged} regressions flagged")
+        return Failed(message=f"{len(failed)} of {len(rows)} scenario runs failed ({classes}); {flagged} flagged"
+                              f"{history}")
+    return Completed(message=f"{len(rows)} of {len(rows)} scenario runs passed; {flagged} regressions flagged{history}")

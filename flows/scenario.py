@@ -51,9 +51,9 @@ def prepare(params: dict) -> tuple[ScenarioRun, Path]:
 
 
 def judge_against_history(record: RunRecorder) -> Path:
-    """Write summary.json, compare the run with the history (the task decides the final verdict),
-    append it, publish the report; returns the summary's path. A broken history store is logged
-    and reported, never allowed to hide the run's own outcome."""
+    """Write summary.json, compare the run with the history, append it, publish the report; returns
+    the summary's path. A broken history store is recorded (``history_error``), logged and reported,
+    never allowed to hide the run's own outcome."""
     summary_path = record.write()
     comparison = None
     try:
@@ -61,8 +61,10 @@ def judge_against_history(record: RunRecorder) -> Path:
         record.summary.findings = comparison.findings
         summary_path = record.write()
         append_history(str(summary_path))
-    except Exception as err:  # noqa: BLE001 - the history is secondary to the run's own result
-        get_run_logger().error("history: %s: %s", type(err).__name__, err)
+    except Exception as err:  # noqa: BLE001 - the history is secondary to the run's own result: said, not raised
+        record.summary.history_error = f"{type(err).__name__}: {err}"
+        get_run_logger().error("history: %s", record.summary.history_error)
+        summary_path = record.write()
     report(str(summary_path), None,  # None: the run folder's metrics.csv, also after a failed training
            golden=comparison.golden if comparison else None, history=comparison.previous if comparison else None,
            findings=comparison.findings if comparison else None)

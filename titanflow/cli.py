@@ -5,6 +5,7 @@
     titanflow run native --target cpu      run a scenario flow, print its summary, exit 0 only on pass
     titanflow render native --target trn2  write runs/<id>/job/ (command, environment, torchtitan config) only
     titanflow nightly --target cpu         the qwen3-nightly suite: every scenario x init, one report
+    titanflow history [--set-aside]        where the run history is; set a corrupt table aside
 
 ``run`` executes the flow in this process against the Prefect server named by
 ``PREFECT_API_URL``, or a temporary local server (SQLite under ``PREFECT_HOME``,
@@ -80,6 +81,8 @@ def print_summary(summary: RunSummary) -> None:
     rows += [(f"  {k} (s)", f"{v:.1f}") for k, v in summary.timings_s.items()]
     if summary.export:
         rows += [("export", summary.export.export_dir)]
+    if summary.history_error:
+        rows += [("HISTORY", f"not recorded: {summary.history_error}")]
     width = max(len(k) for k, _ in rows)
     for key, value in rows:
         print(f"{key:<{width}}  {value}")
@@ -106,7 +109,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     print_summary(summary)
     if state is None:
         return 130  # the shell's code for Ctrl-C
-    print(f"prefect flow run {summary.flow_run_id}: {state.name}")
+    history = f" (history not recorded: {summary.history_error})" if summary.history_error else ""
+    print(f"prefect flow run {summary.flow_run_id}: {state.name}{history}")
     return 0 if summary.verdict == "pass" else 1
 
 
@@ -199,6 +203,25 @@ def cmd_render(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_history(args: argparse.Namespace) -> int:
+    """Show where the run history is and how many runs it holds; with ``--set-aside``, rename the table
+    (kept) so the next run starts a new one. 0 on success, 1 when the table cannot be read."""
+    from titanflow.judge import history
+
+    if args.set_aside:
+        kept = history.set_aside(args.history_dir)
+        print(f"history: set aside as {kept}; the next run starts a new table" if kept else
+              f"history: no table at {history.history_file(args.history_dir)}; nothing to set aside")
+        return 0
+    try:
+        table = history.read_history(history_dir=args.history_dir)
+    except history.HistoryError as err:
+        print(f"titanflow: {err}", file=sys.stderr)
+        return 1
+    print(f"history: {history.history_file(args.history_dir)}, {len(table)} run(s)")
+    return 0
+
+
 def cmd_assets(args: argparse.Namespace) -> int:
     """Build or reuse the offline assets and print where they are.
 
@@ -242,8 +265,15 @@ def main(argv: list[str] | None = None) -> int:
     nightly.add_argument("--steps", type=int, help="steps of every run (default: ScenarioRun's)")
     nightly.add_argument("--lr", type=float, help="learning rate of every run (default: ScenarioRun's)")
     nightly.add_argument("--runs-dir", help="parent of the runs' folders")
+    hist = sub.add_parser("history", help="where the run history is; --set-aside to start a new table",
+                          description="The run history table ($TITANFLOW_HISTORY, default history/runs.parquet). "
+                                      "--set-aside renames it (kept, never deleted) so the next run starts a new "
+                                      "one, e.g. after a run reported that it cannot be read.")
+    hist.add_argument("--set-aside", action="store_true", help="rename the table to runs.parquet.set-aside-<time>")
+    hist.add_argument("--history-dir", help="the history folder (default: $TITANFLOW_HISTORY or history/)")
     args = parser.parse_args(argv)
-    return {"run": cmd_run, "render": cmd_render, "assets": cmd_assets, "nightly": cmd_nightly}[args.command](args)
+    return {"run": cmd_run, "render": cmd_render, "assets": cmd_assets, "nightly": cmd_nightly,
+            "history": cmd_history}[args.command](args)
 
 
 if __name__ == "__main__":

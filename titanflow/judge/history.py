@@ -237,6 +237,10 @@ def row_from_summary(summary_path: Path | str, summary: RunSummary | None = None
     )
 
 
+class HistoryError(RuntimeError):
+    """The history table cannot be read; the message names it and the command that sets it aside."""
+
+
 def _read_table(table: Path) -> pd.DataFrame:
     """The parquet table read through one open file.
 
@@ -246,7 +250,12 @@ def _read_table(table: Path) -> pd.DataFrame:
     the inode it opened, so a reader sees one complete version.
     """
     with open(table, "rb") as handle:
-        return pd.read_parquet(handle)
+        try:
+            return pd.read_parquet(handle)
+        except (OSError, ValueError) as err:  # pyarrow's ArrowInvalid is a ValueError
+            raise HistoryError(f"history: {table} cannot be read ({err}); nothing was appended to it. "
+                               "Set it aside (kept, renamed) and start a new one: titanflow history "
+                               "--set-aside") from err
 
 
 def _frame(rows: list[dict]) -> pd.DataFrame:
@@ -285,11 +294,30 @@ def append_run(summary_path: Path | str, history_dir: Path | str | None = None) 
     return row
 
 
+def set_aside(history_dir: Path | str | None = None) -> Path | None:
+    """Rename the history table to ``runs.parquet.set-aside-<UTC time>`` beside it (kept, never deleted),
+    so the next append starts a new table; returns the new name, or None when there is no table.
+
+    Raises:
+        filelock.Timeout: an append held the lock for :data:`LOCK_TIMEOUT_S`.
+    """
+    table = history_file(history_dir)
+    with FileLock(str(table.with_name(f".{table.name}.lock")), timeout=LOCK_TIMEOUT_S):
+        if not table.is_file():
+            return None
+        kept = table.with_name(f"{table.name}.set-aside-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}")
+        table.rename(kept)
+    return kept
+
+
 def read_history(scenario: str | None = None, target: str | None = None, init: str | None = None,
                  history_dir: Path | str | None = None) -> pd.DataFrame:
     """The history table, optionally filtered, oldest run first; empty (no columns) when nothing was appended.
 
     ``losses`` holds plain lists of floats. Reading needs no lock: the table is only ever replaced whole.
+
+    Raises:
+        HistoryError: the table exists but cannot be read (the message says how to set it aside).
     """
     table = history_file(history_dir)
     if not table.is_file():

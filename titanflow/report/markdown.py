@@ -39,6 +39,8 @@ def summary_markdown(summary: RunSummary, *, loss_curve: Path | None = None, log
         lines += [f"- failed task: `{summary.failed_task}`: {summary.error or ''}"]
     if summary.reason:
         lines += [f"- loss check ({summary.verdict or ''}): {summary.reason}"]
+    if summary.history_error:
+        lines += [f"- **history not recorded**: {summary.history_error}"]
     for finding in findings or []:
         if finding.passed is False:
             lines += [f"- out of margin ({finding.finding_class or 'unclassified'}): {finding.metric} "

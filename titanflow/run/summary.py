@@ -66,6 +66,8 @@ class RunSummary(BaseModel):
     error: str | None = Field(None, description="``<exception type>: <message>`` of the failed task")
     timings_s: dict[str, float] = Field(default_factory=dict, description="wall seconds per task, in run order; "
                                         "a wait for the training slot is not in them (slot_wait_s)")
+    history_error: str | None = Field(None, description="why the run could not be compared with the history "
+                                      "or appended to it (its verdict stands; the report and CLI say so)")
     slot_wait_s: float = Field(0.0, description="seconds spent waiting for the node's training slot "
                                "(titanflow.launch.slot), apart from every task's time")
 

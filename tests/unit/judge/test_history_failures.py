@@ -1,0 +1,74 @@
+"""A history that cannot be read is loud: the run's summary, report and command line say so, its verdict
+stands, nothing recorded is lost, and one command sets the table aside so the next run starts a new one."""
+
+import shutil
+
+import pytest
+
+from helpers import FIXTURES
+from titanflow.judge import history
+
+
+@pytest.fixture()
+def corrupt_history(tmp_path, monkeypatch):
+    folder = tmp_path / "history"
+    folder.mkdir()
+    shutil.copy(FIXTURES / "legacy_run" / "runs.parquet", folder / "runs.parquet")
+    whole = (folder / "runs.parquet").read_bytes()
+    (folder / "runs.parquet").write_bytes(whole[: len(whole) // 2])  # truncated, as by a full disk
+    monkeypatch.setenv("TITANFLOW_HISTORY", str(folder))
+    return folder
+
+
+def test_a_truncated_table_is_named_with_the_command_that_sets_it_aside(corrupt_history):
+    with pytest.raises(history.HistoryError, match=r"cannot be read .*titanflow history --set-aside"):
+        history.read_history()
+
+
+def test_set_aside_keeps_the_old_table_and_the_next_append_starts_a_new_one(corrupt_history, tmp_path):
+    before = (corrupt_history / "runs.parquet").read_bytes()
+    kept = history.set_aside()
+    assert kept.name.startswith("runs.parquet.set-aside-") and kept.read_bytes() == before
+    run_dir = tmp_path / "runs" / "base-native"
+    shutil.copytree(FIXTURES / "legacy_run", run_dir, ignore=shutil.ignore_patterns("runs.parquet"))
+    history.append_run(run_dir / "summary.json")
+    assert list(history.read_history().run_id) == ["base-native"]
+    assert history.set_aside(tmp_path / "empty") is None
+
+
+def test_a_run_against_a_corrupt_history_says_so_and_keeps_its_verdict(corrupt_history, tmp_path, prefect_api):
+    """The flow's last step (compare, append, report) on a run that passed, its history unreadable."""
+    from prefect import flow
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from flows.scenario import judge_against_history
+    from titanflow.judge.loss import LossVerdict
+    from titanflow.run.summary import RunRecorder, RunSummary, read_summary
+
+    run_dir = tmp_path / "runs" / "r"
+    run_dir.mkdir(parents=True)
+    loss = LossVerdict(first_step_loss=11.94, expected_first_step_loss=11.944, tolerance=0.15,
+                       expectation_source="derived", verdict="pass", reason="|11.9400 - 11.9440| = 0.0040 <= 0.15")
+    record = RunRecorder(run_dir, RunSummary(run_id="r", scenario="native", target="cpu", init="random", steps=1,
+                                             loss=loss))
+
+    @flow
+    def last_step():
+        return str(judge_against_history(record))
+
+    with temporary_settings({PREFECT_API_URL: prefect_api}):
+        summary_path = last_step()
+    summary = read_summary(summary_path)
+    assert summary.verdict == "pass" and "HistoryError" in summary.history_error
+    assert "titanflow history --set-aside" in summary.history_error
+    # the corrupt table is left as it was, nothing renamed behind the user's back
+    assert (corrupt_history / "runs.parquet").stat().st_size > 0 and not list(corrupt_history.glob("*.set-aside-*"))
+
+
+def test_the_command_line_names_an_unrecorded_history(capsys):
+    from titanflow.cli import print_summary
+    from titanflow.run.summary import RunSummary
+
+    print_summary(RunSummary(run_id="r", scenario="native", target="cpu", init="random", steps=1, verdict="pass",
+                             history_error="HistoryError: history: runs.parquet cannot be read"))
+    assert "HISTORY  not recorded: HistoryError: history: runs.parquet cannot be read" in capsys.readouterr().out
