@@ -4,10 +4,15 @@
     from titanflow.run.summary import read_summary
     classify(read_summary("runs/<id>/summary.json"), Path("runs/<id>/train.log").read_text()[-20000:])
 
-Four classes, checked in this order (the first that matches wins):
+A launch that failed is classified by its root cause first: the first failing rank's own error,
+which the training error names (``root cause (rank N): ...``, titanflow.launch.root_cause). Its
+exception line is matched against the signatures of every class below, ``input`` first; only when it
+matches none (or there is no root cause: a killed launch, a timeout) do the other signals decide,
+checked in this order (the first that matches wins):
 
 | class | signals |
 |---|---|
+| ``input`` | the root cause is a checkpoint or input that does not load: a missing or unexpected key, a shape mismatch, a damaged safetensors file, a missing file (never retried) |
 | ``infrastructure`` | launch failure, rendezvous / port in use, out of memory, SIGKILL / exit -9 / "Killed", the timeout watchdog, an interrupt |
 | ``compile`` | inductor / dynamo / neuronx-cc errors, the ``compile_warmup`` task failing |
 | ``numerics`` | a NaN or infinite loss, a first-step loss outside its band (``compare_loss`` verdict fail), loss regression findings |
@@ -34,14 +39,19 @@ from titanflow.run.task_names import TaskName
 if TYPE_CHECKING:
     from titanflow.run.summary import RunSummary
 
-#: Why a run failed; the order is the order of the checks.
-FailureClass = Literal["infrastructure", "compile", "numerics", "export_validation"]
+#: Why a run failed; the order is the order of the checks on a root cause.
+FailureClass = Literal["input", "infrastructure", "compile", "numerics", "export_validation"]
 
 #: Every failure class, in the order they are checked.
 FAILURE_CLASSES: tuple[str, ...] = get_args(FailureClass)
 
 #: Log/error signatures per class (case-insensitive), checked in FAILURE_CLASSES order.
 SIGNATURES: dict[str, list[str]] = {
+    "input": [  # matched on a root-cause line only: elsewhere "No such file" may be the launcher's
+        r"Missing key in checkpoint state_dict|Unexpected key\(s\) in state_dict|size mismatch for",
+        r"SafetensorError|HeaderTooLarge|safetensors_rust",
+        r"^FileNotFoundError|^IsADirectoryError|^ConfigError",
+    ],
     "infrastructure": [
         r"timed out after \d+ ?s",                    # titanflow.launch.process watchdog (TrainingError message)
         r"killed after the \d+ s timeout",            # the watchdog's own line in train.log
@@ -76,12 +86,27 @@ CLASS_OF_TASK: dict[TaskName, FailureClass] = {
     TaskName.compare_loss: "numerics",
 }
 
-_COMPILED = {cls: [re.compile(p, re.IGNORECASE) for p in patterns] for cls, patterns in SIGNATURES.items()}
+_COMPILED = {cls: [re.compile(p, re.IGNORECASE | re.MULTILINE) for p in patterns]
+             for cls, patterns in SIGNATURES.items()}
+
+#: The root cause the training error names (titanflow.launch.torchrun.launch_error).
+ROOT_CAUSE = re.compile(r"root cause \(rank \d+\): (?P<message>[^\n]*?)(?:; full log |$)", re.MULTILINE)
 
 
-def matching_signature(text: str) -> tuple[str, str] | None:
-    """(class, the matched text) of the first signature found in ``text``, in class order; None if none."""
-    for cls in FAILURE_CLASSES:
+def root_cause(error: str | None) -> str | None:
+    """The first failing rank's exception line named in ``error``, or None."""
+    match = ROOT_CAUSE.search(error or "")
+    return match.group("message") if match else None
+
+
+#: The classes matched on a whole error and log tail: ``input``'s signatures hold for a root cause only.
+TEXT_CLASSES: tuple[str, ...] = tuple(c for c in FAILURE_CLASSES if c != "input")
+
+
+def matching_signature(text: str, classes: tuple[str, ...] = TEXT_CLASSES) -> tuple[str, str] | None:
+    """(class, the matched text) of the first signature found in ``text``, in the order of ``classes``;
+    None if none."""
+    for cls in classes:
         for pattern in _COMPILED[cls]:
             match = pattern.search(text)
             if match:
@@ -94,7 +119,8 @@ def classify_failure(*, verdict: str | None, failed_task: str | None, error: str
     """The failure class of a run (one of :data:`FAILURE_CLASSES`), or None when it did not fail.
 
     A run failed when its ``verdict`` is "fail", a task failed, or a loss is not finite.
-    Order: a signature of the infrastructure class in ``error`` or ``log_tail`` (the last lines
+    Order: the root cause ``error`` names, when a signature of any class matches it; then a
+    signature of the infrastructure class in ``error`` or ``log_tail`` (the last lines
     of the training log; "" for a failure before training); a compile signature or the
     compile_warmup task; a non-finite loss; then the remaining signatures; then
     :data:`CLASS_OF_TASK`; a run that failed only its verdict (no task failed) is numerics
@@ -103,6 +129,10 @@ def classify_failure(*, verdict: str | None, failed_task: str | None, error: str
     bad_steps = non_finite_steps(losses)
     if verdict != "fail" and not failed_task and not bad_steps:
         return None
+    cause = root_cause(error)
+    by_cause = matching_signature(cause, FAILURE_CLASSES) if cause else None
+    if by_cause:
+        return by_cause[0]
     found = matching_signature(f"{error or ''}\n{log_tail or ''}")
     if found and found[0] == "infrastructure":
         return "infrastructure"

@@ -238,8 +238,8 @@ class _Renewer:
             self.log.error("training slot %s: the lease was lost and another run holds the slot now; this "
                            "training goes on beside it", self.slot.name)
             return
+        self.record(lease_id)  # first, so whoever sees the new lease id also finds it recorded
         self.slot.lease_id = lease_id
-        self.record(lease_id)
         self.log.warning("training slot %s: the lease was lost (server restart or outage) and re-acquired",
                          self.slot.name)
 

@@ -17,13 +17,29 @@ from pydantic import BaseModel, Field
 from titan_cfg.job import Job
 from titanflow import paths
 from titanflow.judge.loss import non_finite_steps
-from titanflow.launch.metrics import metrics_table
-from titanflow.launch.process import run_streaming
+from titanflow.launch.metrics import log_tail, metrics_table
+from titanflow.launch.process import ProcessResult, run_streaming
 from titanflow.launch.render import RenderedJob
+from titanflow.launch.root_cause import first_rank_error
+
+
+#: Lines of the launcher's log an error carries, and the characters kept of each.
+ERROR_TAIL_LINES, ERROR_LINE_CHARS = 25, 500
 
 
 class TrainingError(RuntimeError):
-    """torchrun failed, timed out, or logged no step; the message carries the log tail."""
+    """torchrun failed, timed out, or logged no step; the message names the root cause (the first
+    failing rank's own error, titanflow.launch.root_cause) and carries the log tail."""
+
+
+def launch_error(what: str, why: str, result: ProcessResult, log_path: Path, ranks_dir: Path) -> TrainingError:
+    """``<what>: <why>; root cause (rank N): <its exception>; full log <path>`` and the last
+    :data:`ERROR_TAIL_LINES` lines of the launch, each at most :data:`ERROR_LINE_CHARS` characters."""
+    root = first_rank_error(ranks_dir, log_tail(log_path, 200) or "")
+    cause = f"; root cause (rank {root.rank}): {root.message}" if root else ""
+    tail = "\n".join(line if len(line) <= ERROR_LINE_CHARS else line[:ERROR_LINE_CHARS] + " ... [cut]"
+                     for line in result.tail[-ERROR_TAIL_LINES:])
+    return TrainingError(f"{what}: {why}{cause}; full log {log_path}\n--- last lines ---\n{tail}")
 
 
 class TrainResult(BaseModel):
@@ -36,6 +52,11 @@ class TrainResult(BaseModel):
     peak_memory_gib: float = Field(description="largest per-rank peak memory torchtitan reported (GiB)")
     peak_rss_bytes: int = Field(description="largest resident set of any process of the launch (bytes)")
     wall_s: float = Field(description="seconds from launch to exit")
+
+
+def ranks_dir(rendered: RenderedJob) -> Path:
+    """Where torchrun writes every rank's own log (its ``--log-dir``)."""
+    return Path(rendered.argv[rendered.argv.index("--log-dir") + 1])
 
 
 def resolve_launcher(argv: list[str]) -> list[str]:
@@ -78,8 +99,7 @@ def run_training(rendered: RenderedJob, *, timeout_s: float, on_line=lambda _: N
     if result.timed_out or result.returncode != 0 or table.empty:
         why = (f"timed out after {timeout_s:.0f} s" if result.timed_out
                else f"torchrun exited {result.returncode}" if result.returncode else "no training step was logged")
-        tail = "\n".join(result.tail[-25:])
-        raise TrainingError(f"train: {why}; full log {log_path}\n--- last lines ---\n{tail}")
+        raise launch_error("train", why, result, log_path, ranks_dir(rendered))
     bad_steps = non_finite_steps([float(x) for x in table.loss])
     if bad_steps:
         raise TrainingError(f"train: non-finite loss at steps {bad_steps}; full log {log_path}")

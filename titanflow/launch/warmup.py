@@ -18,7 +18,7 @@ from pydantic import BaseModel, Field
 from titan_cfg.compile_cache import CACHE_ENV
 from titan_cfg.job import JOB_ENV, Job
 from titanflow.launch.render import RenderedJob
-from titanflow.launch.torchrun import TrainingError, launch
+from titanflow.launch.torchrun import launch, launch_error, ranks_dir
 
 WARM_MARKER = ".warm"
 
@@ -43,7 +43,8 @@ def warm_up(rendered: RenderedJob, timeout_s: float, on_line=lambda _: None) -> 
     ``timeout_s`` bounds the one-step launch (seconds).
 
     Raises:
-        TrainingError: the warm-up run failed (compile failures surface here, before training).
+        titanflow.launch.torchrun.TrainingError: the warm-up run failed (compile failures surface here, before
+            training).
     """
     cache = cache_dir_of(rendered)
     job = Job.read(Path(rendered.job_path))
@@ -58,8 +59,7 @@ def warm_up(rendered: RenderedJob, timeout_s: float, on_line=lambda _: None) -> 
     result, log_path = launch(rendered, timeout_s=timeout_s, log_name="warmup.log", on_line=on_line,
                               extra_env={JOB_ENV: str(warm_path)})
     if result.returncode != 0 or result.timed_out:
-        tail = "\n".join(result.tail[-25:])
-        raise TrainingError(f"compile_warmup: the one-step compile run failed; log {log_path}\n{tail}")
+        raise launch_error("compile_warmup", "the one-step compile run failed", result, log_path, ranks_dir(rendered))
     if cache is not None:
         cache.mkdir(parents=True, exist_ok=True)
         (cache / WARM_MARKER).write_text(f"warmed by run {job.run_id}\n")

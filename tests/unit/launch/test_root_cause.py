@@ -1,0 +1,75 @@
+"""The root cause of a failed launch is the first failing rank's own error, read from the per-rank files
+torchrun writes, and it alone decides the class, the retry and what the summary says.
+
+Fixtures (tests/fixtures/failure_logs/README.md): ``ranks_missing_key`` is a real 2-rank launch whose
+checkpoint lost ``model.layers.0.input_layernorm.weight`` after render (torchtitan dies loading it, before
+its trainer loop: no error.json); ``ranks_nan`` a real launch with lr 1e6 (its trainer loop raises "Loss
+is not finite" at step 3 and torchelastic writes error.json).
+"""
+
+import shutil
+
+import pytest
+from prefect.states import Failed
+
+from helpers import FIXTURES
+from tasks.retry import retry_infrastructure_only
+from titanflow.judge.failures import classify_failure, root_cause
+from titanflow.launch.process import ProcessResult
+from titanflow.launch.root_cause import MAX_MESSAGE_CHARS, first_rank_error
+from titanflow.launch.torchrun import launch_error
+
+LOGS = FIXTURES / "failure_logs"
+MISSING = "RuntimeError: Missing key in checkpoint state_dict: model.layers.0.input_layernorm.weight."
+NAN = "RuntimeError: Loss is not finite (global_avg_loss=nan) at step 3. Stopping training."
+
+
+class _Task:
+    name = "train"
+
+
+def _error(case: str) -> str:
+    """The train task's error for the fixture launch ``case``, as run_training raises it."""
+    folder = LOGS / case
+    result = ProcessResult(returncode=1, wall_s=9.0, timed_out=False, peak_rss_bytes=0,
+                           tail=(folder / "launch" / "attempt_0" / "0" / "stderr.log").read_text().splitlines())
+    log = folder / "train.log" if (folder / "train.log").is_file() else folder / "none.log"
+    return f"TrainingError: {launch_error('train', 'torchrun exited 1', result, log, folder)}"
+
+
+def test_a_checkpoint_that_does_not_load_is_named_from_the_rank_stderr():
+    root = first_rank_error(LOGS / "ranks_missing_key", (LOGS / "ranks_missing_key" / "train.log").read_text())
+    assert (root.rank, root.message) == (0, MISSING) and root.source.endswith("0/stderr.log")
+
+
+def test_the_oldest_error_json_is_the_root_cause():
+    root = first_rank_error(LOGS / "ranks_nan")
+    assert root.message == NAN and root.source.endswith("error.json")
+
+
+@pytest.mark.parametrize("case, message, cls, retried", [
+    ("ranks_missing_key", MISSING, "input", False),
+    ("ranks_nan", NAN, "numerics", False),
+])
+def test_the_root_cause_decides_the_class_the_retry_and_the_message(case, message, cls, retried):
+    error = _error(case)
+    assert error.startswith(f"TrainingError: train: torchrun exited 1; root cause (rank 0): {message}; full log")
+    assert root_cause(error) == message
+    assert classify_failure(verdict="fail", failed_task="train", error=error, losses=None) == cls
+    state = Failed(data=RuntimeError(error.split(": ", 1)[1]))  # what Prefect's retry condition sees
+    assert retry_infrastructure_only(_Task(), None, state) is retried
+
+
+def test_a_megabyte_exception_line_is_cut(tmp_path):
+    launch = tmp_path / "ranks" / "launch" / "attempt_0" / "0"
+    launch.mkdir(parents=True)
+    (launch / "stderr.log").write_text("[rank0]: ValueError: " + "x" * 2_000_000 + "\n")
+    root = first_rank_error(tmp_path / "ranks")
+    assert len(root.message) <= MAX_MESSAGE_CHARS + len(" ... [cut]") and root.message.startswith("ValueError: xx")
+
+
+def test_no_rank_error_means_no_root_cause(tmp_path):
+    shutil.copytree(LOGS / "ranks_missing_key" / "launch", tmp_path / "launch")
+    for stderr in tmp_path.glob("launch/attempt_0/*/stderr.log"):
+        stderr.write_text("[titan] training step 1\n")  # killed from outside: no exception printed
+    assert first_rank_error(tmp_path) is None
