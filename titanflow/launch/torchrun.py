@@ -35,7 +35,8 @@ class TrainingError(RuntimeError):
 def launch_error(what: str, why: str, result: ProcessResult, log_path: Path, ranks_dir: Path) -> TrainingError:
     """``<what>: <why>; root cause (rank N): <its exception>; full log <path>`` and the last
     :data:`ERROR_TAIL_LINES` lines of the launch, each at most :data:`ERROR_LINE_CHARS` characters."""
-    root = first_rank_error(ranks_dir, log_tail(log_path, 200) or "")
+    # a launch the watchdog ended has no rank error of its own: the ranks only report being stopped
+    root = None if result.timed_out else first_rank_error(ranks_dir, log_tail(log_path, 200) or "")
     cause = f"; root cause (rank {root.rank}): {root.message}" if root else ""
     tail = "\n".join(line if len(line) <= ERROR_LINE_CHARS else line[:ERROR_LINE_CHARS] + " ... [cut]"
                      for line in result.tail[-ERROR_TAIL_LINES:])

@@ -73,3 +73,10 @@ def test_no_rank_error_means_no_root_cause(tmp_path):
     for stderr in tmp_path.glob("launch/attempt_0/*/stderr.log"):
         stderr.write_text("[titan] training step 1\n")  # killed from outside: no exception printed
     assert first_rank_error(tmp_path) is None
+
+
+def test_a_launch_the_watchdog_ended_names_the_timeout_not_a_stopped_rank():
+    result = ProcessResult(returncode=-15, wall_s=8.0, timed_out=True, peak_rss_bytes=0, tail=["step: 1 ..."])
+    error = str(launch_error("train", "timed out after 8 s", result, LOGS / "none.log", LOGS / "ranks_nan"))
+    assert root_cause(error) is None and error.startswith("train: timed out after 8 s; full log")
+    assert classify_failure(verdict="fail", failed_task="train", error=error, losses=None) == "infrastructure"
