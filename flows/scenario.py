@@ -5,8 +5,9 @@
 
 Parameters left ``None`` take :class:`titanflow.run.params.ScenarioRun`'s defaults;
 the resolved parameters are logged and written to ``summary.json``. Bad
-parameters fail here, before any task runs. Training holds this node's slot of a
-Prefect concurrency limit (titanflow.launch.slot). Every run, passed or failed,
+parameters fail here, before any task runs. Rendering, the compile warm-up and
+training hold this node's slot of a Prefect concurrency limit (titanflow.launch.slot),
+so no other run's training slows them down. Every run, passed or failed,
 is judged against the run history, appended to it and reported; the verdict is
 decided by titanflow.judge.verdict. The flow only wires tasks and records what
 they return in the run's :class:`~titanflow.run.summary.RunSummary`.
@@ -113,19 +114,28 @@ def qwen3_scenario(
                                                                            run_dir.name))
 
     try:
-        builds = run.init == "pretrained" and run.weights is None  # may pretrain the embedded checkpoint first
-        with record.task(pull_weights) as timing, slot() if builds else contextlib.nullcontext() as held:
-            if held is not None:
-                timing.exclude_wait(held.waited_s)
-            weights_dir = pull_weights(run.weights, run.init, SCENARIOS[run.scenario].model_type)
-        with record.task(render_config):
-            rendered = render_config(run, weights_dir, str(run_dir))
-        with record.task(compile_warmup):
-            summary.compile_warmup = compile_warmup(rendered, run.timeout_s)
-        with record.task(train) as timing, slot() as held:
-            timing.exclude_wait(held.waited_s)  # a wait is recorded apart, never as training
-            logger.info("holding the training slot %s", held.name)
-            summary.train = train(rendered, run.timeout_s)
+        with contextlib.ExitStack() as node:  # the slot, held from the first task that computes to training's end
+            held = None
+
+            def hold_node(timing) -> None:
+                """Take the node's slot unless held; the wait is recorded apart, never as the task's time."""
+                nonlocal held
+                if held is None:
+                    held = node.enter_context(slot())
+                    timing.exclude_wait(held.waited_s)
+
+            with record.task(pull_weights) as timing:
+                if run.init == "pretrained" and run.weights is None:  # may pretrain the embedded checkpoint
+                    hold_node(timing)
+                weights_dir = pull_weights(run.weights, run.init, SCENARIOS[run.scenario].model_type)
+            with record.task(render_config) as timing:  # builds torchtitan's config: compute, like training
+                hold_node(timing)
+                rendered = render_config(run, weights_dir, str(run_dir))
+            with record.task(compile_warmup):
+                summary.compile_warmup = compile_warmup(rendered, run.timeout_s)
+            with record.task(train):
+                logger.info("holding the training slot %s", held.name)
+                summary.train = train(rendered, run.timeout_s)
         with record.task(export):
             summary.export = export(rendered.job_path, str(run_dir))
         with record.task(validate):

@@ -179,6 +179,7 @@ def _acquire(client, name: str, holder, log: logging.Logger, on_wait: Callable[[
     """Wait for the slot (module docstring); returns (lease id, seconds waited)."""
     start = time.monotonic()
     next_log = start
+    looked_again = False
     while True:
         lease_id = _try_acquire(client, name, holder)
         if lease_id is not None:
@@ -191,9 +192,14 @@ def _acquire(client, name: str, holder, log: logging.Logger, on_wait: Callable[[
         now = time.monotonic()
         if now >= next_log:
             held_by = read_holder(name)
-            message = (f"waiting for the training slot {name} (1 slot), held by "
-                       f"{held_by.describe() if held_by else 'a holder that recorded no name'}; "
-                       f"waited {now - start:.0f} s")
+            if held_by is None and not looked_again:  # a holder forgets its record just before it
+                looked_again = True                   # releases: look once more before saying so
+                time.sleep(RETRY_S)
+                continue
+            looked_again = False
+            who = (held_by.describe() if held_by
+                   else f"a holder that recorded no name (its lease ends within {LEASE_S:.0f} s)")
+            message = f"waiting for the training slot {name} (1 slot), held by {who}; waited {now - start:.0f} s"
             log.info(message)
             on_wait(message)
             next_log = now + WAIT_LOG_EVERY_S

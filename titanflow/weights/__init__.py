@@ -1,1 +1,2 @@
-"""Weights: resolving a run's Hugging Face folder (embedded, local, Hub) and building the pretrained tiny checkpoints."""
+"""Weights: resolving a run's Hugging Face folder (embedded, local, Hub), checking a pretrained
+checkpoint before launch, and building the pretrained tiny checkpoints."""
