@@ -3,18 +3,47 @@
 ``None`` -> the embedded tiny Qwen3 (built offline by ``titanflow assets``), or for
 pretrained init its pretrained checkpoint (titanflow.weights.pretrained);
 a local folder -> used in place; a Hub id -> ``huggingface_hub.snapshot_download``
-(honours ``HF_HOME``, ``HF_TOKEN``, ``HF_HUB_OFFLINE``; files land in the HF cache).
+(honours ``HF_HOME``, ``HF_HUB_OFFLINE``; files land in the HF cache).
+
+The Hub token (:func:`hub_token`), first found wins:
+
+1. ``huggingface_hub.get_token()``: the ``HF_TOKEN`` environment variable, else the token
+   ``hf auth login`` stored under ``HF_HOME``;
+2. the Prefect Secret block named by ``$TITANFLOW_HF_TOKEN_BLOCK`` (``Secret.load(name).get()``).
+
+The token is held as a pydantic ``SecretStr`` (its ``repr`` and ``str`` are ``**********``) and
+unwrapped only in the ``snapshot_download`` call. Every exception that leaves this module is a
+:class:`WeightsError` whose text went through :func:`redact` and which carries no chained
+exception (``__cause__`` and ``__context__`` are None): Prefect logs a failed task's whole
+traceback chain, and huggingface_hub's errors may quote the server's reply or the request.
 """
 
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
+from typing import NamedTuple
+
+from pydantic import SecretStr
 
 from titanflow.run.params import is_hub_id
 
 #: What a training run needs from a Hub repo (no optimizer states, no other formats).
 HUB_PATTERNS = ["config.json", "generation_config.json", "*.safetensors", "model.safetensors.index.json",
                 "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json", "merges.txt"]
+
+#: Environment variable naming the Prefect Secret block that holds a Hub token, read only when
+#: huggingface_hub finds no token of its own (``HF_TOKEN``, ``hf auth login``).
+TOKEN_BLOCK_ENV = "TITANFLOW_HF_TOKEN_BLOCK"
+
+#: What replaces a secret in a message.
+REDACTED = "<redacted>"
+
+#: The form of a Hub user access token: ``hf_`` and 34 letters/digits (huggingface.co/settings/tokens);
+#: matched from 20 on, so a token huggingface_hub found by itself is redacted too (our own regex:
+#: huggingface_hub exports no redaction helper).
+HUB_TOKEN_PATTERN = re.compile(r"hf_[A-Za-z0-9]{20,}")
 
 
 class WeightsError(RuntimeError):
@@ -25,41 +54,121 @@ class TransientDownloadError(WeightsError):
     """A download failed in a way a retry may fix (connection reset, server error)."""
 
 
-def download(repo_id: str) -> Path:
-    """Download ``repo_id`` (config, safetensors, tokenizer) into the HF cache; return its folder.
+class HubToken(NamedTuple):
+    """A Hub access token and where it came from (the source may be logged; the value never is)."""
+
+    value: SecretStr
+    source: str
+
+
+def redact(text: str, *secrets: SecretStr | str | None) -> str:
+    """``text`` with each of ``secrets`` and anything shaped like a Hub token replaced by ``<redacted>``."""
+    for secret in secrets:
+        value = secret.get_secret_value() if isinstance(secret, SecretStr) else secret
+        if value:
+            text = text.replace(value, REDACTED)
+    return HUB_TOKEN_PATTERN.sub(REDACTED, text)
+
+
+def hub_token() -> HubToken | None:
+    """The Hub token, in the order of the module docstring; None when there is none.
 
     Raises:
-        WeightsError: offline, unknown repo, gated repo without a token, or network failure.
+        WeightsError: ``$TITANFLOW_HF_TOKEN_BLOCK`` names a block that cannot be loaded (no such
+            block, no Prefect API) or whose value is not a non-empty string.
     """
-    from huggingface_hub import snapshot_download
+    from huggingface_hub import get_token
+
+    token = get_token()
+    if token:
+        return HubToken(SecretStr(token), "huggingface_hub (HF_TOKEN or the token of `hf auth login`)")
+    name = os.environ.get(TOKEN_BLOCK_ENV, "").strip()
+    if not name:
+        return None
+    error = None
+    try:
+        from prefect.blocks.system import Secret
+
+        value = Secret.load(name).get()
+    except Exception as err:  # noqa: BLE001 - any failure to load is reported as one WeightsError
+        error = WeightsError(
+            f"weights: {TOKEN_BLOCK_ENV}={name!r}: the Prefect Secret block could not be loaded "
+            f"({type(err).__name__}: {redact(str(err))}); create it (UI: Blocks > Secret, or "
+            f"prefect.blocks.system.Secret(value=...).save({name!r})) on the server this run reports to, "
+            f"or unset {TOKEN_BLOCK_ENV}")
+    if error is not None:
+        raise error  # raised outside the except block: no chained exception (module docstring)
+    if not isinstance(value, str) or not value.strip():
+        raise WeightsError(f"weights: the Prefect Secret block {name!r} ({TOKEN_BLOCK_ENV}) holds "
+                           f"{type(value).__name__ if not isinstance(value, str) else 'an empty string'}, "
+                           "not a Hub token; set its value to the token string")
+    return HubToken(SecretStr(value.strip()), f"Prefect Secret block {name!r}")
+
+
+def _download_error(repo_id: str, err: Exception, token: SecretStr | None) -> WeightsError:
+    """The WeightsError for ``err`` raised by snapshot_download, its text redacted."""
+    import httpx
     from huggingface_hub.errors import (
         GatedRepoError,
+        HfHubHTTPError,
         LocalEntryNotFoundError,
         RepositoryNotFoundError,
     )
 
-    try:
-        return Path(snapshot_download(repo_id, allow_patterns=HUB_PATTERNS))
-    except GatedRepoError as err:
-        raise WeightsError(f"weights: {repo_id} is gated; accept its licence on the Hub and set HF_TOKEN") from err
-    except RepositoryNotFoundError as err:
-        raise WeightsError(f"weights: {repo_id} not found on the Hub (or private: set HF_TOKEN)") from err
-    except LocalEntryNotFoundError as err:
-        raise WeightsError(
-            f"weights: {repo_id} is not in the local HF cache and the Hub cannot be reached "
-            "(offline or HF_HUB_OFFLINE=1); download it where there is network, or pass a local folder"
-        ) from err
-    except OSError as err:  # connection errors surface as requests/httpx OSErrors
-        raise TransientDownloadError(f"weights: downloading {repo_id} failed: {err}") from err
+    detail = f"{type(err).__name__}: {redact(str(err), token)}"
+    if isinstance(err, GatedRepoError):
+        return WeightsError(f"weights: {repo_id} is gated; accept its licence on the Hub and set HF_TOKEN "
+                            f"or {TOKEN_BLOCK_ENV} ({detail})")
+    if isinstance(err, RepositoryNotFoundError):
+        return WeightsError(f"weights: {repo_id} not found on the Hub (or private: set HF_TOKEN "
+                            f"or {TOKEN_BLOCK_ENV}) ({detail})")
+    status = getattr(getattr(err, "response", None), "status_code", None)
+    if isinstance(err, LocalEntryNotFoundError):
+        # snapshot_download falls back to the cache when the Hub fails; the Hub's own error is chained
+        hub_status = getattr(getattr(err.__cause__, "response", None), "status_code", None)
+        transient = (hub_status or 0) >= 500 or isinstance(err.__cause__, (httpx.ConnectError, httpx.TimeoutException))
+        return (TransientDownloadError if transient else WeightsError)(
+            f"weights: {repo_id} is not in the local HF cache and the Hub did not serve it (offline, "
+            f"HF_HUB_OFFLINE=1, or a Hub error, quoted at the end); download it where there is network, or pass a local "
+            f"folder ({detail})")
+    if isinstance(err, HfHubHTTPError) and status is not None and status < 500:  # refused: a retry gets the same
+        return WeightsError(f"weights: the Hub refused {repo_id} (HTTP {status}); check the token and your access "
+                            f"to the repo ({detail})")
+    if isinstance(err, OSError):  # connection errors and server errors surface as httpx/OSErrors
+        return TransientDownloadError(f"weights: downloading {repo_id} failed: {detail}")
+    return WeightsError(f"weights: downloading {repo_id} failed: {detail}")
 
 
-def resolve_weights(weights: str | None, init: str = "random", model_type: str = "qwen3") -> Path:
-    """The local weights folder for ``weights`` (see module docstring); absolute. With no
-    ``weights``, the embedded tiny model of ``model_type`` ("qwen3" or "qwen3_moe"), or for
-    pretrained init its pretrained checkpoint.
+def download(repo_id: str, token: HubToken | None = None) -> Path:
+    """Download ``repo_id`` (config, safetensors, tokenizer) into the HF cache with ``token``; return its folder.
 
     Raises:
-        WeightsError: missing folder, folder without config.json, or a failed download.
+        WeightsError: offline, unknown repo, gated repo without a token, or any other failure
+            (text redacted, nothing chained; module docstring).
+        TransientDownloadError: a network or server failure a retry may fix.
+    """
+    from huggingface_hub import snapshot_download
+
+    secret = token.value if token else None
+    error = None
+    try:
+        return Path(snapshot_download(repo_id, allow_patterns=HUB_PATTERNS,
+                                      token=secret.get_secret_value() if secret is not None else None))
+    except Exception as err:  # noqa: BLE001 - every failure leaves as a redacted WeightsError
+        error = _download_error(repo_id, err, secret)
+    raise error  # raised outside the except block: no chained exception carrying the raw text
+
+
+def resolve_weights(weights: str | None, init: str = "random", model_type: str = "qwen3",
+                    token: HubToken | None = None) -> Path:
+    """The local weights folder for ``weights`` (see module docstring); absolute. With no
+    ``weights``, the embedded tiny model of ``model_type`` ("qwen3" or "qwen3_moe"), or for
+    pretrained init its pretrained checkpoint. A Hub id is downloaded with ``token``, or with
+    :func:`hub_token` when none is given.
+
+    Raises:
+        WeightsError: missing folder, folder without config.json, a Secret block that cannot be
+            loaded, or a failed download.
     """
     if weights is None and init == "pretrained":
         from titanflow.weights.pretrained import ensure_pretrained
@@ -70,7 +179,7 @@ def resolve_weights(weights: str | None, init: str = "random", model_type: str =
 
         return ensure_assets(spec=TINY_SPECS[model_type]).weights_dir.resolve()
     if is_hub_id(weights):
-        folder = download(weights)
+        folder = download(weights, token or hub_token())
     else:
         folder = Path(weights).expanduser().resolve()
         if not folder.is_dir():
