@@ -9,7 +9,10 @@ parameters fail here, before any task runs. Rendering, the compile warm-up and
 training hold this node's slot of a Prefect concurrency limit (titanflow.launch.slot),
 so no other run's training slows them down. Every run, passed or failed,
 is judged against the run history, appended to it and reported; the verdict is
-decided by titanflow.judge.verdict. The flow only wires tasks and records what
+decided by titanflow.judge.verdict. A run cancelled in Prefect (the worker's SIGTERM) or
+interrupted (Ctrl-C) stops training at once and is recorded, appended and reported the same way,
+with verdict ``cancelled`` and the steps it logged, before the flow run ends Cancelled (Crashed
+after Ctrl-C). The flow only wires tasks and records what
 they return in the run's :class:`~titanflow.run.summary.RunSummary`.
 """
 
@@ -97,7 +100,8 @@ def qwen3_scenario(
 
     Raises:
         on bad parameters before any task; otherwise the failing task's error,
-        after summary.json names that task.
+        after summary.json names that task; a cancel (TerminationSignal, KeyboardInterrupt) after
+        summary.json records it.
     """
     run, run_dir = prepare(dict(locals()))  # first line: locals() is exactly the parameters
     logger = get_run_logger()
@@ -143,6 +147,9 @@ def qwen3_scenario(
             summary.validation.raise_for_problems()
         with record.task(compare_loss):
             summary.loss = compare_loss(summary.train.losses, rendered.job_path, run)
+    except BaseException as err:
+        record.cancelled_by(err)  # a cancel between tasks (record.task has recorded one inside a task)
+        raise
     finally:
         summary_path = judge_against_history(record)
     if summary.verdict != "pass":

@@ -75,6 +75,8 @@ def print_summary(summary: RunSummary) -> None:
         error = summary.error or ""
         rows += [("failed task", summary.failed_task), ("error", error if len(error) <= 600 else
                                                         f"{error[:200]} ... {error[-400:]}")]
+    if summary.cancelled:
+        rows += [("cancelled", summary.reason or summary.cancelled.cause)]
     if summary.train:
         rows += [("tokens/s", f"{summary.train.tokens_per_s:.0f}"),
                  ("peak RSS", f"{summary.train.peak_rss_bytes / 2**30:.2f} GiB")]
@@ -89,7 +91,8 @@ def print_summary(summary: RunSummary) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    """Validate, run the flow, print the summary; 0 on pass, 1 on fail, 2 on bad input."""
+    """Validate, run the flow, print the summary; 0 on pass, 1 on fail, 2 on bad input, 130 when the run was
+    interrupted (Ctrl-C) or cancelled (its verdict is cancelled)."""
     checked = _preflighted(args, launch=True)
     if checked is None:
         return 2
@@ -107,10 +110,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 2
     summary = read_summary(summary_path)
     print_summary(summary)
-    if state is None:
-        return 130  # the shell's code for Ctrl-C
+    status = state.name if state is not None else "interrupted (Ctrl-C)"
+    cancelled = "; run cancelled, not failed" if summary.verdict == "cancelled" else ""
     history = f" (history not recorded: {summary.history_error})" if summary.history_error else ""
-    print(f"prefect flow run {summary.flow_run_id}: {state.name}{history}")
+    print(f"prefect flow run {summary.flow_run_id}: {status}{cancelled}{history}")
+    if state is None or summary.verdict == "cancelled":
+        return 130  # the shell's code for Ctrl-C
     return 0 if summary.verdict == "pass" else 1
 
 
@@ -171,7 +176,7 @@ def cmd_nightly(args: argparse.Namespace) -> int:
 
 def _run_flow(given: dict, run_dir: Path):
     """Call the flow for ``run_dir``; returns its final Prefect state, or None after Ctrl-C
-    (training is stopped, the summary names the interrupted task, logs are kept)."""
+    (training is stopped, the summary records the run as cancelled in the interrupted task, logs are kept)."""
     from flows.scenario import qwen3_scenario
 
     from prefect.events.worker import EventsWorker

@@ -13,10 +13,13 @@ checked in this order (the first that matches wins):
 | class | signals |
 |---|---|
 | ``input`` | the root cause is a checkpoint or input that does not load: a missing or unexpected key, a shape mismatch, a damaged safetensors file, a missing file (never retried) |
-| ``infrastructure`` | launch failure, rendezvous / port in use, out of memory, SIGKILL / exit -9 / "Killed", the timeout watchdog, an interrupt |
+| ``infrastructure`` | launch failure, rendezvous / port in use, out of memory, SIGKILL / exit -9 / "Killed", the timeout watchdog |
 | ``compile`` | inductor / dynamo / neuronx-cc errors, the ``compile_warmup`` task failing |
 | ``numerics`` | a NaN or infinite loss, a first-step loss outside its band (``compare_loss`` verdict fail), loss regression findings |
 | ``export_validation`` | the ``export`` or ``validate`` task failing (parity, missing keys, structure) |
+
+A cancelled run (verdict ``cancelled``: a Prefect cancel, Ctrl-C; titanflow.run.summary.cancel_cause)
+did not fail and has no class, whatever its log shows.
 
 Infrastructure comes first because it is the only class worth retrying and its
 signals (a killed rank, a taken port) explain whatever else the log shows.
@@ -55,7 +58,6 @@ SIGNATURES: dict[str, list[str]] = {
     "infrastructure": [
         r"timed out after \d+ ?s",                    # titanflow.launch.process watchdog (TrainingError message)
         r"killed after the \d+ s timeout",            # the watchdog's own line in train.log
-        r"interrupted \(ctrl-c\)|KeyboardInterrupt",  # titanflow.run.summary.RunRecorder on Ctrl-C
         r"Signal 9 \(SIGKILL\)|exitcode\s*:\s*-9\b|exited -9\b|\bKilled\b",  # torchrun / OOM killer
         r"out of memory|OutOfMemoryError|can't allocate memory|Cannot allocate memory|MemoryError",
         r"address already in use|EADDRINUSE|DistNetworkError|RendezvousError|rendezvous",
@@ -118,7 +120,8 @@ def classify_failure(*, verdict: str | None, failed_task: str | None, error: str
                      losses: list[float] | None, log_tail: str = "") -> FailureClass | None:
     """The failure class of a run (one of :data:`FAILURE_CLASSES`), or None when it did not fail.
 
-    A run failed when its ``verdict`` is "fail", a task failed, or a loss is not finite.
+    A run failed when its ``verdict`` is "fail", a task failed, or a loss is not finite; a
+    ``cancelled`` run did not fail (None), whatever it logged before it was stopped.
     Order: the root cause ``error`` names, when a signature of any class matches it; then a
     signature of the infrastructure class in ``error`` or ``log_tail`` (the last lines
     of the training log; "" for a failure before training); a compile signature or the
@@ -126,6 +129,8 @@ def classify_failure(*, verdict: str | None, failed_task: str | None, error: str
     :data:`CLASS_OF_TASK`; a run that failed only its verdict (no task failed) is numerics
     (loss out of band).
     """
+    if verdict == "cancelled":
+        return None
     bad_steps = non_finite_steps(losses)
     if verdict != "fail" and not failed_task and not bad_steps:
         return None
@@ -147,15 +152,21 @@ def classify_failure(*, verdict: str | None, failed_task: str | None, error: str
     return "numerics"  # only the verdict failed: compare_loss found the loss out of its band
 
 
-def classify(summary: "RunSummary", log_tail: str = "", losses: list[float] | None = None) -> FailureClass | None:
+def classify(summary: RunSummary, log_tail: str = "", losses: list[float] | None = None) -> FailureClass | None:
     """:func:`classify_failure` of a run's summary; ``losses`` default to the summary's (pass the
     metrics.csv ones for a run whose train task failed)."""
     return classify_failure(verdict=summary.verdict, failed_task=summary.failed_task, error=summary.error,
                             losses=summary.losses if losses is None else losses, log_tail=log_tail)
 
 
-def classify_exception(task_name: str, error: BaseException) -> str:
+def classify_exception(task_name: str, error: BaseException) -> FailureClass | None:
     """Class of an exception raised by Prefect task ``task_name`` (its message is the log tail,
-    as :class:`titanflow.launch.torchrun.TrainingError` carries it)."""
+    as :class:`titanflow.launch.torchrun.TrainingError` carries it); None for a cancel
+    (titanflow.run.summary.cancel_cause), which is no failure and never retried."""
+    # imported here: titanflow.run.summary imports this module (through titanflow.judge.regression)
+    from titanflow.run.summary import cancel_cause
+
+    if cancel_cause(error) is not None:
+        return None
     message = f"{type(error).__name__}: {error}"
     return classify_failure(verdict="fail", failed_task=task_name, error=message, losses=None) or "infrastructure"

@@ -34,7 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from titan_cfg.job import JOB_FILE
 from titanflow import paths
 from titanflow.judge.failures import classify
-from titanflow.launch.metrics import log_tail
+from titanflow.launch.metrics import log_tail, logged_losses
 from titanflow.run.summary import RunSummary, read_summary
 
 #: File name of the history table inside the history folder.
@@ -92,15 +92,11 @@ def git_state(repo: Path = paths.REPO_ROOT) -> tuple[str | None, bool | None]:
 
 
 def _losses(summary: RunSummary, run_dir: Path) -> list[float]:
-    """Per-step losses: the summary's, else metrics.csv's (the train task failed before the flow kept them)."""
+    """Per-step losses: the summary's (a finished or cancelled training), else metrics.csv's (the train
+    task failed before the flow kept them)."""
     if summary.losses:
         return [float(x) for x in summary.losses]
-    metrics = run_dir / "metrics.csv"
-    if metrics.is_file() and metrics.stat().st_size:
-        table = pd.read_csv(metrics)
-        if "loss" in table:
-            return [float(x) for x in table.sort_values("step").loss]
-    return []
+    return logged_losses(run_dir / "metrics.csv")
 
 
 def _world_size(summary: RunSummary, run_dir: Path) -> int | None:
@@ -148,9 +144,11 @@ class HistoryRow(BaseModel):
     parameters: str = Field(description="summary.json parameters, as sorted JSON")
     started_at: pd.Timestamp = Field(description="UTC; summary.json, else its mtime minus total_s")
     finished_at: pd.Timestamp = Field(description="UTC; summary.json, else its modification time")
-    verdict: str = Field(description="pass | fail | unknown (the run never got a verdict)")
+    verdict: str = Field(description="pass | fail | cancelled (stopped from outside: a Prefect cancel, "
+                         "Ctrl-C; reason says how, in which task, after how many steps) | unknown (the run never "
+                         "got a verdict). Only pass rows are baselines (titanflow.judge.regression.baseline_runs)")
     failure_class: str | None = Field(description="titanflow.judge.failures.classify of the summary and the "
-                                      "tail of train.log; None for a run that did not fail")
+                                      "tail of train.log; None for a run that did not fail (passed, cancelled)")
     failed_task: str | None
     error: str | None
     reason: str | None = Field(description="why the verdict, e.g. a loss-curve regression")

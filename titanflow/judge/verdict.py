@@ -1,9 +1,12 @@
 """The run's verdict, decided in one place from what the run recorded.
 
-    fail  a task raised (its error says why), or the first-step loss is out of its band,
-          or the loss curve left its golden band (a failed ``numerics`` finding);
-    pass  the first-step loss is within its band and no numerics finding failed;
-    None  the run has not got that far (nothing judged yet).
+    cancelled  the run was stopped before it ended: a Prefect cancel (SIGTERM), Ctrl-C
+               (titanflow.run.summary.Cancellation says how, in which task, and the steps it
+               logged); nothing is judged and it is never a failure class;
+    fail       a task raised (its error says why), or the first-step loss is out of its band,
+               or the loss curve left its golden band (a failed ``numerics`` finding);
+    pass       the first-step loss is within its band and no numerics finding failed;
+    None       the run has not got that far (nothing judged yet).
 
 Performance findings (slower, larger) never fail a run: they are flagged in the report.
 """
@@ -16,10 +19,16 @@ from titanflow.judge.loss import LossVerdict
 from titanflow.judge.regression import Finding
 from titanflow.run.task_names import TaskName
 
+#: Every verdict a run can end with (None: not judged yet).
+Verdict = Literal["pass", "fail", "cancelled"]
 
-def final_verdict(failed_task: TaskName | None, loss: LossVerdict | None,
-                  findings: list[Finding]) -> tuple[Literal["pass", "fail"] | None, str | None]:
-    """(verdict, reason) of a run (module docstring); the reason of a failed task is its error, not repeated here."""
+
+def final_verdict(failed_task: TaskName | None, loss: LossVerdict | None, findings: list[Finding],
+                  cancelled: str | None = None) -> tuple[Verdict | None, str | None]:
+    """(verdict, reason) of a run (module docstring); ``cancelled``: how the run was stopped (the
+    reason given), None when it was not. The reason of a failed task is its error, not repeated here."""
+    if cancelled is not None:
+        return "cancelled", cancelled
     if failed_task is not None:
         return "fail", None
     if loss is None:

@@ -58,3 +58,13 @@ def log_tail(path: Path, lines: int) -> str | None:
         return None
     with open(path, errors="replace") as log:
         return "\n".join(strip_ansi(line.rstrip("\n")) for line in log.readlines()[-lines:])
+
+
+def logged_losses(metrics_path: Path) -> list[float]:
+    """Losses (nats, step 1 first) of the steps in the metrics table at ``metrics_path``
+    (``runs/<id>/metrics.csv``, which titanflow.launch.torchrun writes also when training is stopped
+    or fails); [] when there is no table or it has no step."""
+    if not metrics_path.is_file() or not metrics_path.stat().st_size:
+        return []
+    table = pd.read_csv(metrics_path)
+    return [float(x) for x in table.sort_values("step").loss] if "loss" in table else []

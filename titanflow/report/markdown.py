@@ -1,5 +1,6 @@
-"""The run's summary as markdown: verdict, loss figures, failures with their class, validation,
-timings, the loss-curve plot inlined and, for a failed run, the end of ``train.log``."""
+"""The run's summary as markdown: verdict, loss figures, failures with their class, a cancel with
+where it happened, validation, timings, the loss-curve plot inlined and, for a failed or cancelled
+run, the end of ``train.log``."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ def summary_markdown(summary: RunSummary, *, loss_curve: Path | None = None, log
     """The run's summary as a short markdown report.
 
     ``loss_curve``: a PNG inlined under the summary; ``log``: the log tail shown (fenced) when
-    the run failed; ``findings``: the regression findings, whose failures are listed with their class.
+    the run failed or was cancelled; ``findings``: the regression findings, whose failures are listed with their class.
     """
     verdict = (summary.verdict or "unknown").upper()
     lines = [f"# {summary.scenario} on {summary.target} ({summary.init} init): {verdict}", ""]
@@ -37,7 +38,12 @@ def summary_markdown(summary: RunSummary, *, loss_curve: Path | None = None, log
                   f"{loss.expected_first_step_loss:.4f} +- {loss.tolerance} ({loss.expectation_source})"]
     if summary.failed_task:
         lines += [f"- failed task: `{summary.failed_task}`: {summary.error or ''}"]
-    if summary.reason:
+    if summary.cancelled:
+        cancel = summary.cancelled
+        where = f"in task `{cancel.task}`" if cancel.task else "between tasks"
+        lines += [(f"- **cancelled** {where} after {len(cancel.losses)} logged step(s) of {summary.steps}: "
+                   f"{cancel.cause}; not a failure, no failure class")]
+    if summary.reason and not summary.cancelled:
         lines += [f"- loss check ({summary.verdict or ''}): {summary.reason}"]
     if summary.history_error:
         lines += [f"- **history not recorded**: {summary.history_error}"]
@@ -58,7 +64,7 @@ def summary_markdown(summary: RunSummary, *, loss_curve: Path | None = None, log
     if summary.train:
         lines += [f"- {summary.train.tokens_per_s:.0f} tokens/s, peak RSS "
                   f"{summary.train.peak_rss_bytes / 2**30:.2f} GiB"]
-    if log is not None and verdict == "FAIL":  # before the timings and the plot: it says why
+    if log is not None and verdict in ("FAIL", "CANCELLED"):  # before the timings and the plot: it says why
         lines += ["", f"## Last {len(log.splitlines())} lines of train.log", "", fenced(log)]
     lines += ["", "| task | seconds |", "|---|---|"]
     lines += [f"| {name} | {s:.1f} |" for name, s in summary.timings_s.items()]

@@ -1,23 +1,29 @@
 """The run record: :class:`RunSummary`, written as ``runs/<id>/summary.json``, and the recorder the flow fills.
 
 The summary is composed of what the tasks return (warm-up, training, export, validation, loss
-verdict, history findings), plus the run's identity, the failure if any and per-task timings.
+verdict, history findings), plus the run's identity, the failure or cancellation if any and per-task timings.
 Every reader (history, report, CLI, nightly) validates it with
 ``RunSummary.model_validate_json``. A :class:`RunRecorder` wraps each task call of the flow; when
 one raises it records the failed task and its error, and the flow writes the summary in its
 ``finally`` before the exception propagates (the flow run ends Failed, its logs stay in
-``runs/<id>/``). Summaries written before the record was typed (the results' fields at the top
-level) are read too.
+``runs/<id>/``). A run stopped from outside (a Prefect cancel, Ctrl-C: :func:`cancel_cause`) is
+recorded as a :class:`Cancellation` instead: verdict ``cancelled``, the task it happened in and the
+losses of the steps it logged, never a failure. Summaries written before the record was typed (the
+results' fields at the top level) are read too.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import datetime
+import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator, Literal
+from typing import Any
 
+from prefect.exceptions import CancelledRun, TerminationSignal
 from pydantic import BaseModel, Field, computed_field, model_validator
 
 from titan_cfg.job import Init
@@ -25,7 +31,8 @@ from titanflow.export.assemble import ExportResult
 from titanflow.export.validate import ValidationReport
 from titanflow.judge.loss import LossVerdict
 from titanflow.judge.regression import Finding
-from titanflow.judge.verdict import final_verdict
+from titanflow.judge.verdict import Verdict, final_verdict
+from titanflow.launch.metrics import logged_losses
 from titanflow.launch.torchrun import TrainResult
 from titanflow.launch.warmup import WarmupResult
 from titanflow.paths import write_atomic
@@ -37,6 +44,46 @@ SUMMARY = "summary.json"
 
 def _now() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
+
+
+def cancel_cause(err: BaseException) -> str | None:
+    """How ``err`` stopped the run from outside, or None when it is a failure of the run itself.
+
+    Prefect's cancel: the worker (or runner) sends the flow-run process SIGTERM, which Prefect
+    raises in the flow as ``prefect.exceptions.TerminationSignal``; Ctrl-C is ``KeyboardInterrupt``;
+    an asyncio cancellation is ``asyncio.CancelledError`` (Prefect's own
+    ``prefect._internal.concurrency.cancellation.CancelledError`` subclasses it); reading the result
+    of a cancelled run raises ``prefect.exceptions.CancelledRun``.
+    """
+    if isinstance(err, KeyboardInterrupt):
+        return "interrupted (Ctrl-C)"
+    if isinstance(err, TerminationSignal):
+        try:
+            name = signal.Signals(err.signal).name
+        except ValueError:
+            name = f"signal {err.signal}"
+        return f"cancelled ({name}: a Prefect cancel, or the process was told to stop)"
+    if isinstance(err, asyncio.CancelledError):
+        return "cancelled (asyncio cancellation)"
+    if isinstance(err, CancelledRun):
+        return f"cancelled ({err})" if str(err) else "cancelled (a Prefect run it waited on was cancelled)"
+    return None
+
+
+class Cancellation(BaseModel):
+    """A run stopped from outside before it ended (:func:`cancel_cause`): its verdict is ``cancelled``,
+    never a failure class."""
+
+    cause: str = Field(description="how it was stopped, e.g. 'interrupted (Ctrl-C)' (cancel_cause)")
+    task: TaskName | None = Field(description="the task it happened in; None between tasks")
+    losses: list[float] = Field(default_factory=list, description="nats, step 1 first: the steps logged "
+                                "before it (the run folder's metrics.csv)")
+
+    @property
+    def reason(self) -> str:
+        """``<cause> in <task> after <n> logged step(s)``: the verdict's reason."""
+        where = f" in {self.task}" if self.task else " between tasks"
+        return f"{self.cause}{where} after {len(self.losses)} logged step(s)"
 
 
 class RunSummary(BaseModel):
@@ -59,11 +106,13 @@ class RunSummary(BaseModel):
     loss: LossVerdict | None = Field(None, description="the compare_loss task's first-step verdict")
     findings: list[Finding] = Field(default_factory=list, description="every regression rule on this run "
                                     "(compare_history)")
-    verdict: Literal["pass", "fail"] | None = Field(None, description="the run's verdict "
-                                                    "(titanflow.judge.verdict.final_verdict)")
+    verdict: Verdict | None = Field(None, description="the run's verdict: pass | fail | cancelled "
+                                    "(titanflow.judge.verdict.final_verdict)")
     reason: str | None = Field(None, description="why the verdict, in numbers")
     failed_task: TaskName | None = Field(None, description="the task that raised, if any")
     error: str | None = Field(None, description="``<exception type>: <message>`` of the failed task")
+    cancelled: Cancellation | None = Field(None, description="how, where and how far a run stopped from "
+                                           "outside got (a Prefect cancel, Ctrl-C); None when it was not")
     timings_s: dict[str, float] = Field(default_factory=dict, description="wall seconds per task, in run order; "
                                         "a wait for the training slot is not in them (slot_wait_s)")
     history_error: str | None = Field(None, description="why the run could not be compared with the history "
@@ -78,8 +127,9 @@ class RunSummary(BaseModel):
 
     @property
     def losses(self) -> list[float]:
-        """Per-step losses (nats, step 1 first) of a finished training; [] otherwise."""
-        return self.train.losses if self.train else []
+        """Per-step losses (nats, step 1 first) of a finished training, else those a cancelled run
+        logged; [] otherwise."""
+        return self.train.losses if self.train else self.cancelled.losses if self.cancelled else []
 
     @property
     def regressions(self) -> list[Finding]:
@@ -137,27 +187,39 @@ class RunRecorder:
         return self.run_dir / SUMMARY
 
     @contextlib.contextmanager
-    def task(self, task) -> Iterator["TaskTiming"]:
-        """Time the block as the Prefect task ``task`` (its ``name``); on an exception record it and
-        re-raise (the flow writes the summary in its ``finally``). Yields a :class:`TaskTiming` whose
+    def task(self, task) -> Iterator[TaskTiming]:
+        """Time the block as the Prefect task ``task`` (its ``name``); on an exception record it (a
+        cancel as :meth:`cancelled_by`, anything else as the failed task and its error) and re-raise
+        (the flow writes the summary in its ``finally``). Yields a :class:`TaskTiming` whose
         ``exclude_wait`` takes a wait for the training slot out of the task's time."""
         start = time.monotonic()
         timing = TaskTiming(self.summary)
         try:
             yield timing
         except BaseException as err:
-            reason = "interrupted (Ctrl-C)" if isinstance(err, KeyboardInterrupt) else str(err)
-            self.summary.failed_task = TaskName(task.name)
-            self.summary.error = f"{type(err).__name__}: {reason}"
+            if not self.cancelled_by(err, TaskName(task.name)):
+                self.summary.failed_task = TaskName(task.name)
+                self.summary.error = f"{type(err).__name__}: {err}"
             raise
         finally:
             self.summary.timings_s[task.name] = round(time.monotonic() - start - timing.waited_s, 3)
 
+    def cancelled_by(self, err: BaseException, task: TaskName | None = None) -> bool:
+        """Whether ``err`` is a cancel (:func:`cancel_cause`); if so, and none is recorded yet, record it
+        as the run's :class:`Cancellation` in ``task`` (None: between tasks) with the losses of the
+        steps in the run folder's metrics.csv (training, stopped, has written it by then)."""
+        cause = cancel_cause(err)
+        if cause is not None and self.summary.cancelled is None:
+            self.summary.cancelled = Cancellation(cause=cause, task=task,
+                                                  losses=logged_losses(self.run_dir / "metrics.csv"))
+        return cause is not None
+
     def write(self) -> Path:
         """Decide the verdict from the parts recorded so far (titanflow.judge.verdict), then write
         ``run_dir/summary.json`` atomically; returns its path."""
+        cancelled = self.summary.cancelled.reason if self.summary.cancelled else None
         self.summary.verdict, self.summary.reason = final_verdict(self.summary.failed_task, self.summary.loss,
-                                                                  self.summary.findings)
+                                                                  self.summary.findings, cancelled)
         self.summary.finished_at = _now()
         return write_atomic(self.path, self.summary.model_dump_json(indent=2) + "\n")
 
