@@ -6,8 +6,11 @@ Subflows run one after another, and each holds its node's training slot (a Prefe
 concurrency limit, titanflow.launch.slot) while it trains, so a deployment run started
 by hand on the same node waits instead of sharing it. A failed scenario does not stop
 the others. The suite ends Completed when every run passed, else Failed, its state
-message saying how many failed and of which class; regressions that do not fail a run
-(slower, larger) are counted as flagged, and so are runs whose history could not be recorded.
+message saying how many failed and of which class; a cancelled run (a Prefect cancel, Ctrl-C:
+verdict ``cancelled``) is counted apart, never as failed, and a suite whose only runs that did not
+pass were cancelled ends Cancelled. Cancelling the suite itself cancels the run in progress and
+publishes the report of the runs so far. Regressions that do not fail a run (slower, larger) are
+counted as flagged, and so are runs whose history could not be recorded.
 The markdown artifact ``nightly-<target>``
 keeps one version per night.
 """
@@ -19,36 +22,48 @@ from pathlib import Path
 from prefect import flow
 from prefect.artifacts import create_markdown_artifact
 from prefect.logging import get_run_logger
-from prefect.states import Completed, Failed, State
+from prefect.states import Cancelled, Completed, Failed, State
 
 from flows.scenario import qwen3_scenario
 from titan_cfg.job import Init
 from titanflow.judge.failures import classify
 from titanflow.run.params import ScenarioName, ScenarioRun, TargetName, nightly_suite
 from titanflow.run.preflight import new_run_id
-from titanflow.run.summary import read_summary
+from titanflow.run.summary import cancel_cause, read_summary
 
 
 def outcome(summary_path: Path, state: State) -> dict:
-    """One suite row from a finished subflow: its summary.json when it got that far, else its state."""
-    if not summary_path.is_file():  # refused before any task ran (bad parameters)
+    """One suite row from a finished subflow: its summary.json when it got that far, else its state
+    (cancelled before any task, or refused on bad parameters: a failure of class infrastructure)."""
+    if not summary_path.is_file():
+        if state.is_cancelled():
+            return {"verdict": "cancelled", "failure_class": None, "reason": state.message, "flagged": 0,
+                    "history_error": None}
         return {"verdict": "fail", "failure_class": "infrastructure", "reason": state.message, "flagged": 0,
                 "history_error": None}
     summary = read_summary(summary_path)
     return {
         "verdict": summary.verdict or "fail",
         "failure_class": classify(summary) if summary.verdict != "pass" else None,
-        "reason": summary.error or summary.reason or "",
+        "reason": summary.error or summary.reason or "",  # a cancelled run's reason says how and where
         "first_step_loss": summary.loss.first_step_loss if summary.loss else None,
         "flagged": sum(1 for r in summary.regressions if r.finding_class != "numerics"),
         "history_error": summary.history_error,
     }
 
 
+def _count(rows: list[dict]) -> tuple[list[dict], list[dict], int]:
+    """(failed rows, cancelled rows, how many passed); a run that did not pass and was not cancelled failed."""
+    cancelled = [r for r in rows if r["verdict"] == "cancelled"]
+    failed = [r for r in rows if r["verdict"] not in ("pass", "cancelled")]
+    return failed, cancelled, len(rows) - len(failed) - len(cancelled)
+
+
 def suite_markdown(target: str, rows: list[dict]) -> str:
-    """The nightly report: one line per scenario run, failures first explained."""
-    failed = [r for r in rows if r["verdict"] != "pass"]
-    lines = [f"# nightly on {target}: {len(rows) - len(failed)} of {len(rows)} passed", "",
+    """The nightly report: one line per scenario run, failures then cancels explained."""
+    failed, cancelled, passed = _count(rows)
+    apart = f", {len(cancelled)} cancelled" if cancelled else ""
+    lines = [f"# nightly on {target}: {passed} of {len(rows)} passed, {len(failed)} failed{apart}", "",
              "| scenario | init | verdict | class | first-step loss | flagged | run |", "|---|---|---|---|---|---|---|"]
     for r in rows:
         loss = f"{r['first_step_loss']:.4f}" if r.get("first_step_loss") is not None else "-"
@@ -56,10 +71,31 @@ def suite_markdown(target: str, rows: list[dict]) -> str:
                      f"{r['flagged']} | {r['run_id']} |")
     for r in failed:
         lines += ["", f"- **{r['scenario']} / {r['init']}** ({r['failure_class']}): {str(r['reason'])[:500]}"]
+    for r in cancelled:
+        lines += ["", f"- **{r['scenario']} / {r['init']}** cancelled, not failed: {str(r['reason'])[:500]}"]
     for r in rows:
         if r.get("history_error"):
             lines += ["", f"- **history not recorded** for {r['scenario']} / {r['init']}: {r['history_error'][:500]}"]
     return "\n".join(lines) + "\n"
+
+
+def suite_state(rows: list[dict]) -> State:
+    """The suite's final state: Completed when every run passed; Failed when any failed (the message
+    names how many and their classes); otherwise, when runs were cancelled, Cancelled. Each message
+    counts cancelled runs apart and says how many regressions were flagged and histories not recorded."""
+    failed, cancelled, passed = _count(rows)
+    flagged = sum(r["flagged"] for r in rows)
+    unrecorded = sum(1 for r in rows if r.get("history_error"))
+    history = f"; history not recorded for {unrecorded} run(s)" if unrecorded else ""
+    apart = f"; {len(cancelled)} cancelled" if cancelled else ""
+    if failed:
+        classes = ", ".join(sorted({f"{r['failure_class']}" for r in failed}))
+        return Failed(message=f"{len(failed)} of {len(rows)} scenario runs failed ({classes}){apart}; "
+                              f"{flagged} flagged{history}")
+    if cancelled:
+        return Cancelled(message=f"{passed} of {len(rows)} scenario runs passed{apart}; {flagged} regressions "
+                                 f"flagged{history}")
+    return Completed(message=f"{len(rows)} of {len(rows)} scenario runs passed; {flagged} regressions flagged{history}")
 
 
 @flow(name="qwen3-nightly")
@@ -72,31 +108,37 @@ def qwen3_nightly(
     runs_dir: str | None = None,
 ) -> State:
     """Run the suite of ``target`` (module docstring); ``steps``/``lr`` override every run's
-    (None: ScenarioRun's defaults). Returns Completed, or Failed naming how many runs failed.
+    (None: ScenarioRun's defaults). Returns :func:`suite_state`: Completed, Failed naming how many runs
+    failed, or Cancelled when runs were cancelled and none failed.
 
     Raises:
         ValueError: unknown scenario or init, before anything runs.
     """
     logger = get_run_logger()
     rows = []
+
+    def publish() -> None:
+        create_markdown_artifact(key=f"nightly-{target}", markdown=suite_markdown(target, rows),
+                                 description=f"nightly suite on {target}")
+
     for scenario, init in nightly_suite(scenarios, inits):
         params = {k: v for k, v in dict(scenario=scenario, target=target, init=init, steps=steps, lr=lr,
                                         runs_dir=runs_dir).items() if v is not None}
         run = ScenarioRun(**params)
         run_id = new_run_id(run)
-        state = qwen3_scenario(**params, run_id=run_id, return_state=True)
-        row = {"scenario": scenario, "init": init, "run_id": run_id,
-               **outcome(run.runs_root() / run_id / "summary.json", state)}
+        summary_path = run.runs_root() / run_id / "summary.json"
+        try:
+            state = qwen3_scenario(**params, run_id=run_id, return_state=True)
+        except BaseException as err:  # the suite itself cancelled (SIGTERM, Ctrl-C): report what ran, then stop
+            cause = cancel_cause(err)
+            if cause is None:
+                raise
+            rows.append({"scenario": scenario, "init": init, "run_id": run_id,
+                         **outcome(summary_path, Cancelled(message=cause))})
+            publish()
+            raise
+        row = {"scenario": scenario, "init": init, "run_id": run_id, **outcome(summary_path, state)}
         logger.info("%s/%s: %s %s", scenario, init, row["verdict"], row["failure_class"] or "")
         rows.append(row)
-    create_markdown_artifact(key=f"nightly-{target}", markdown=suite_markdown(target, rows),
-                             description=f"nightly suite on {target}")
-    failed = [r for r in rows if r["verdict"] != "pass"]
-    flagged = sum(r["flagged"] for r in rows)
-    unrecorded = sum(1 for r in rows if r.get("history_error"))
-    history = f"; history not recorded for {unrecorded} run(s)" if unrecorded else ""
-    if failed:
-        classes = ", ".join(sorted({f"{r['failure_class']}" for r in failed}))
-        return Failed(message=f"{len(failed)} of {len(rows)} scenario runs failed ({classes}); {flagged} flagged"
-                              f"{history}")
-    return Completed(message=f"{len(rows)} of {len(rows)} scenario runs passed; {flagged} regressions flagged{history}")
+    publish()
+    return suite_state(rows)

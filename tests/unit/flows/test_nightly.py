@@ -60,3 +60,43 @@ def test_outcome_and_report_of_a_failed_and_a_passed_run(tmp_path):
     assert markdown.startswith("# nightly on cpu: 1 of 3 passed")
     assert "| moe | random | fail | numerics | 11.9400 | 0 | b |" in markdown
     assert "**moe / random** (numerics): loss curve regression" in markdown
+
+
+def test_a_cancelled_run_is_counted_apart_from_the_failed_ones(tmp_path):
+    import signal
+
+    from prefect.exceptions import TerminationSignal
+    from prefect.states import Cancelled, Failed
+
+    from flows.nightly import outcome, suite_markdown, suite_state
+    from tasks.train import train
+    from titanflow.run.summary import RunRecorder, RunSummary
+
+    # a run cancelled in train after 2 logged steps (losses of tests/fixtures/run_folders/native-cpu-nan/metrics.csv)
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "metrics.csv").write_text("step,loss,grad_norm,memory_gib,tps\n1,11.94006,0.8053,0.96,72.0\n"
+                                                "2,11.93121,,0.97,195.0\n")
+    record = RunRecorder(tmp_path / "c", RunSummary(run_id="c", scenario="moe", target="cpu", init="random", steps=9))
+    with pytest.raises(TerminationSignal), record.task(train):
+        raise TerminationSignal(signal.SIGTERM)
+    cancelled = outcome(record.write(), Cancelled())
+    assert (cancelled["verdict"], cancelled["failure_class"]) == ("cancelled", None)
+    assert cancelled["reason"].endswith("in train after 2 logged step(s)")
+    # cancelled before writing a summary: its state says so
+    early = outcome(tmp_path / "d" / "summary.json", Cancelled(message="Flow run was cancelled."))
+    assert (early["verdict"], early["failure_class"]) == ("cancelled", None)
+    refused = outcome(tmp_path / "e" / "summary.json", Failed(message="nproc: bad"))
+    rows = [{"scenario": "moe", "init": "random", "run_id": "c", **cancelled},
+            {"scenario": "moe", "init": "pretrained", "run_id": "d", **early},
+            {"scenario": "native", "init": "random", "run_id": "p", "verdict": "pass", "failure_class": None,
+             "reason": "", "flagged": 0, "history_error": None}]
+    markdown = suite_markdown("cpu", rows)
+    assert markdown.startswith("# nightly on cpu: 1 of 3 passed, 0 failed, 2 cancelled\n")
+    assert "| moe | random | cancelled |  | - | 0 | c |" in markdown
+    assert "- **moe / random** cancelled, not failed: cancelled (SIGTERM" in markdown
+    state = suite_state(rows)
+    assert state.is_cancelled() and state.message == "1 of 3 scenario runs passed; 2 cancelled; 0 regressions flagged"
+    failed = suite_state([*rows, {"scenario": "hf_backend", "init": "random", "run_id": "e", **refused}])
+    assert failed.is_failed()
+    assert failed.message == "1 of 4 scenario runs failed (infrastructure); 2 cancelled; 0 flagged"
+    assert suite_state(rows[2:]).is_completed()
