@@ -1,10 +1,27 @@
-"""run_streaming: live lines, no pipe deadlock, the whole process group killed on timeout."""
+"""run_streaming: live lines, no pipe deadlock, the whole process group killed on timeout; output
+bounded in memory per line, a bounded wait after the launched process exits, nothing outliving a
+killed runner."""
 
 import os
+import signal
+import subprocess
 import sys
 import textwrap
+import time
+import tracemalloc
+from pathlib import Path
 
-from titanflow.launch.process import run_streaming, wait_gone
+import psutil
+import pytest
+
+from titanflow.launch.process import (
+    EXIT_GRACE_S,
+    LEFTOVER_GRACE_S,
+    LINE_BYTES,
+    run_streaming,
+    shown_line,
+    wait_gone,
+)
 
 
 def _python(code: str) -> list[str]:
@@ -80,3 +97,177 @@ def test_timeout_ends_a_stopped_descendant_in_a_group_of_its_own(tmp_path):
     assert result.timed_out
     assert wait_gone(int(pid_file.read_text()), 5.0)
     assert result.wall_s < 3 + KILL_GRACE_S + 5  # not the 30 s per pipe reader a survivor would cost
+
+
+BIG_LINE_BYTES = 50_000_000
+
+
+def test_a_50_MB_line_is_logged_whole_but_reaches_callback_tail_and_memory_cut(tmp_path):
+    """The log keeps all 50 MB; the callback and tail get LINE_BYTES of it; the runner's Python heap
+    grows by well under 10 MB. Held per pipe: one READ_BYTES read, at most LOG_HOLD_BYTES (256 KiB) of
+    the line not yet written, its first LINE_BYTES; the old reader held the line whole as text,
+    several times over (the line, its rstrip copy, line + newline): 150 MB and more."""
+    seen = []
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        result = run_streaming(_python(f"""
+            import sys
+            print("before", flush=True)
+            print("err line", file=sys.stderr, flush=True)
+            sys.stdout.buffer.write(b"x" * {BIG_LINE_BYTES})  # no newline, then exit
+        """), env=dict(os.environ), log_path=tmp_path / "log", timeout_s=120, on_line=seen.append)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    print(f"traced peak {peak / 1e6:.2f} MB")  # measured: about 1 MB
+    assert result.returncode == 0
+    assert peak < 10_000_000
+    log = tmp_path / "log"
+    assert log.stat().st_size == len("before\n") + len("err line\n") + BIG_LINE_BYTES + 1  # +1: the closing newline
+    assert log.read_bytes().count(b"x") == BIG_LINE_BYTES
+    assert "before" in seen and "err line" in seen and len(seen) == 3
+    assert all(len(line.encode()) <= LINE_BYTES for line in seen)
+    room = LINE_BYTES - len(f" ... [{BIG_LINE_BYTES} bytes cut]")  # shown_line's rule
+    assert result.tail[-1] == seen[-1] == "x" * room + f" ... [{BIG_LINE_BYTES - room} bytes cut]"
+    assert len(seen[-1].encode()) == LINE_BYTES  # 8-digit counts on both sides: exactly the bound
+
+
+def test_a_shown_line_is_cut_within_the_bound_and_says_how_much_was_cut():
+    assert shown_line(b"step: 1 loss: 11.9\r", 19) == "step: 1 loss: 11.9"  # CR of a CRLF line dropped
+    assert shown_line(b"a\xffb", 3) == "a\ufffdb"  # invalid UTF-8 replaced, as a text pipe did
+    # 2000 two-byte characters (4000 bytes) and more of them not read: the cut falls inside one
+    head = "é".encode() * 2048  # LINE_BYTES bytes, all the reader keeps of the line
+    cut = shown_line(head, 10_000)
+    room = LINE_BYTES - len(" ... [10000 bytes cut]")  # 4074: an odd byte count splits an é
+    assert cut == "é" * (room // 2) + f" ... [{10_000 - 2 * (room // 2)} bytes cut]"
+    assert len(cut.encode()) <= LINE_BYTES
+
+
+def _spawner(holds_pipe: bool, own_session: bool) -> list[str]:
+    """A launched process that starts a ``sleep 60`` grandchild and exits at once, printing its pid."""
+    return _python(f"""
+        import subprocess
+        quiet = {{}} if {holds_pipe} else dict(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        grandchild = subprocess.Popen(["sleep", "60"], start_new_session={own_session}, **quiet)
+        print(grandchild.pid, flush=True)
+    """)
+
+
+@pytest.mark.parametrize("own_session", [False, True], ids=["same group", "own session"])
+def test_a_grandchild_holding_the_pipe_costs_the_exit_grace_then_is_ended(tmp_path, own_session):
+    """The runner waits EXIT_GRACE_S for the pipes to close, then ends the group and the launch's marked
+    processes (one in a session of its own too); the grandchild dies on SIGTERM at once."""
+    result = run_streaming(_spawner(holds_pipe=True, own_session=own_session), env=dict(os.environ),
+                           log_path=tmp_path / "log", timeout_s=60)
+    grandchild = int(result.tail[0])
+    assert result.returncode == 0 and not result.timed_out
+    assert EXIT_GRACE_S <= result.wall_s < EXIT_GRACE_S + LEFTOVER_GRACE_S  # before: 45 s, and it ran on
+    assert wait_gone(grandchild, 0)
+
+
+def test_a_grandchild_that_closed_the_pipe_is_ended_without_waiting(tmp_path):
+    result = run_streaming(_spawner(holds_pipe=False, own_session=True), env=dict(os.environ),
+                           log_path=tmp_path / "log", timeout_s=60)
+    assert result.returncode == 0
+    assert result.wall_s < EXIT_GRACE_S  # the pipes closed with the launched process
+    assert wait_gone(int(result.tail[0]), 0)
+
+
+RUNNER = """
+import os, sys
+from pathlib import Path
+from titanflow.launch.process import run_streaming
+run_streaming(sys.argv[2:], env=dict(os.environ), log_path=Path(sys.argv[1]), timeout_s=600)
+"""
+
+
+def _start_runner(tmp_path: Path, argv: list[str]) -> tuple[subprocess.Popen, Path]:
+    """A flow-like process: a Python process calling run_streaming on ``argv``, logging to a file."""
+    script, log = tmp_path / "runner.py", tmp_path / "runner.log"
+    script.write_text(RUNNER)
+    return subprocess.Popen([sys.executable, str(script), str(log), *argv]), log
+
+
+def _wait_for_lines(log: Path, count: int, seconds: float) -> list[str]:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        lines = log.read_text().splitlines() if log.exists() else []
+        if len(lines) >= count:
+            return lines
+        time.sleep(0.2)
+    raise AssertionError(f"{log} has fewer than {count} lines after {seconds} s: {log.read_text()!r}")
+
+
+def _kill_runner(runner: subprocess.Popen) -> None:
+    runner.send_signal(signal.SIGKILL)
+    runner.wait()
+
+
+def _end(pids) -> None:
+    """Clean up after a failing test: end what it started that still runs."""
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def test_the_launched_process_dies_with_a_runner_killed_by_sigkill(tmp_path):
+    runner, log = _start_runner(tmp_path, _python("import os, time; print(os.getpid(), flush=True); time.sleep(600)"))
+    child = int(_wait_for_lines(log, 1, 60)[0])
+    try:
+        _kill_runner(runner)
+        assert wait_gone(child, 5.0)  # PR_SET_PDEATHSIG: SIGTERM as the runner dies
+    finally:
+        _end([child])
+
+
+def test_the_next_launch_ends_what_a_killed_runner_left_in_a_session_of_its_own(tmp_path):
+    """The launched process dies with its runner, but its child in a session of its own (as a rank of a
+    torchrun that was itself SIGKILLed) is nobody's to end: the next launch finds it by its mark."""
+    runner, log = _start_runner(tmp_path, _python("""
+        import subprocess, sys, time
+        orphan = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        print(orphan.pid, flush=True)
+        time.sleep(600)
+    """))
+    orphan = int(_wait_for_lines(log, 1, 60)[0])
+    try:
+        _kill_runner(runner)
+        assert not wait_gone(orphan, 2.0)  # the case: it outlives its runner and its parent
+        result = run_streaming(["true"], env=dict(os.environ), log_path=tmp_path / "next.log", timeout_s=60)
+        assert result.returncode == 0
+        assert wait_gone(orphan, 0)
+        said = (tmp_path / "next.log").read_text().splitlines()[0]  # others' orphans may be named too
+        assert said.startswith("titanflow: ended processes [") and f" {orphan}," in said.replace("[", " ").replace("]", ",")
+    finally:
+        _end([orphan])
+
+
+#: Seconds torchrun and its ranks get to end after the runner's SIGKILL (measured: under 1 s on 2 CPU
+#: cores; torchrun's SIGTERM handler sends SIGTERM to every rank and waits for them).
+TORCHRUN_STOP_S = 15.0
+
+
+def test_torchrun_and_its_ranks_die_with_a_runner_killed_by_sigkill(tmp_path):
+    sleeper = tmp_path / "sleeper.py"
+    sleeper.write_text("import os, time\nprint('rank', os.environ['RANK'], os.getpid(), flush=True)\ntime.sleep(600)\n")
+    torchrun = str(Path(sys.executable).parent / "torchrun")
+    runner, log = _start_runner(tmp_path, [torchrun, "--standalone", "--nproc_per_node=2", str(sleeper)])
+    deadline = time.monotonic() + 120
+    ranks: list[int] = []
+    while len(ranks) < 2 and time.monotonic() < deadline:
+        ranks = [int(line.split()[2]) for line in _wait_for_lines(log, 1, 120) if line.startswith("rank ")]
+        time.sleep(0.2)
+    launcher = [p.pid for p in psutil.Process(runner.pid).children()]
+    assert len(ranks) == 2 and len(launcher) == 1, (ranks, launcher)
+    assert all(os.getpgid(rank) == rank for rank in ranks)  # torchrun puts each rank in a group of its own
+    try:
+        _kill_runner(runner)
+        started = time.monotonic()
+        assert all(wait_gone(pid, TORCHRUN_STOP_S) for pid in [*launcher, *ranks])
+        print(f"torchrun and both ranks gone {time.monotonic() - started:.1f} s after the runner's SIGKILL")
+    finally:
+        _end([*launcher, *ranks])
