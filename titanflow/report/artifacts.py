@@ -3,7 +3,10 @@ their history (Artifacts page: one key, one version per run).
 
 - :func:`artifact_key`: ``<scenario>-<target>-<init>``, the prefix of every key;
 - :class:`TrainingProgress`: ``<key>-progress``, a progress artifact advanced once per logged step;
+- :func:`publish_metrics`: ``<key>-metrics``, the per-step metrics table;
 - :func:`publish_findings`: ``<key>-baselines``, a table of metrics against their baselines;
+- :func:`table_rows`: the rows of both, every cell strict JSON (non-finite numbers as the strings
+  ``"nan"``, ``"inf"``, ``"-inf"``);
 - :func:`png_markdown`: a PNG embedded in markdown as a ``data:image/png`` URI. Both Prefect UIs
   render it (v2 whitelists ``data:image/`` in ``img src``; v1 passes ``src`` through), while a
   file path or ``file://`` link is not reachable from the browser.
@@ -13,11 +16,14 @@ from __future__ import annotations
 
 import base64
 import logging
+import math
 import threading
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
+import numpy as np
+import pandas as pd
 from prefect import get_client
 from prefect.artifacts import create_progress_artifact, create_table_artifact
 from prefect.client.schemas.actions import ArtifactUpdate
@@ -75,7 +81,7 @@ class TrainingProgress:
         except MissingContextError:
             self._logger = logging.getLogger(__name__)
 
-    def __enter__(self) -> "TrainingProgress":
+    def __enter__(self) -> Self:
         self.artifact_id = create_progress_artifact(
             0.0, key=self.key, description=f"run {self.run_id}: training started, {self.total_steps} steps")
         self._client = get_client(sync_client=True).__enter__()
@@ -124,9 +130,33 @@ def waiting_progress(key: str, run_id: str):
     return on_wait
 
 
+#: What :func:`table_cell` writes for NaN, +inf and -inf.
+NON_FINITE_CELLS = ("nan", "inf", "-inf")
+
+
+def table_cell(value: Any) -> Any:
+    """``value`` as a strict-JSON table cell: a NaN, inf or -inf number becomes the string ``"nan"``,
+    ``"inf"`` or ``"-inf"``; a numpy scalar becomes its Python value; anything else is kept.
+
+    Why: ``prefect.artifacts.create_table_artifact`` serialises with ``json.dumps``, which turns NaN
+    into null (Prefect's own sanitising) but writes inf as the bare token ``Infinity``, which is not
+    JSON: the UI cannot parse the table and shows none of its rows. A string keeps inf and NaN apart.
+    """
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    return value
+
+
+def table_rows(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """``rows`` with every cell through :func:`table_cell`: each row kept, in order, strict JSON."""
+    return [{column: table_cell(value) for column, value in row.items()} for row in rows]
+
+
 def findings_rows(findings: Iterable[Finding]) -> list[dict[str, Any]]:
     """Table rows of the findings (column ``class``; titanflow.judge.regression.Finding.as_record)."""
-    return [f.as_record() for f in findings]
+    return table_rows(f.as_record() for f in findings)
 
 
 def publish_findings(findings: Iterable[Finding], key: str, run_id: str):
@@ -136,6 +166,17 @@ def publish_findings(findings: Iterable[Finding], key: str, run_id: str):
     return create_table_artifact(key=f"{key}-baselines", table=rows,
                                  description=f"run {run_id}: {len(rows)} metrics against their baselines, "
                                              f"{failed} out of margin")
+
+
+def publish_metrics(table: pd.DataFrame, key: str, run_id: str):
+    """Publish the per-step metrics (titanflow.launch.metrics.COLUMNS, one row per step) as the table
+    artifact ``<key>-metrics``, every row kept (:func:`table_rows`); returns its id. The description
+    names the first step whose loss is not finite, if any."""
+    rows = table_rows(table.to_dict(orient="records"))
+    bad = [row["step"] for row in rows if row.get("loss") in NON_FINITE_CELLS]
+    note = f"; loss not finite from step {bad[0]} ({len(bad)} of {len(rows)} steps)" if bad else ""
+    return create_table_artifact(key=f"{key}-metrics", table=rows,
+                                 description=f"per-step metrics of run {run_id}{note}")
 
 
 def png_markdown(path: Path, alt: str) -> str:

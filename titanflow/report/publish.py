@@ -13,11 +13,11 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import pandas as pd
-from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.artifacts import create_markdown_artifact
 
 from titanflow.judge.regression import Finding
 from titanflow.launch.metrics import log_tail
-from titanflow.report.artifacts import artifact_key, publish_findings
+from titanflow.report.artifacts import artifact_key, publish_findings, publish_metrics
 from titanflow.report.markdown import LOG_TAIL_LINES, summary_markdown
 from titanflow.report.plots import Curve, write_loss_curve
 from titanflow.run.summary import read_summary
@@ -43,8 +43,7 @@ def publish_report(summary_path: Path, metrics_path: Path | None = None, golden:
     if metrics.is_file():
         table = pd.read_csv(metrics)
         if not table.empty:
-            create_table_artifact(key=f"{key}-metrics", table=table.to_dict(orient="records"),
-                                  description=f"per-step metrics of run {summary.run_id}")
+            publish_metrics(table, key, summary.run_id)
             loss_curve = write_loss_curve(run_dir / LOSS_CURVE, dict(zip(table.step, table.loss)), golden=golden,
                                           history=history, title=f"{summary.run_id} ({summary.verdict or ''})")
     if findings is not None:
