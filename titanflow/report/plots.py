@@ -1,6 +1,6 @@
 """Loss-curve plot of a run: its per-step loss against the golden curve and the last passing runs.
 
-    write_loss_curve(run_dir / "loss_curve.png", losses, golden=read_curve(path)[0], history={"run-a": [...]})
+    write_loss_curve(run_dir / "loss_curve.png", losses, golden=read_curve(path).losses, history={"run-a": [...]})
 
 Drawn with matplotlib's object API on the Agg canvas (no pyplot, so no global backend
 state and no display needed). The figure is small (640 x 360 px, 100 dpi; about 25-40 kB
@@ -20,7 +20,7 @@ from matplotlib.figure import Figure
 FIGSIZE_IN = (6.4, 3.6)
 DPI = 100
 
-#: A curve: losses with step 1 first, or {step: loss} (the form ``titanflow.judge.goldens.read_curve`` returns first).
+#: A curve: losses with step 1 first, or {step: loss} (``titanflow.judge.goldens.GoldenCurve.losses``).
 Curve = Sequence[float] | Mapping[int, float]
 
 
@@ -37,18 +37,38 @@ def curve_points(curve: Curve) -> tuple[list[int], list[float]]:
     return [s for s, _ in pairs], [v for _, v in pairs]
 
 
+def non_finite_steps_of(curve: Curve) -> list[int]:
+    """Steps of ``curve`` (numbered as :func:`curve_points` numbers them) whose loss is NaN or infinite."""
+    return [step for step, value in zip(*curve_points(curve)) if not math.isfinite(value)]
+
+
+def non_finite_label(steps: Sequence[int]) -> str:
+    """Legend entry of the non-finite marker: ``non-finite at step N`` (``N`` the first), with the count
+    when there are more."""
+    return f"non-finite at step {steps[0]}" + (f" ({len(steps)} steps)" if len(steps) > 1 else "")
+
+
+def _finite_points(curve: Curve) -> tuple[list[int], list[float]]:
+    """:func:`curve_points` with each non-finite loss as NaN, which matplotlib leaves as a gap (an inf
+    would be drawn off the axes or stretch the autoscaled limits)."""
+    steps, values = curve_points(curve)
+    return steps, [v if math.isfinite(v) else math.nan for v in values]
+
+
 def loss_curve_figure(losses: Curve, *, golden: Curve | None = None,
                       history: Mapping[str, Curve] | None = None, title: str = "") -> Figure:
     """Figure with one axes: the run's loss (nats) per step, the golden curve (dashed) and
     each past passing run (thin grey; one legend entry for all of them).
 
-    Lines, in drawing order: history runs, golden, this run (on top). Non-finite losses
-    are left as gaps (matplotlib skips NaN).
+    Lines, in drawing order: history runs, golden, the non-finite marker, this run (on top).
+    Only finite losses are drawn (a non-finite one is a gap). When the run has non-finite losses,
+    a red dotted vertical line marks the first such step, with the legend entry of
+    :func:`non_finite_label`, and a red x at the foot of the axes marks each of them.
 
     Raises:
         ValueError: ``losses`` is empty (nothing to plot).
     """
-    steps, values = curve_points(losses)
+    steps, values = _finite_points(losses)
     if not steps:
         raise ValueError("losses is empty: the run logged no training step, there is no curve to plot")
     fig = Figure(figsize=FIGSIZE_IN, dpi=DPI, layout="constrained")
@@ -56,10 +76,16 @@ def loss_curve_figure(losses: Curve, *, golden: Curve | None = None,
     ax = fig.add_subplot()
     history = history or {}
     for i, curve in enumerate(history.values()):
-        ax.plot(*curve_points(curve), color="0.6", linewidth=1, alpha=0.8,
+        ax.plot(*_finite_points(curve), color="0.6", linewidth=1, alpha=0.8,
                 label=f"last {len(history)} passing runs" if i == 0 else "_nolegend_")
     if golden is not None:
-        ax.plot(*curve_points(golden), color="black", linestyle="--", linewidth=1.5, label="golden")
+        ax.plot(*_finite_points(golden), color="black", linestyle="--", linewidth=1.5, label="golden")
+    bad = non_finite_steps_of(losses)
+    if bad:
+        ax.axvline(bad[0], color="tab:red", linestyle=":", linewidth=1.5, label=non_finite_label(bad))
+        # x in data, y in axes fraction: the marks sit at the foot whatever the loss range
+        ax.scatter(bad, [0.03] * len(bad), transform=ax.get_xaxis_transform(), marker="x", color="tab:red",
+                   s=20, label="_nolegend_")
     ax.plot(steps, values, color="tab:blue", linewidth=2, marker="o" if len(steps) <= 30 else None,
             markersize=3, label="this run")
     ax.set_xlabel("step")
@@ -68,9 +94,6 @@ def loss_curve_figure(losses: Curve, *, golden: Curve | None = None,
     ax.grid(alpha=0.3)
     if len(steps) <= 20:
         ax.set_xticks(range(1, max(steps) + 1))
-    if not all(map(math.isfinite, values)):
-        ax.text(0.01, 0.02, "non-finite loss at some step (gap in the curve)", transform=ax.transAxes,
-                color="tab:red", fontsize=8)
     ax.legend(fontsize=8, loc="upper right")
     return fig
 
