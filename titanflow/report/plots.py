@@ -16,6 +16,8 @@ from pathlib import Path
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from titanflow.judge.loss import non_finite_steps
+
 #: Figure size in inches and resolution: 6.4 x 3.6 in at 100 dpi = 640 x 360 px.
 FIGSIZE_IN = (6.4, 3.6)
 DPI = 100
@@ -38,8 +40,10 @@ def curve_points(curve: Curve) -> tuple[list[int], list[float]]:
 
 
 def non_finite_steps_of(curve: Curve) -> list[int]:
-    """Steps of ``curve`` (numbered as :func:`curve_points` numbers them) whose loss is NaN or infinite."""
-    return [step for step, value in zip(*curve_points(curve)) if not math.isfinite(value)]
+    """Steps of ``curve`` (numbered as :func:`curve_points` numbers them, so a curve logged every few
+    steps keeps its step numbers) whose loss is NaN or infinite (titanflow.judge.loss.non_finite_steps)."""
+    steps, values = curve_points(curve)
+    return [steps[i - 1] for i in non_finite_steps(values)]
 
 
 def non_finite_label(steps: Sequence[int]) -> str:
