@@ -8,6 +8,7 @@ is the one kept (the launcher shows only local rank 0 on the console).
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -52,12 +53,36 @@ def metrics_table(lines: list[str]) -> pd.DataFrame:
     return table.drop_duplicates("step", keep="first").sort_values("step").reset_index(drop=True)
 
 
+#: Bytes read from the end of a log for its tail, and characters kept of each line of the tail: one
+#: line of a child's output can be megabytes, and the tail goes into errors, the summary, the history
+#: and the Prefect database.
+TAIL_READ_BYTES, TAIL_LINE_CHARS = 1024 * 1024, 2000
+
+
 def log_tail(path: Path, lines: int) -> str | None:
-    """The last ``lines`` lines of the log at ``path`` without colour codes, or None when there is no log."""
+    """The last ``lines`` lines of the log at ``path`` without colour codes, or None when there is no log.
+
+    Only the last :data:`TAIL_READ_BYTES` of the file are read (a line that starts before them begins
+    with ``... ``), and a line longer than :data:`TAIL_LINE_CHARS` keeps its start and ends in
+    `` ... [N characters cut]``: the result is at most ``lines`` x (:data:`TAIL_LINE_CHARS` + 30) characters.
+    CR, LF and CRLF all end a line, as when the log is read as text.
+    """
     if not path.is_file():
         return None
-    with open(path, errors="replace") as log:
-        return "\n".join(strip_ansi(line.rstrip("\n")) for line in log.readlines()[-lines:])
+    with open(path, "rb") as log:
+        start = max(0, log.seek(0, os.SEEK_END) - TAIL_READ_BYTES)
+        log.seek(start)
+        text = log.read().decode("utf-8", "replace").replace("\r\n", "\n").replace("\r", "\n")
+    found = text.removesuffix("\n").split("\n") if text else []
+    if start and found:
+        found[0] = f"... {found[0]}"
+    return "\n".join(_cut(strip_ansi(line)) for line in found[-lines:])
+
+
+def _cut(line: str) -> str:
+    if len(line) <= TAIL_LINE_CHARS:
+        return line
+    return f"{line[:TAIL_LINE_CHARS]} ... [{len(line) - TAIL_LINE_CHARS} characters cut]"
 
 
 def logged_losses(metrics_path: Path) -> list[float]:

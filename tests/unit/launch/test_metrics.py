@@ -22,3 +22,19 @@ def test_table_keeps_one_row_per_step_in_order():
     table = metrics_table([second, "noise", LINE, LINE])
     assert list(table.step) == [1, 2]
     assert list(table.loss) == [11.95009, 11.90140]
+
+
+def test_log_tail_is_bounded_in_bytes_when_a_line_is_megabytes(tmp_path):
+    """A 5 MB line (a child dumping a tensor, say) is cut to TAIL_LINE_CHARS with the count of what was cut,
+    and a 5 MB last line without newline is read only in its last TAIL_READ_BYTES."""
+    from titanflow.launch.metrics import TAIL_LINE_CHARS, TAIL_READ_BYTES, log_tail
+
+    log = tmp_path / "train.log"
+    log.write_text("\n".join(f"line {i}" for i in range(100)) + "\n" + "y" * 500_000 + "\nlast one\r\n")
+    tail = log_tail(log, 3).split("\n")
+    assert tail == ["line 99", "y" * TAIL_LINE_CHARS + f" ... [{500_000 - TAIL_LINE_CHARS} characters cut]", "last one"]
+    with open(log, "a") as f:
+        f.write("z" * 5_000_000)
+    only = log_tail(log, 3)
+    shown = "... " + "z" * TAIL_READ_BYTES  # the line's start was not read
+    assert only == shown[:TAIL_LINE_CHARS] + f" ... [{len(shown) - TAIL_LINE_CHARS} characters cut]"
