@@ -17,11 +17,10 @@ from pydantic import BaseModel, Field
 from titan_cfg.job import Job
 from titanflow import paths
 from titanflow.judge.loss import non_finite_steps
-from titanflow.launch.metrics import log_tail, metrics_table
+from titanflow.launch.metrics import log_tail, metrics_table, parse_step_line
 from titanflow.launch.process import ProcessResult, run_streaming
 from titanflow.launch.render import RenderedJob
 from titanflow.launch.root_cause import first_rank_error
-
 
 #: Lines of the launcher's log an error carries, and the characters kept of each.
 ERROR_TAIL_LINES, ERROR_LINE_CHARS = 25, 500
@@ -89,7 +88,8 @@ def run_training(rendered: RenderedJob, *, timeout_s: float, on_line=lambda _: N
     metrics_path = Path(rendered.run_dir) / "metrics.csv"
 
     def keep(line: str) -> None:
-        lines.append(line)
+        if parse_step_line(line) is not None:  # held for the table; the rest of the output only streams by
+            lines.append(line)
         on_line(line)
 
     try:
