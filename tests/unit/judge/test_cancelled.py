@@ -189,3 +189,25 @@ def test_a_cancelled_summary_round_trips(stopped_run):
     raw = json.loads(stopped_run.path.read_text())
     assert raw["verdict"] == "cancelled" and raw["cancelled"]["losses"] == LOGGED and raw["cancelled"]["task"] == "train"
     assert RunSummary.model_validate_json(stopped_run.path.read_text()) == summary
+
+
+def test_ctrl_c_of_titanflow_run_says_cancelled_and_exits_130(tmp_path, monkeypatch, capsys, tiny_assets):
+    from titanflow import cli
+
+    def interrupted_flow(call):
+        """What _with_api returns after Ctrl-C: the flow wrote its summary (cancelled in train), no state."""
+        run_dir = tmp_path / "runs" / "ctrl-c"
+        run_dir.mkdir(parents=True)
+        record = RunRecorder(run_dir, RunSummary(run_id="ctrl-c", flow_run_id="f-1", scenario="native", target="cpu",
+                                                 init="random", steps=10))
+        with pytest.raises(KeyboardInterrupt), record.task(train):
+            raise KeyboardInterrupt
+        record.write()
+        return True, None
+
+    monkeypatch.setattr(cli, "_with_api", interrupted_flow)
+    assert cli.main(["run", "native", "--target", "cpu", "--runs-dir", str(tmp_path / "runs"),
+                     "--run-id", "ctrl-c"]) == 130
+    out = capsys.readouterr().out
+    assert "prefect flow run f-1: interrupted (Ctrl-C); run cancelled, not failed\n" in out
+    assert ["verdict", "cancelled"] in [line.split() for line in out.splitlines()]
