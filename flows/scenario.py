@@ -35,11 +35,13 @@ from tasks.warmup import compile_warmup
 from tasks.weights import pull_weights
 from titan_cfg.job import ExportDtype, Init
 from titan_cfg.scenarios import SCENARIOS
+from titanflow.judge.environment import numerics_environment
 from titanflow.launch.slot import training_slot
 from titanflow.report.artifacts import artifact_key, waiting_progress
 from titanflow.run.params import ScenarioName, ScenarioRun, TargetName
 from titanflow.run.preflight import preflight
 from titanflow.run.summary import RunRecorder, RunSummary
+from titanflow.weights.digest import weights_digest
 
 
 def prepare(params: dict) -> tuple[ScenarioRun, Path]:
@@ -109,7 +111,8 @@ def qwen3_scenario(
     logger.info("kernels: %s", run.kernels_resolved)
     record = RunRecorder(run_dir, RunSummary(
         run_id=run_dir.name, flow_run_id=str(runtime.flow_run.id), scenario=run.scenario, target=run.target,
-        init=run.init, steps=run.steps, kernels=run.kernels_resolved, parameters=run.model_dump()))
+        init=run.init, steps=run.steps, kernels=run.kernels_resolved, parameters=run.model_dump(),
+        environment=numerics_environment()))
     summary = record.summary
 
     def slot():
@@ -132,6 +135,8 @@ def qwen3_scenario(
                 if run.init == "pretrained" and run.weights is None:  # may pretrain the embedded checkpoint
                     hold_node(timing)
                 weights_dir = pull_weights(run.weights, run.init, SCENARIOS[run.scenario].model_type)
+                if run.init == "pretrained":  # names the checkpoint loaded, whichever machine built it
+                    summary.weights_digest = weights_digest(Path(weights_dir))
             with record.task(render_config) as timing:  # builds torchtitan's config: compute, like training
                 hold_node(timing)
                 rendered = render_config(run, weights_dir, str(run_dir))

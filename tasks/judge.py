@@ -8,6 +8,8 @@ from prefect import task
 from prefect.logging import get_run_logger
 
 from titan_cfg.job import Job
+from titan_cfg.targets import TARGETS
+from titanflow.judge.first_step import independent_first_step_loss
 from titanflow.judge.loss import LossVerdict, judge
 from titanflow.run.params import ScenarioRun
 from titanflow.run.task_names import TaskName
@@ -15,8 +17,17 @@ from titanflow.run.task_names import TaskName
 
 @task(name=TaskName.compare_loss)
 def compare_loss(losses: list[float], job_path: str, run: ScenarioRun) -> LossVerdict:
-    """Prefect task: :func:`titanflow.judge.loss.judge` on the job's model shape, logging both numbers."""
-    verdict = judge(losses, Job.read(Path(job_path)).shape, run)
-    get_run_logger().info("first-step loss %.4f vs expected %.4f: %s (%s)", verdict.first_step_loss,
-                          verdict.expected_first_step_loss, verdict.verdict, verdict.reason)
+    """Prefect task: :func:`titanflow.judge.loss.judge` on the job's model shape, logging both numbers;
+    for a pretrained run on a target that computes it, the independent expectation first
+    (titanflow.judge.first_step)."""
+    logger = get_run_logger()
+    job = Job.read(Path(job_path))
+    independent = None
+    if run.init == "pretrained" and TARGETS[run.target]().independent_first_step:
+        independent = independent_first_step_loss(Path(job.weights_dir), Path(job.dump_folder))
+        logger.info("independent first-step expectation %.5f (%d tokens, %d ranks, %.1f s)", independent.loss,
+                    independent.tokens, independent.ranks, independent.seconds)
+    verdict = judge(losses, job.shape, run, independent=independent)
+    logger.info("first-step loss %.4f vs expected %.4f: %s (%s)", verdict.first_step_loss,
+                verdict.expected_first_step_loss, verdict.verdict, verdict.reason)
     return verdict

@@ -2,7 +2,10 @@
 
 Neuron compiler flags change the artifacts, and cache reuse across different
 flags has been reported wrong upstream, so the key covers the target, the
-compiler version, the flags, LNC and the shapes a graph is specialised on. The
+compiler version, the flags, LNC and the shapes a graph is specialised on. On
+cpu-hosted targets it also covers the CPU's instruction set: inductor generates
+vector code for it (training compiles torchtitan's block-mask builder even with
+compile off), and code for AVX-512 does not run on a machine without it. The
 folder is shared by runs with the same key (warm-up fills it, training reads it).
 """
 
@@ -13,6 +16,7 @@ import importlib.metadata
 import json
 from pathlib import Path
 
+from titan_cfg.cpu_isa import cpu_capability, cpu_model_and_flags
 from titan_cfg.job import Job
 from titan_cfg.targets import Target
 
@@ -33,7 +37,8 @@ def compiler_version(backend: str) -> str:
 
 
 def cache_key(job: Job, target: Target, model_shape: dict) -> str:
-    """16-hex-digit sha256 of (scenario, target, world size, compiler version, flags, LNC, shapes)."""
+    """16-hex-digit sha256 of (scenario, target, world size, compiler version, flags, LNC, shapes, kernels,
+    and on cpu-hosted targets the CPU's instruction set)."""
     backend = job.compile_backend or "inductor"
     material = {
         "scenario": job.scenario,  # native and transformers-backend graphs differ
@@ -45,6 +50,8 @@ def cache_key(job: Job, target: Target, model_shape: dict) -> str:
         "shapes": {"local_batch_size": job.local_batch_size, "seq_len": job.seq_len, "model": model_shape},
         "kernels": job.kernels,
     }
+    if target.device in ("cpu", "cuda"):  # inductor generates host code for this CPU
+        material["cpu"] = {"capability": cpu_capability(), "isa_flags": cpu_model_and_flags()[1]}
     return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:16]
 
 

@@ -32,7 +32,8 @@ def render(job_path: Path, out_path: Path) -> None:
 
 
 def main() -> None:
-    """torchrun entry: compat for the job's target, the parity probe, then torchtitan's trainer main."""
+    """torchrun entry: compat for the job's target, the parity probe and the step-1 batch record
+    (titan_cfg.first_batch), then torchtitan's trainer main."""
     from titan_cfg.scenarios import SCENARIOS
 
     job = Job.read(Path(os.environ[JOB_ENV]))
@@ -40,10 +41,11 @@ def main() -> None:
     make_importable_without_triton()
     if applied and os.environ.get("RANK", "0") == "0":
         print(f"titanflow: compat patches applied: {', '.join(applied)}", flush=True)
-    from titan_cfg import probe
+    from titan_cfg import first_batch, probe
     from torchtitan.train import main as torchtitan_main
 
     probe.install(Path(job.weights_dir), Path(job.dump_folder), tied_checkpoint=job.tied)
+    first_batch.install(Path(job.dump_folder), document_mask=SCENARIOS[job.scenario].document_mask)
 
     torchtitan_main()
 

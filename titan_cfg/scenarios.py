@@ -95,7 +95,11 @@ class Scenario:
     ``titan_cfg.kernels``); ``round_trip``: the export can be checked HF -> torchtitan
     -> HF (torchtitan's own models, not the transformers backend); ``rank_limits``
     maps a target to (most ranks, why); ``compat`` names the compat layers
-    (titan_cfg.compat.LAYERS) the ranks apply for this scenario, on every target.
+    (titan_cfg.compat.LAYERS) the ranks apply for this scenario, on every target;
+    ``document_mask``: a token attends only within its document of a packed row (torchtitan's
+    own models build that mask from per-document positions: ``Decoder.get_attention_masks``),
+    or, when False, to every earlier token of the row (the transformers backend's default
+    ``attn_mask_type`` "causal", which still gives per-document positions to RoPE).
     """
 
     build: Callable[[Job], "Trainer.Config"]
@@ -106,6 +110,7 @@ class Scenario:
     kernels: dict[str, dict[str, str]] = field(default_factory=dict)
     rank_limits: dict[str, tuple[int, str]] = field(default_factory=dict)
     compat: tuple[str, ...] = ()
+    document_mask: bool = True
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -114,6 +119,7 @@ SCENARIOS: dict[str, Scenario] = {
     "hf_backend": Scenario(
         hf_backend, "torchtitan's transformers modeling backend, model from the folder's config.json",
         model_type="qwen3", output_init="trunc_normal_inv_sqrt_hidden", round_trip=False, compat=("hf_backend",),
+        document_mask=False,
         rank_limits={"cpu": (1, "torchtitan 0.3.0's transformers backend needs spmd_backend='spmd_types', "
                                 "whose FSDP fails on CPU ('all parameters must be DTensors')")},
     ),

@@ -38,6 +38,9 @@ class Target(BaseModel):
     env: dict[str, str]          # environment every rank gets (on top of the caller's)
     max_world_size: int | None = None  # most ranks the target has; None: this machine's CPU count
     min_step_s: float = 0.05     # no step is faster (s): steps x this beyond the timeout is refused up front
+    # Pretrained init: repeat step 1's loss with transformers on the trainer's batch (titanflow.judge.first_step)
+    # and judge against it. Only where that forward is the same arithmetic (fp32) and cheap next to training.
+    independent_first_step: bool = False
 
     def missing_runtime(self) -> str | None:
         """Why this machine cannot launch the target (None when it can); checked before any compute."""
@@ -71,6 +74,7 @@ def cpu() -> Target:
         compile_backend="inductor",
         activation_checkpoint="none",  # tiny model: memory is not the limit, time is
         mixed_precision_param="float32",  # fp32 end to end, so logits compare exactly with transformers
+        independent_first_step=True,  # a tiny model: the forward takes about 3 s
         env={
             "OMP_NUM_THREADS": "1",  # 2 ranks on 2 cores
             "HF_HUB_OFFLINE": "1",

@@ -2,13 +2,17 @@
 
 One plain-text file per (scenario, target, init), ``goldens/loss_curves/<scenario>-<target>-<init>.curve.csv``:
 ``#`` lines saying how and with which workload the curve was recorded (``config_key``, the hash of
-titanflow.judge.history.CONFIG_KEY_FIELDS), then ``step,loss`` rows. The goldens are those of the
-embedded weights (``weights`` None). Three readers use :func:`golden_for`:
+titanflow.judge.history.CONFIG_KEY_FIELDS), in which numerics environment (``environment``:
+titanflow.judge.environment) and, for pretrained init, from which checkpoint (``weights_digest``:
+titanflow.weights.digest), then ``step,loss`` rows. The goldens are those of the embedded weights
+(``weights`` None). Three readers use :func:`golden_for`:
 
 - the loss verdict (titanflow.judge.loss): step 1 is the pretrained first-step expectation, whatever
   the run's steps;
 - the ``golden_curve`` regression rule (titanflow.judge.regression): every step, only when the run
-  has the curve's workload (:meth:`GoldenCurve.same_workload`);
+  has the curve's workload (:meth:`GoldenCurve.same_workload`); within the rule's margin when the
+  run also has the curve's environment and checkpoint (:meth:`GoldenCurve.same_numerics`), else
+  within the band measured across environments;
 - the report's loss plot, under the same condition.
 
 Record them again after an intended change with
@@ -24,6 +28,7 @@ from pathlib import Path
 import pandas as pd
 from pydantic import BaseModel
 
+from titanflow.judge.environment import environment_key as environment_key_of
 from titanflow.paths import REPO_ROOT
 
 #: Every golden of the repository: loss curves and trn2 renders.
@@ -38,11 +43,15 @@ RECORD_COMMAND = "TITANFLOW_UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/e2e
 
 
 class GoldenCurve(BaseModel):
-    """A recorded loss curve: ``losses`` {step: loss (nats)}, the ``config_key`` of its workload, its file."""
+    """A recorded loss curve: ``losses`` {step: loss (nats)}, the ``config_key`` of its workload, the
+    numerics ``environment`` it was recorded in and the ``weights_digest`` of the checkpoint it
+    started from (pretrained init; None for random init and for curves recorded before either)."""
 
     path: Path
     losses: dict[int, float]
     config_key: str | None
+    environment: dict | None = None
+    weights_digest: str | None = None
 
     @property
     def first_step_loss(self) -> float:
@@ -53,14 +62,24 @@ class GoldenCurve(BaseModel):
         """True when the curve was recorded with the workload ``config_key`` names."""
         return self.config_key == config_key
 
+    def same_numerics(self, environment_key: str | None, weights_digest: str | None) -> bool:
+        """True when a run with this environment key (titanflow.judge.environment.environment_key) and
+        checkpoint digest computes the very same sums as the recording did, so the exact margin applies.
+        A curve without a recorded environment matches nothing."""
+        recorded = environment_key_of(self.environment)
+        return (recorded is not None and recorded == environment_key
+                and (self.weights_digest is None or self.weights_digest == weights_digest))
+
 
 def curve_path(scenario: str, target: str, init: str, golden_dir: Path = GOLDEN_DIR) -> Path:
     """``<golden_dir>/<scenario>-<target>-<init>.curve.csv``."""
     return Path(golden_dir) / f"{scenario}-{target}-{init}.curve.csv"
 
 
-def write_curve(path: Path, losses: list[float], config_key: str, parameters: dict, note: str) -> Path:
-    """Write a golden curve: ``#`` lines (note, config_key, parameters as JSON), then ``step,loss`` rows.
+def write_curve(path: Path, losses: list[float], config_key: str, parameters: dict, note: str,
+                environment: dict | None = None, weights_digest: str | None = None) -> Path:
+    """Write a golden curve: ``#`` lines (note, config_key, parameters and environment as JSON, the
+    weights digest), then ``step,loss`` rows.
 
     Raises:
         ValueError: an empty or non-finite curve (a golden must come from a healthy run).
@@ -68,13 +87,17 @@ def write_curve(path: Path, losses: list[float], config_key: str, parameters: di
     if not losses or not all(math.isfinite(x) for x in losses):
         raise ValueError(f"losses: a golden curve needs finite losses for every step; got {losses}")
     header = [*note.splitlines(), f"config_key: {config_key}", f"parameters: {json.dumps(parameters, sort_keys=True)}"]
+    if environment is not None:
+        header.append(f"environment: {json.dumps(environment, sort_keys=True)}")
+    if weights_digest is not None:
+        header.append(f"weights_digest: {weights_digest}")
     body = "".join(f"{step},{loss:.5f}\n" for step, loss in enumerate(losses, 1))
     path.write_text("".join(f"# {line}\n" for line in header) + "step,loss\n" + body)
     return path
 
 
-def read_curve(path: Path) -> tuple[dict[int, float], str | None]:
-    """({step: loss}, config_key or None) from a golden curve file.
+def read_curve(path: Path) -> GoldenCurve:
+    """The golden curve in ``path`` (:func:`write_curve`'s format).
 
     Raises:
         FileNotFoundError: no such file (the message says how to record one).
@@ -82,14 +105,19 @@ def read_curve(path: Path) -> tuple[dict[int, float], str | None]:
     """
     if not path.is_file():
         raise FileNotFoundError(f"no golden loss curve {path.name}; record one with {RECORD_COMMAND}")
-    key = None
+    fields: dict[str, str] = {}
     for line in path.read_text().splitlines():
-        if line.startswith("# config_key:"):
-            key = line.split(":", 1)[1].strip()
+        if line.startswith("# ") and ":" in line:
+            key, _, value = line[2:].partition(":")
+            fields.setdefault(key.strip(), value.strip())
     table = pd.read_csv(path, comment="#")
     if not {"step", "loss"} <= set(table.columns):
         raise ValueError(f"{path}: expected columns step,loss; got {list(table.columns)}")
-    return {int(s): float(x) for s, x in zip(table.step, table.loss)}, key
+    environment = fields.get("environment")
+    return GoldenCurve(path=path, losses={int(s): float(x) for s, x in zip(table.step, table.loss)},
+                       config_key=fields.get("config_key"),
+                       environment=json.loads(environment) if environment else None,
+                       weights_digest=fields.get("weights_digest"))
 
 
 def golden_for(scenario: str, target: str, init: str, weights: str | None,
@@ -102,5 +130,4 @@ def golden_for(scenario: str, target: str, init: str, weights: str | None,
     path = curve_path(scenario, target, init, golden_dir)
     if weights is not None or not path.is_file():
         return None
-    losses, key = read_curve(path)
-    return GoldenCurve(path=path, losses=losses, config_key=key)
+    return read_curve(path)

@@ -33,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from titan_cfg.job import JOB_FILE
 from titanflow import paths
+from titanflow.judge.environment import environment_key
 from titanflow.judge.failures import classify
 from titanflow.launch.metrics import log_tail, logged_losses
 from titanflow.run.summary import RunSummary, read_summary
@@ -172,6 +173,9 @@ class HistoryRow(BaseModel):
     run_dir: str = Field(description="the run folder")
     slot_wait_s: float = Field(0.0, description="seconds waited for the training slot: in no task's time, "
                                "tokens/s or regression rule (tables written before it read 0 / NaN)")
+    environment_key: str | None = Field(None, description="what decided the numbers (titanflow.judge.environment."
+                                        "environment_key of summary.json's environment); None before it was kept")
+    weights_digest: str | None = Field(None, description="pretrained init: content hash of the checkpoint loaded")
 
     def as_record(self) -> dict:
         """The row as the table stores it: the columns in table order, ``seconds_<task>`` after
@@ -232,6 +236,7 @@ def row_from_summary(summary_path: Path | str, summary: RunSummary | None = None
         **package_versions(), git_commit=commit, git_dirty=dirty,
         nproc=_world_size(summary, run_dir), steps=summary.steps,
         run_dir=str(run_dir),
+        environment_key=environment_key(summary.environment), weights_digest=summary.weights_digest,
     )
 
 

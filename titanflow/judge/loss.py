@@ -1,10 +1,14 @@
 """The first-step loss verdict: the measured loss against what is expected for the init.
 
 Random init: the derived value (titanflow.judge.expected_loss) from the vocab and hidden
-sizes of the model trained (the job's shape), +- the run's tolerance. Pretrained init: the
-golden first-step loss of (scenario, target) (titanflow.judge.goldens), and at least
-``pretrained_gap`` nats below the random-init value, so weights that were silently not
-loaded cannot pass; the user's own weights have no golden and are held to the gap alone.
+sizes of the model trained (the job's shape), +- the run's tolerance. Pretrained init: where
+the target computes it, the independent expectation (titanflow.judge.first_step: transformers'
+loss of the very weights loaded on the trainer's step-1 batch), which any machine repeats, so
+the verdict does not depend on which machine built the weights; the golden first-step loss of
+(scenario, target) (titanflow.judge.goldens) is reported beside it. Where the target does not
+compute it, the golden decides. Either way the loss must sit ``pretrained_gap`` nats below the
+random-init value, so weights that were silently not loaded cannot pass; the user's own
+weights have no golden and, without the independent expectation, are held to the gap alone.
 A NaN or infinite loss at any step fails regardless.
 """
 
@@ -19,6 +23,7 @@ from pydantic import BaseModel, Field
 from titan_cfg.model_spec import Qwen3Shape
 from titan_cfg.scenarios import SCENARIOS
 from titanflow.judge.expected_loss import OUTPUT_INIT_VARIANCE, random_init_first_step_loss
+from titanflow.judge.first_step import IndependentLoss
 from titanflow.judge.goldens import GOLDEN_DIR, RECORD_COMMAND, curve_path, golden_for
 from titanflow.run.params import ScenarioRun
 
@@ -34,6 +39,12 @@ class LossVerdict(BaseModel):
     expectation_source: str = Field(description="where the expectation comes from (formula, golden file)")
     verdict: Verdict = Field(description="pass or fail of this check")
     reason: str = Field(description="the comparison in numbers")
+    independent: IndependentLoss | None = Field(
+        None, description="pretrained init: transformers' loss of the loaded weights on the step-1 batch, "
+        "when the target computes it (then it is the expectation)")
+    golden_first_step_loss: float | None = Field(
+        None, description="the golden's step 1 (nats), reported beside the independent expectation")
+    first_non_finite_step: int | None = Field(None, description="first step whose loss is NaN or infinite")
 
 
 def non_finite_steps(losses: list[float] | None) -> list[int]:
@@ -41,12 +52,14 @@ def non_finite_steps(losses: list[float] | None) -> list[int]:
     return [i for i, x in enumerate(losses or [], 1) if x is None or not math.isfinite(float(x))]
 
 
-def judge(losses: list[float], shape: Qwen3Shape, run: ScenarioRun, golden_dir: Path = GOLDEN_DIR) -> LossVerdict:
+def judge(losses: list[float], shape: Qwen3Shape, run: ScenarioRun, golden_dir: Path = GOLDEN_DIR,
+          independent: IndependentLoss | None = None) -> LossVerdict:
     """Compare ``losses[0]`` (nats) with the expectation for ``run.init`` (module docstring).
 
     ``shape``: the trained model's (the job's); the golden is the one
     :func:`titanflow.judge.goldens.golden_for` gives the run from ``golden_dir``, whose step 1 is
-    the pretrained expectation whatever steps the run has.
+    the pretrained expectation whatever steps the run has, unless ``independent`` (pretrained
+    only) is given: then that is the expectation, within ``tolerances.independent_first_step_loss``.
 
     Raises:
         ValueError: no losses.
@@ -57,13 +70,19 @@ def judge(losses: list[float], shape: Qwen3Shape, run: ScenarioRun, golden_dir: 
         raise ValueError("compare_loss: no losses to judge")
     tolerances, output_init = run.tolerances, SCENARIOS[run.scenario].output_init
     golden = golden_for(run.scenario, run.target, run.init, run.weights, golden_dir)
-    if run.init == "pretrained" and run.weights is None and golden is None:
+    if run.init == "pretrained" and run.weights is None and golden is None and independent is None:
         raise FileNotFoundError(f"no golden loss curve {curve_path(run.scenario, run.target, run.init).name}; "
                                 f"record one with {RECORD_COMMAND}")
     random_expected = random_init_first_step_loss(shape.vocab_size, shape.hidden_size, output_init)
     first = losses[0]
     bound = random_expected - tolerances.pretrained_gap
-    if run.init == "pretrained" and golden is None:
+    if run.init == "pretrained" and independent is not None:
+        expected, tol = independent.loss, tolerances.independent_first_step_loss
+        source = (f"independent: transformers' loss of the loaded weights on the trainer's step-1 batch "
+                  f"({independent.tokens} tokens, {independent.ranks} ranks; titanflow.judge.first_step)")
+        if golden is not None:
+            source += f"; golden {golden.path.name} step 1 {golden.first_step_loss:.4f} beside it"
+    elif run.init == "pretrained" and golden is None:
         expected, tol = bound, 0.0
         source = (f"no golden for these weights: at most the random-init {random_expected:.4f} - "
                   f"{tolerances.pretrained_gap} nats")
@@ -81,11 +100,13 @@ def judge(losses: list[float], shape: Qwen3Shape, run: ScenarioRun, golden_dir: 
     elif run.init == "pretrained" and first > bound:
         verdict, reason = "fail", (f"first-step loss {first:.4f} is not {tolerances.pretrained_gap} nats below the "
                                    f"random-init {random_expected:.4f}: were the weights loaded?")
-    elif run.init == "pretrained" and golden is None:
+    elif run.init == "pretrained" and golden is None and independent is None:
         verdict, reason = "pass", f"{first:.4f} <= {bound:.4f} (no golden for these weights: the gap alone)"
     elif abs(first - expected) <= tol:
         verdict, reason = "pass", f"|{first:.4f} - {expected:.4f}| = {abs(first - expected):.4f} <= {tol}"
     else:
         verdict, reason = "fail", f"|{first:.4f} - {expected:.4f}| = {abs(first - expected):.4f} > {tol}"
     return LossVerdict(first_step_loss=first, expected_first_step_loss=expected, tolerance=tol,
-                       expectation_source=source, verdict=verdict, reason=reason)
+                       expectation_source=source, verdict=verdict, reason=reason, independent=independent,
+                       golden_first_step_loss=golden.first_step_loss if golden and run.init == "pretrained" else None,
+                       first_non_finite_step=bad_steps[0] if bad_steps else None)

@@ -9,7 +9,10 @@ Two kinds of rule (the TOML file's header explains its fields):
 
 - ``golden_curve``: every step's loss against the golden loss curve that applies to the run
   (titanflow.judge.goldens.golden_for), within an absolute margin (nats). The curve is used
-  only when it was recorded with the run's workload (the ``config_key`` in its header).
+  only when it was recorded with the run's workload (the ``config_key`` in its header). The
+  margin holds a run that computes the same sums as the recording (same numerics environment
+  and checkpoint: ``GoldenCurve.same_numerics``); any other run is held to the rule's ``band``,
+  measured across environments (benchmarks/golden_band.py), and its finding says so.
 - ``history_median``: a metric against the median of the last ``baseline.runs``
   passing runs of the same scenario, target, init and parameters that finished
   before it, within a relative margin in the worse direction.
@@ -38,6 +41,7 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from titanflow.judge.failures import FailureClass
+from titanflow.judge.environment import describe
 from titanflow.judge.goldens import GOLDEN_DIR, curve_path, golden_for
 
 #: The committed rules.
@@ -66,6 +70,8 @@ class Rule(BaseModel):
     margin: float = Field(gt=0)
     direction: Literal["lower_is_worse", "higher_is_worse"] | None = None
     noise_floor: float = Field(0.0, ge=0)
+    band: float | None = Field(None, gt=0, description="golden_curve: the margin (nats) for a run whose numerics "
+                               "environment or checkpoint differs from the golden's (measured across environments)")
     finding_class: FindingClass = Field(alias="class")
 
     @field_validator("metric")
@@ -81,6 +87,9 @@ class Rule(BaseModel):
     def _check(self) -> "Rule":
         if self.kind == "history_median" and self.direction is None:
             raise ValueError("direction: a history_median rule needs lower_is_worse or higher_is_worse")
+        if self.band is not None and (self.kind != "golden_curve" or self.band < self.margin):
+            raise ValueError(f"band: {self.band} must belong to a golden_curve rule and be at least its margin "
+                             f"{self.margin}")
         return self
 
 
@@ -171,12 +180,24 @@ def _check_curve(rule: Rule, row: dict, golden_dir: Path) -> Finding:
     steps = [s for s in range(1, len(losses) + 1) if s in golden]
     if not steps:
         return finding("no baseline", f"{name} shares no step with the run")
+    margin, elsewhere = rule.margin, ""
+    if not curve.same_numerics(_text(row.get("environment_key")), _text(row.get("weights_digest"))):
+        margin = rule.band or rule.margin
+        elsewhere = (f"; other numerics than the golden's ({describe(curve.environment)}"
+                     f"{', checkpoint ' + curve.weights_digest if curve.weights_digest else ''}): "
+                     f"the band measured across environments")
     gaps = {s: abs(losses[s - 1] - golden[s]) if math.isfinite(losses[s - 1]) else math.inf for s in steps}
     worst = max(steps, key=lambda s: gaps[s])
-    passed = gaps[worst] <= rule.margin
+    passed = gaps[worst] <= margin
     detail = (f"step {worst}: |{losses[worst - 1]:.5f} - {golden[worst]:.5f}| = {gaps[worst]:.5f} "
-              f"{'<=' if passed else '>'} {rule.margin} (worst of {len(steps)} steps vs {name})")
-    return finding("pass" if passed else "fail", detail, losses[worst - 1], golden[worst], passed)
+              f"{'<=' if passed else '>'} {margin} (worst of {len(steps)} steps vs {name}{elsewhere})")
+    return Finding(metric=rule.metric, value=losses[worst - 1], baseline=golden[worst], margin=margin, passed=passed,
+                   status="pass" if passed else "fail", finding_class=rule.finding_class, detail=detail)
+
+
+def _text(value) -> str | None:
+    """A history cell as text; None for a missing one (NaN from tables written before the column)."""
+    return value if isinstance(value, str) else None
 
 
 # --- history medians ----------------------------------------------------------------------------

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from titanflow.judge.environment import describe
 from titanflow.judge.regression import Finding
 from titanflow.report.artifacts import png_markdown
 from titanflow.run.summary import RunSummary
@@ -36,6 +37,11 @@ def summary_markdown(summary: RunSummary, *, loss_curve: Path | None = None, log
         loss = summary.loss
         lines += [f"- first-step loss **{loss.first_step_loss:.4f}**, expected "
                   f"{loss.expected_first_step_loss:.4f} +- {loss.tolerance} ({loss.expectation_source})"]
+        if loss.first_non_finite_step is not None:
+            lines += [f"- **first non-finite loss at step {loss.first_non_finite_step}**"]
+    if summary.environment:
+        checkpoint = f"; checkpoint {summary.weights_digest}" if summary.weights_digest else ""
+        lines += [f"- numerics: {describe(summary.environment)}{checkpoint}"]
     if summary.failed_task:
         lines += [f"- failed task: `{summary.failed_task}`: {summary.error or ''}"]
     if summary.cancelled:

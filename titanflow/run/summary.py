@@ -119,6 +119,10 @@ class RunSummary(BaseModel):
                                       "or appended to it (its verdict stands; the report and CLI say so)")
     slot_wait_s: float = Field(0.0, description="seconds spent waiting for the node's training slot "
                                "(titanflow.launch.slot), apart from every task's time")
+    environment: dict | None = Field(None, description="the numerics environment the run computed in (CPU, "
+                                     "instruction set, versions: titanflow.judge.environment)")
+    weights_digest: str | None = Field(None, description="pretrained init: content hash of the checkpoint "
+                                       "loaded (titanflow.weights.digest)")
 
     @computed_field(description="sum of timings_s (s)")
     @property

@@ -6,6 +6,7 @@ import pytest
 
 from titan_cfg.model_spec import qwen3_shape
 from titanflow.judge.expected_loss import random_init_first_step_loss
+from titanflow.judge.first_step import IndependentLoss
 from titanflow.judge.goldens import write_curve
 from titanflow.judge.loss import judge
 from titanflow.run.params import ScenarioRun
@@ -68,3 +69,39 @@ def test_pretrained_user_weights_without_golden_are_held_to_the_gap(tmp_path, sh
     assert "no golden for these weights" in passed.expectation_source
     failed = judge([TINY_EXPECTED - 1.0], shape, run, golden_dir=golden_dir)
     assert failed.verdict == "fail" and "were the weights loaded" in failed.reason
+
+
+def _independent(loss):
+    return IndependentLoss(loss=loss, tokens=1024, forwards=5, ranks=2, seconds=1.0)
+
+
+def test_pretrained_is_held_to_the_independent_expectation_with_the_golden_beside(tmp_path, shape):
+    """Another machine built another pretrained checkpoint: its first step (7.9685, the figure seen
+    on such a machine) is 0.085 from the golden 8.0535 but equal to transformers' loss of the weights
+    it loaded, so it passes; the golden is reported beside."""
+    golden_dir = _golden_dir(tmp_path, 8.0535)
+    verdict = judge([7.9685, 7.9], shape, ScenarioRun(init="pretrained"), golden_dir=golden_dir,
+                    independent=_independent(7.96852))
+    assert verdict.verdict == "pass" and verdict.expected_first_step_loss == 7.96852
+    assert verdict.tolerance == 5e-5 and verdict.golden_first_step_loss == 8.0535
+    assert verdict.expectation_source.startswith("independent") and "8.0535 beside it" in verdict.expectation_source
+
+
+def test_pretrained_off_the_independent_expectation_fails_even_on_the_golden(tmp_path, shape):
+    """Training that computes step 1 differently from the weights it loaded (here 1.3e-4 off, what a
+    wrong attention mask gives) fails, even when it sits on the golden."""
+    verdict = judge([8.0535], shape, ScenarioRun(init="pretrained"), golden_dir=_golden_dir(tmp_path, 8.0535),
+                    independent=_independent(8.0535 - 1.3e-4))
+    assert verdict.verdict == "fail" and "> 5e-05" in verdict.reason
+
+
+def test_the_independent_expectation_needs_no_golden_and_still_checks_the_gap(tmp_path, shape):
+    assert judge([6.5], shape, ScenarioRun(init="pretrained"), golden_dir=tmp_path,
+                 independent=_independent(6.5)).verdict == "pass"
+    verdict = judge([TINY_EXPECTED], shape, ScenarioRun(init="pretrained"), golden_dir=tmp_path,
+                    independent=_independent(TINY_EXPECTED))
+    assert verdict.verdict == "fail" and "were the weights loaded" in verdict.reason
+
+
+def test_the_first_non_finite_step_is_named(shape):
+    assert judge([TINY_EXPECTED, 11.0, math.inf, math.nan], shape, ScenarioRun()).first_non_finite_step == 3

@@ -9,17 +9,24 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from titanflow.judge.environment import environment_key
 from titanflow.judge.goldens import read_curve, write_curve
-from titanflow.judge.regression import Finding, evaluate, load_rules
+from titanflow.judge.regression import Finding, Rule, Rules, evaluate, load_rules
 
 #: Per-step losses of a real run: native, cpu, random init, 10 steps (runs/<id>/metrics.csv, measured).
 NATIVE_CPU_RANDOM_LOSSES = [11.94006, 11.93394, 11.89889, 11.85279, 11.8061,
                             11.71372, 11.69535, 11.65731, 11.63609, 11.62677]
 
 
+#: The environment the test golden was "recorded" in; rows of the same environment carry its key.
+RECORDED_ENV = {"cpu_model": "Xeon", "cpu_capability": "AVX512", "isa_flags": ["avx2", "avx512f"],
+                "versions": {"torch": "2.13.0+cpu", "torchtitan": "0.3.0", "transformers": "5.23.0"}}
+
+
 def _row(run_id: str, day: int, **metrics) -> dict:
     """A history row as titanflow.judge.history writes it, for a native cpu random-init run finishing on ``day``."""
     row = {"run_id": run_id, "scenario": "native", "target": "cpu", "init": "random", "config_key": "k10",
+           "environment_key": environment_key(RECORDED_ENV),
            "verdict": "pass", "finished_at": pd.Timestamp(f"2026-11-{day:02d} 02:00", tz="UTC"),
            "losses": NATIVE_CPU_RANDOM_LOSSES, "tokens_per_s": 500.0, "peak_memory_gib": 1.0,
            "peak_rss_bytes": 2**30, "total_s": 60.0, "seconds_train": 40.0, "seconds_compare_loss": 0.01}
@@ -33,7 +40,8 @@ def _by_metric(findings: list[Finding]) -> dict[str, Finding]:
 @pytest.fixture()
 def golden_dir(tmp_path) -> Path:
     """A golden folder holding the native cpu random curve recorded with config_key "k10"."""
-    write_curve(tmp_path / "native-cpu-random.curve.csv", NATIVE_CPU_RANDOM_LOSSES, "k10", {"steps": 10}, "test")
+    write_curve(tmp_path / "native-cpu-random.curve.csv", NATIVE_CPU_RANDOM_LOSSES, "k10", {"steps": 10}, "test",
+                environment=RECORDED_ENV)
     return tmp_path
 
 
@@ -154,9 +162,12 @@ def test_findings_are_table_artifact_records(golden_dir):
 
 
 def test_golden_curve_file_round_trips(tmp_path):
-    path = write_curve(tmp_path / "x.curve.csv", NATIVE_CPU_RANDOM_LOSSES, "abc", {"steps": 10}, "note")
-    curve, key = read_curve(path)
-    assert key == "abc" and curve[1] == 11.94006 and curve[10] == 11.62677
+    environment = {"cpu_model": "x", "cpu_capability": "AVX2", "isa_flags": ["avx2"], "versions": {"torch": "1"}}
+    path = write_curve(tmp_path / "x.curve.csv", NATIVE_CPU_RANDOM_LOSSES, "abc", {"steps": 10}, "a note: with colon",
+                       environment=environment, weights_digest="0123abcd")
+    curve = read_curve(path)
+    assert curve.config_key == "abc" and curve.losses[1] == 11.94006 and curve.losses[10] == 11.62677
+    assert curve.environment == environment and curve.weights_digest == "0123abcd"
     with pytest.raises(ValueError, match="finite"):
         write_curve(tmp_path / "y.curve.csv", [1.0, float("nan")], "abc", {}, "note")
 
@@ -184,3 +195,38 @@ def test_a_wait_for_the_training_slot_is_never_a_regression(tmp_path, golden_dir
     findings = evaluate(row, past, golden_dir=golden_dir)
     assert {f.metric: f.passed for f in findings if f.metric.startswith("seconds_")} == {"seconds_train": True}
     assert [f for f in findings if f.passed is False] == []
+
+
+def test_a_curve_from_another_environment_is_held_to_the_band_and_says_so(golden_dir):
+    """Same losses + 0.05 at step 3: beyond the 0.02 margin, within a 0.1 band. In the golden's own
+    environment it fails; on an AVX2 machine (another environment key) the band applies and the
+    finding names the golden's environment."""
+    rules = Rules(rules=[Rule(kind="golden_curve", metric="losses", margin=0.02, band=0.1,
+                              finding_class="numerics")])
+    shifted = [x + (0.05 if step == 3 else 0.0) for step, x in enumerate(NATIVE_CPU_RANDOM_LOSSES, 1)]
+    here = _by_metric(evaluate(_row("now", 20, losses=shifted), pd.DataFrame(), rules, golden_dir))["losses"]
+    assert (here.status, here.margin) == ("fail", 0.02)
+    avx2 = environment_key(RECORDED_ENV | {"cpu_capability": "AVX2"})
+    there = _by_metric(evaluate(_row("now", 20, losses=shifted, environment_key=avx2), pd.DataFrame(), rules,
+                                golden_dir))["losses"]
+    assert (there.status, there.margin) == ("pass", 0.1)
+    assert "other numerics than the golden's (Xeon, AVX512, torch 2.13.0+cpu)" in there.detail
+
+
+def test_a_band_belongs_to_a_golden_curve_rule_and_is_at_least_its_margin():
+    with pytest.raises(ValueError, match="band"):
+        Rule(kind="golden_curve", metric="losses", margin=0.02, band=0.01, finding_class="numerics")
+    with pytest.raises(ValueError, match="band"):
+        Rule(kind="history_median", metric="tokens_per_s", margin=0.05, band=0.1, direction="lower_is_worse",
+             finding_class="performance")
+
+
+def test_another_build_of_the_pretrained_checkpoint_is_other_numerics(tmp_path):
+    """A golden recorded from checkpoint digest aaaa: a run in the same environment on checkpoint bbbb
+    computes other sums (the band), on aaaa the same (the margin)."""
+    write_curve(tmp_path / "x.curve.csv", NATIVE_CPU_RANDOM_LOSSES, "k10", {}, "note", environment=RECORDED_ENV,
+                weights_digest="aaaa")
+    curve = read_curve(tmp_path / "x.curve.csv")
+    assert curve.same_numerics(environment_key(RECORDED_ENV), "aaaa")
+    assert not curve.same_numerics(environment_key(RECORDED_ENV), "bbbb")
+    assert not curve.same_numerics(None, "aaaa")  # a run recorded before environments were kept

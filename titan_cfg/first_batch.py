@@ -1,0 +1,52 @@
+"""The batches of training step 1, saved by every rank for the independent first-step expectation.
+
+Inside torchrun, each rank saves what its trainer feeds the model at step 1, before any
+optimizer step, to ``<dump_folder>/first_batch/rank<N>.pt``:
+``{"document_mask": bool, "microbatches": [{"input": [B, L] int64, "positions": [B, L] int64,
+"labels": [B, L] int64}, ...]}`` (one entry per gradient-accumulation microbatch; ``positions``
+restart at 0 at each document). ``document_mask`` says whether the trained model lets a token
+attend only within its document (the scenario's :attr:`~titan_cfg.scenarios.Scenario.document_mask`)
+or to every earlier token of the row. The flow then computes transformers'
+loss of the very weights loaded on these tokens (titanflow.judge.first_step) and holds the
+trained first-step loss to it, so the pretrained verdict does not depend on which machine
+built the weights or recorded a golden.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+FIRST_BATCH_DIR = "first_batch"
+
+
+def rank_file(dump_folder: Path, rank: int) -> Path:
+    """``<dump_folder>/first_batch/rank<rank>.pt``."""
+    return Path(dump_folder) / FIRST_BATCH_DIR / f"rank{rank}.pt"
+
+
+def install(dump_folder: Path, document_mask: bool) -> None:
+    """Make torchtitan's ``Trainer.forward_backward_step`` save step 1's microbatches (this process only),
+    with ``document_mask`` (module docstring).
+
+    The file is written whole under a temporary name and renamed, so a reader never sees half a batch.
+    """
+    import torch
+    from torchtitan.trainer import Trainer
+
+    upstream = Trainer.forward_backward_step
+    out = rank_file(dump_folder, int(os.environ.get("RANK", "0")))
+    seen: list[dict] = []
+
+    def save_then_step(self, *, input_dict, labels, global_valid_tokens):
+        if self.step == 1 and isinstance(input_dict, dict):  # pipeline-parallel lists are not recorded
+            seen.append({"input": input_dict["input"].detach().cpu(), "labels": labels.detach().cpu(),
+                         **({"positions": input_dict["positions"].detach().cpu()} if "positions" in input_dict
+                            else {})})
+            out.parent.mkdir(parents=True, exist_ok=True)
+            partial = out.with_suffix(".partial")
+            torch.save({"document_mask": document_mask, "microbatches": seen}, partial)
+            partial.replace(out)
+        return upstream(self, input_dict=input_dict, labels=labels, global_valid_tokens=global_valid_tokens)
+
+    Trainer.forward_backward_step = save_then_step

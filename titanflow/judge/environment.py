@@ -1,0 +1,46 @@
+"""The numerics environment: what, besides the code, decides a cpu run's floating-point results.
+
+The same code and weights give bit-identical cpu curves run to run on one machine, but not
+across machines: ATen picks vectorised kernels by the CPU's instruction set
+(``torch.backends.cpu.get_cpu_capability()``: DEFAULT, AVX2, AVX512, ...) and MKL / oneDNN pick
+theirs from the CPU flags, so reductions are summed in other orders. Goldens record this
+environment; a run whose environment differs is compared within a band measured across
+environments (titanflow.judge.regression, docs/measurements.md) instead of the exact margin.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from titan_cfg.cpu_isa import cpu_capability, cpu_model_and_flags
+from titanflow.assets.cache import installed_versions
+
+#: Libraries whose version changes the numbers.
+NUMERICS_PACKAGES = ("torch", "torchtitan", "transformers")
+
+
+def numerics_environment() -> dict:
+    """``{"cpu_model", "cpu_capability", "isa_flags", "versions"}`` of this process (JSON-ready).
+
+    ``cpu_capability`` is what ATen dispatches to (it honours ``ATEN_CPU_CAPABILITY``).
+    """
+    model, flags = cpu_model_and_flags()
+    return {"cpu_model": model, "cpu_capability": cpu_capability(), "isa_flags": flags,
+            "versions": installed_versions(*NUMERICS_PACKAGES)}
+
+
+def environment_key(environment: dict | None) -> str | None:
+    """12 hex digits naming what decides the numbers (capability, ISA flags, versions; not the model
+    name, which carries no numerics of its own). None for None (a record from before environments)."""
+    if not environment:
+        return None
+    material = {k: environment.get(k) for k in ("cpu_capability", "isa_flags", "versions")}
+    return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def describe(environment: dict | None) -> str:
+    """One line for reports: ``<cpu model>, <capability>, torch <v>``."""
+    if not environment:
+        return "an unrecorded environment"
+    versions = environment.get("versions", {})
+    return f"{environment.get('cpu_model')}, {environment.get('cpu_capability')}, torch {versions.get('torch')}"
