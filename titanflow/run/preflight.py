@@ -54,12 +54,13 @@ def check_weights_folder(run: ScenarioRun, folder: Path) -> Qwen3Shape:
         )
     if not (folder / "tokenizer.json").is_file():
         raise ValueError(f"weights: {folder} has no tokenizer.json; torchtitan reads the tokenizer from it")
+    from titanflow.weights.check import check_checkpoint, check_save_index
+
+    check_save_index(folder)  # the export is sharded by this index, whatever the init
     if run.init == "pretrained":
         from titan_cfg.trainer_config import check_pretrained_source
 
         check_pretrained_source(folder)
-        from titanflow.weights.check import check_checkpoint
-
         check_checkpoint(folder)  # every shard and tensor the load reads, before any rank starts
     return shape
 

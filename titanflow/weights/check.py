@@ -8,6 +8,13 @@ transformers itself: the config's model built on the meta device (no memory, a f
 state-dict keys mapped to the checkpoint keys they load from (titanflow.export.load.checkpoint_keys).
 A Hugging Face cache filled file by file can hold a partial snapshot without any error from
 huggingface_hub; the message then says how to complete it.
+
+For every init, the folder's ``model.safetensors.index.json`` (when there is one) must name exactly
+the tensors the export will hold: torchtitan's HF save shards the trained state dict by that index
+(``StateDictAdapter.fqn_to_index_mapping``), and torch's consolidation of the shards keeps only the
+tensors the index names, so a key the index lacks (an untied lm_head under a tied checkpoint's
+index) would be dropped silently at the last step, and an index of another depth names tensors
+that do not exist.
 """
 
 from __future__ import annotations
@@ -82,3 +89,24 @@ def check_checkpoint(folder: Path) -> None:
     if wrong:
         raise ValueError(f"weights: {folder} has tensors of another shape than its config.json says: "
                          f"{_listed(wrong)}")
+
+
+def check_save_index(folder: Path) -> None:
+    """The weights folder's index names exactly the tensors the export will write (module docstring).
+
+    Raises:
+        ValueError: naming ``weights``, the index, the tensors it lacks and those it names in excess.
+    """
+    index = folder / INDEX
+    if not index.is_file():
+        return  # torchtitan then saves one model.safetensors holding every tensor
+    named = set(json.loads(index.read_text())["weight_map"])
+    expected = set(expected_tensors(folder))
+    lacking = sorted(expected - named)
+    excess = sorted(named - expected - {"lm_head.weight"})  # a tied checkpoint's index may still name the head
+    if lacking or excess:
+        parts = ([f"lacks {_listed(lacking)} (torchtitan's HF save would drop them from the export)"] if lacking
+                 else []) + ([f"names {_listed(excess)}, which the config.json's model does not have"] if excess
+                             else [])
+        raise ValueError(f"weights: {index} {'; '.join(parts)}; the index must match config.json "
+                         "(fix or remove the index; without one the export is a single model.safetensors)")

@@ -90,3 +90,24 @@ def test_the_moe_checkpoints_pass_their_experts_checked_by_the_keys_they_load_fr
     expected = expected_tensors(moe)
     # 4 layers x 8 experts x (gate, up, down) per-expert keys, as transformers saved and loads them
     assert len([k for k in expected if ".mlp.experts." in k]) == 4 * 8 * 3
+
+
+def test_the_save_index_must_name_exactly_the_export_tensors(tmp_path, tiny_assets):
+    """torchtitan shards the export by the weights folder's index and keeps only what it names: an
+    index without a tensor of the model, or naming a layer the model does not have, is refused before
+    launch with the names (whatever the init)."""
+    from titanflow.weights.check import check_save_index
+
+    folder = _sharded(tmp_path / "tiny", tiny_assets.weights_dir)
+    check_save_index(folder)
+    index_path = folder / "model.safetensors.index.json"
+    index = json.loads(index_path.read_text())
+    deeper = dict(index["weight_map"], **{"model.layers.9.mlp.up_proj.weight": SHARDS[0]})
+    index_path.write_text(json.dumps({"weight_map": deeper}))
+    with pytest.raises(ValueError, match=r"names model\.layers\.9\.mlp\.up_proj\.weight, which the config"):
+        check_save_index(folder)
+    lacking = {k: v for k, v in index["weight_map"].items() if k != "model.norm.weight"}
+    index_path.write_text(json.dumps({"weight_map": lacking}))
+    with pytest.raises(ValueError, match=r"lacks model\.norm\.weight \(torchtitan's HF save would drop them"):
+        check_save_index(folder)
+
