@@ -77,6 +77,8 @@ def print_summary(summary: RunSummary) -> None:
                                                         f"{error[:200]} ... {error[-400:]}")]
     if summary.cancelled:
         rows += [("cancelled", summary.reason or summary.cancelled.cause)]
+    if summary.first_non_finite_step is not None:
+        rows += [("non-finite", f"loss not finite from step {summary.first_non_finite_step}")]
     if summary.train:
         rows += [("tokens/s", f"{summary.train.tokens_per_s:.0f}"),
                  ("peak RSS", f"{summary.train.peak_rss_bytes / 2**30:.2f} GiB")]

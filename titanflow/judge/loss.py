@@ -44,7 +44,6 @@ class LossVerdict(BaseModel):
         "when the target computes it (then it is the expectation)")
     golden_first_step_loss: float | None = Field(
         None, description="the golden's step 1 (nats), reported beside the independent expectation")
-    first_non_finite_step: int | None = Field(None, description="first step whose loss is NaN or infinite")
 
 
 def non_finite_steps(losses: list[float] | None) -> list[int]:
@@ -108,5 +107,4 @@ def judge(losses: list[float], shape: Qwen3Shape, run: ScenarioRun, golden_dir: 
         verdict, reason = "fail", f"|{first:.4f} - {expected:.4f}| = {abs(first - expected):.4f} > {tol}"
     return LossVerdict(first_step_loss=first, expected_first_step_loss=expected, tolerance=tol,
                        expectation_source=source, verdict=verdict, reason=reason, independent=independent,
-                       golden_first_step_loss=golden.first_step_loss if golden and run.init == "pretrained" else None,
-                       first_non_finite_step=bad_steps[0] if bad_steps else None)
+                       golden_first_step_loss=golden.first_step_loss if golden and run.init == "pretrained" else None)

@@ -37,8 +37,8 @@ def summary_markdown(summary: RunSummary, *, loss_curve: Path | None = None, log
         loss = summary.loss
         lines += [f"- first-step loss **{loss.first_step_loss:.4f}**, expected "
                   f"{loss.expected_first_step_loss:.4f} +- {loss.tolerance} ({loss.expectation_source})"]
-        if loss.first_non_finite_step is not None:
-            lines += [f"- **first non-finite loss at step {loss.first_non_finite_step}**"]
+    if summary.first_non_finite_step is not None:
+        lines += [f"- **loss not finite from step {summary.first_non_finite_step}**"]
     if summary.environment:
         checkpoint = f"; checkpoint {summary.weights_digest}" if summary.weights_digest else ""
         lines += [f"- numerics: {describe(summary.environment)}{checkpoint}"]

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
+import re
 import signal
 import time
 from collections.abc import Iterator
@@ -29,7 +30,7 @@ from pydantic import BaseModel, Field, computed_field, model_validator
 from titan_cfg.job import Init
 from titanflow.export.assemble import ExportResult
 from titanflow.export.validate import ValidationReport
-from titanflow.judge.loss import LossVerdict
+from titanflow.judge.loss import LossVerdict, non_finite_steps
 from titanflow.judge.regression import Finding
 from titanflow.judge.verdict import Verdict, final_verdict
 from titanflow.launch.metrics import logged_losses
@@ -37,6 +38,9 @@ from titanflow.launch.torchrun import TrainResult
 from titanflow.launch.warmup import WarmupResult
 from titanflow.paths import write_atomic
 from titanflow.run.task_names import TaskName
+
+#: torchtitan's message when a step's loss is NaN or inf (torchtitan/trainer.py, Trainer.train_step).
+NON_FINITE_STOP = re.compile(r"Loss is not finite \(global_avg_loss=[^)]*\) at step (\d+)")
 
 #: The summary's file name inside the run folder.
 SUMMARY = "summary.json"
@@ -128,6 +132,17 @@ class RunSummary(BaseModel):
     @property
     def total_s(self) -> float:
         return round(sum(self.timings_s.values()), 3)
+
+    @computed_field(description="first step whose loss is NaN or infinite: from the losses logged, else from "
+                    "torchtitan's own stop ('Loss is not finite ... at step N', which it raises before logging "
+                    "the step); None when every step was finite")
+    @property
+    def first_non_finite_step(self) -> int | None:
+        bad = non_finite_steps(self.losses)
+        if bad:
+            return bad[0]
+        stop = NON_FINITE_STOP.search(self.error or "")
+        return int(stop.group(1)) if stop else None
 
     @property
     def losses(self) -> list[float]:

@@ -102,6 +102,3 @@ def test_the_independent_expectation_needs_no_golden_and_still_checks_the_gap(tm
                     independent=_independent(TINY_EXPECTED))
     assert verdict.verdict == "fail" and "were the weights loaded" in verdict.reason
 
-
-def test_the_first_non_finite_step_is_named(shape):
-    assert judge([TINY_EXPECTED, 11.0, math.inf, math.nan], shape, ScenarioRun()).first_non_finite_step == 3

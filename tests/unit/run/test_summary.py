@@ -103,3 +103,15 @@ def _finding(finding_class: str, passed: bool | None) -> Finding:
 ])
 def test_final_verdict(failed_task, loss, findings, expected):
     assert final_verdict(failed_task, loss, findings) == expected
+
+
+def test_the_first_non_finite_step_is_named_from_the_losses_or_torchtitans_stop():
+    """torchtitan raises before logging a non-finite step, so a crashed run names it from the root
+    cause line (the ranks_nan fixture's message); a judged run from its losses."""
+    base = {"run_id": "r", "scenario": "native", "target": "cpu", "init": "random", "steps": 5}
+    stopped = RunSummary(**base, failed_task="train", error="TrainingError: root cause (rank 0): RuntimeError: "
+                         "Loss is not finite (global_avg_loss=nan) at step 3. Stopping training.")
+    assert stopped.first_non_finite_step == 3
+    assert stopped.model_dump(mode="json")["first_non_finite_step"] == 3
+    finite = RunSummary(**base, error="TrainingError: something else at step 4")
+    assert finite.first_non_finite_step is None
