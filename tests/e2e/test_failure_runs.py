@@ -6,10 +6,9 @@ cancelled, not as a failure."""
 import json
 import shutil
 import time
-from pathlib import Path
 
-import psutil
 import pytest
+from helpers.run_processes import logged_steps, run_processes
 
 pytestmark = pytest.mark.e2e
 
@@ -61,31 +60,6 @@ CANCEL_STEPS = 40
 RANKS_GONE_S = 20.0
 
 
-def _run_processes(run_dir: Path) -> list[psutil.Process]:
-    """Live processes whose command line (torchrun: ``--log-dir <run>/train/ranks``) or environment
-    (the ranks: ``TITANFLOW_JOB=<run>/job/job.json``) names ``run_dir``."""
-    found = []
-    for proc in psutil.process_iter():
-        try:
-            if proc.status() == psutil.STATUS_ZOMBIE:
-                continue
-            named = " ".join(proc.cmdline()) + " " + " ".join(proc.environ().values())
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue
-        if str(run_dir) in named:
-            found.append(proc)
-    return found
-
-
-def _logged_steps(train_log: Path) -> list[dict]:
-    """The step lines of rank 0's train.log so far (titanflow.launch.metrics, as the train task parses them)."""
-    from titanflow.launch.metrics import parse_step_line
-
-    if not train_log.is_file():
-        return []
-    return [row for row in map(parse_step_line, train_log.read_text(errors="replace").splitlines()) if row]
-
-
 def _records(table) -> list[dict]:
     """History rows as JSON values (a missing value reads None in object and string columns alike)."""
     return json.loads(table.to_json(orient="records", date_format="iso"))
@@ -115,19 +89,19 @@ def test_a_deployment_run_cancelled_while_training_ends_its_ranks_and_is_recorde
                              f"runs_dir={run_dir.parent}", watch=False)
     assert started.returncode == 0 and started.flow_run_id, started.output
     deadline = time.monotonic() + 300  # worker pick-up, weights, render, torchrun start: ~40-60 s measured
-    while len(_logged_steps(run_dir / "train.log")) < 2:
+    while len(logged_steps(run_dir / "train.log")) < 2:
         assert time.monotonic() < deadline, f"no 2 steps logged in {run_dir / 'train.log'} within 300 s"
         time.sleep(0.5)
-    training = _run_processes(run_dir)
+    training = run_processes(run_dir)
     assert len(training) >= 3, training  # torchrun and its 2 ranks
 
     with SyncPrefectClient(deployed.api_url) as client:
         asked = time.monotonic()
         client.set_flow_run_state(started.flow_run_id, Cancelling(message="cancelled by the test"))
-        while _run_processes(run_dir) and time.monotonic() - asked < 60:
+        while run_processes(run_dir) and time.monotonic() - asked < 60:
             time.sleep(0.2)
         gone_s = time.monotonic() - asked
-        left = _run_processes(run_dir)
+        left = run_processes(run_dir)
         while not client.read_flow_run(started.flow_run_id).state.is_final() and time.monotonic() - asked < 120:
             time.sleep(0.5)
         state = client.read_flow_run(started.flow_run_id).state
@@ -139,7 +113,7 @@ def test_a_deployment_run_cancelled_while_training_ends_its_ranks_and_is_recorde
 
     summary = read_summary(run_dir / "summary.json")
     logged = logged_losses(run_dir / "metrics.csv")
-    assert len(logged) >= 2 and logged == [row["loss"] for row in _logged_steps(run_dir / "train.log")]
+    assert len(logged) >= 2 and logged == [row["loss"] for row in logged_steps(run_dir / "train.log")]
     assert (summary.verdict, summary.cancelled.task, summary.cancelled.losses) == ("cancelled", "train", logged)
     assert summary.cancelled.cause.startswith("cancelled (SIGTERM")
     assert (summary.failed_task, summary.error, summary.export) == (None, None, None)

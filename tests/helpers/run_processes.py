@@ -1,0 +1,41 @@
+"""Finding a run's live processes and its logged steps, for tests that stop, kill or cancel real runs."""
+
+from pathlib import Path
+
+import psutil
+
+
+def run_processes(run_dir: Path) -> list[psutil.Process]:
+    """Live processes whose command line (torchrun: ``--log-dir <run>/train/ranks``) or environment
+    (the ranks: ``TITANFLOW_JOB=<run>/job/job.json``) names ``run_dir``; a stopped one counts."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                continue
+            named = " ".join(proc.cmdline()) + " " + " ".join(proc.environ().values())
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+        if str(run_dir) in named:
+            found.append(proc)
+    return found
+
+
+def rank_process(run_dir: Path, rank: int) -> psutil.Process | None:
+    """The live rank ``rank`` of the run's launch (its environment has ``RANK``), or None."""
+    for proc in run_processes(run_dir):
+        try:
+            if proc.environ().get("RANK") == str(rank):
+                return proc
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return None
+
+
+def logged_steps(train_log: Path) -> list[dict]:
+    """The step lines of rank 0's train.log so far (titanflow.launch.metrics, as the train task parses them)."""
+    from titanflow.launch.metrics import parse_step_line
+
+    if not train_log.is_file():
+        return []
+    return [row for row in map(parse_step_line, train_log.read_text(errors="replace").splitlines()) if row]
