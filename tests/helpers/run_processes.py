@@ -1,4 +1,5 @@
-"""Finding a run's live processes and its logged steps, for tests that stop, kill or cancel real runs."""
+"""Finding a run's live processes, its logged steps and how often it trained, for tests that stop, kill or
+cancel real runs."""
 
 from pathlib import Path
 
@@ -39,3 +40,14 @@ def logged_steps(train_log: Path) -> list[dict]:
     if not train_log.is_file():
         return []
     return [row for row in map(parse_step_line, train_log.read_text(errors="replace").splitlines()) if row]
+
+
+def train_run_count(flow_run_id) -> int:
+    """How many times the flow run's train task ran, from the Prefect API (1 = no retry)."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    with get_client(sync_client=True) as client:
+        task_runs = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
+    (train,) = [t for t in task_runs if t.name.startswith("train-")]
+    return train.run_count

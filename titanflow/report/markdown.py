@@ -57,6 +57,8 @@ def summary_markdown(summary: RunSummary, *, loss_curve: Path | None = None, log
         if finding.passed is False:
             lines += [f"- out of margin ({finding.finding_class or 'unclassified'}): {finding.metric} "
                       f"{finding.value} against baseline {finding.baseline} (margin {finding.margin})"]
+        elif finding.metric == "losses" and finding.status != "no value":  # exact or banded: always said
+            lines += [f"- loss curve vs golden ({finding.status}): {finding.detail}"]
     if summary.validation:
         v, load = summary.validation, summary.validation.load
         lines += [f"- export {summary.export.export_dir if summary.export else None}: absent from files "

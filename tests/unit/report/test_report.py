@@ -233,3 +233,17 @@ def test_progress_artifact_advances_once_per_step_from_reader_threads(prefect_se
     assert artifact.key == "native-cpu-random-progress" and artifact.type == "progress"
     assert artifact.data == 100.0  # 3 of 3 steps
     assert artifact.description == "run r1: step 3/3, loss 11.8989"
+
+
+def test_the_report_says_whether_the_curve_was_held_exactly_or_to_the_band():
+    """A passing curve finding from another environment is shown with its detail (which names the band);
+    the numerics environment and checkpoint are stated."""
+    banded = Finding(metric="losses", value=6.5, baseline=6.4, margin=0.3, passed=True, status="pass",
+                     finding_class="numerics", detail="step 3: |6.5 - 6.4| = 0.1 <= 0.3 (worst of 10 steps vs "
+                     "x.curve.csv; other numerics than the golden's (Xeon, AVX512, torch 2.13.0+cpu): the band "
+                     "measured across environments)")
+    environment = {"cpu_model": "AMD EPYC", "cpu_capability": "AVX2", "isa_flags": [], "versions": {"torch": "2.13"}}
+    summary = RunSummary(**FIELDS, verdict="pass", environment=environment, weights_digest="0123456789abcdef")
+    markdown = summary_markdown(summary, findings=[banded])
+    assert f"- loss curve vs golden (pass): {banded.detail}" in markdown
+    assert "- numerics: AMD EPYC, AVX2, torch 2.13; checkpoint 0123456789abcdef" in markdown
