@@ -4,7 +4,8 @@ torchrun writes, and it alone decides the class, the retry and what the summary 
 Fixtures (tests/fixtures/failure_logs/README.md): ``ranks_missing_key`` is a real 2-rank launch whose
 checkpoint lost ``model.layers.0.input_layernorm.weight`` after render (torchtitan dies loading it, before
 its trainer loop: no error.json); ``ranks_nan`` a real launch with lr 1e6 (its trainer loop raises "Loss
-is not finite" at step 3 and torchelastic writes error.json).
+is not finite" at step 3 and torchelastic writes error.json); ``ranks_killed`` a real launch whose rank 1
+was sent SIGKILL mid-run (rank 0 then writes error.json for the lost connection; torchrun names rank 1).
 """
 
 import shutil
@@ -19,9 +20,12 @@ from titanflow.launch.process import ProcessResult
 from titanflow.launch.root_cause import MAX_MESSAGE_CHARS, first_rank_error
 from titanflow.launch.torchrun import launch_error
 
+pytestmark = pytest.mark.fault
+
 LOGS = FIXTURES / "failure_logs"
 MISSING = "RuntimeError: Missing key in checkpoint state_dict: model.layers.0.input_layernorm.weight."
 NAN = "RuntimeError: Loss is not finite (global_avg_loss=nan) at step 3. Stopping training."
+KILLED = "Signal 9 (SIGKILL) received by PID 20117"
 
 
 class _Task:
@@ -47,13 +51,22 @@ def test_the_oldest_error_json_is_the_root_cause():
     assert root.message == NAN and root.source.endswith("error.json")
 
 
-@pytest.mark.parametrize("case, message, cls, retried", [
-    ("ranks_missing_key", MISSING, "input", False),
-    ("ranks_nan", NAN, "numerics", False),
+def test_a_rank_killed_mid_run_is_the_root_cause_not_the_peer_that_lost_it():
+    """Rank 0's error.json (a gloo "Connection closed by peer") is newer than rank 1's death; torchrun's
+    first observed failure is rank 1, killed by signal 9, and that is the root cause."""
+    root = first_rank_error(LOGS / "ranks_killed", (LOGS / "ranks_killed" / "train.log").read_text())
+    assert (root.rank, root.message) == (1, KILLED) and root.source == "torchrun's launcher log"
+
+
+@pytest.mark.parametrize("case, rank, message, cls, retried", [
+    ("ranks_missing_key", 0, MISSING, "input", False),
+    ("ranks_nan", 0, NAN, "numerics", False),
+    ("ranks_killed", 1, KILLED, "infrastructure", True),
 ])
-def test_the_root_cause_decides_the_class_the_retry_and_the_message(case, message, cls, retried):
+def test_the_root_cause_decides_the_class_the_retry_and_the_message(case, rank, message, cls, retried):
     error = _error(case)
-    assert error.startswith(f"TrainingError: train: torchrun exited 1; root cause (rank 0): {message}; full log")
+    assert error.startswith(f"TrainingError: train: torchrun exited 1; root cause (rank {rank}): {message}; "
+                            "full log")
     assert root_cause(error) == message
     assert classify_failure(verdict="fail", failed_task="train", error=error, losses=None) == cls
     state = Failed(data=RuntimeError(error.split(": ", 1)[1]))  # what Prefect's retry condition sees
