@@ -18,9 +18,8 @@ validation stays cheap; the implementations load on first use.
 from __future__ import annotations
 
 import importlib
-import importlib.util
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Callable, Mapping
 
 
 class KernelChoiceError(ValueError):
@@ -32,8 +31,10 @@ class Implementation:
     """One implementation of an op.
 
     ``entry`` is ``"module:attribute"``, imported on first use (None: the upstream
-    torchtitan module is kept as is). ``requires`` names a module that must be
-    importable for it to run (checked by :meth:`unavailable`). ``seq_tile``: the
+    torchtitan module is kept as is). ``requires`` names the modules that must import
+    for it to run, the kernel's own module among them (checked by :meth:`unavailable`,
+    which imports them: a package that is installed but whose kernel module does not
+    import is unavailable too). ``seq_tile``: the
     sequence length must be a multiple of ``seq_tile`` x LNC (checked up front by
     :meth:`check_shape`). ``device``: a torch device type that must be present ("cuda").
     """
@@ -44,7 +45,7 @@ class Implementation:
     layout: str
     entry: str | None
     description: str
-    requires: str | None = None
+    requires: tuple[str, ...] = ()
     seq_tile: int | None = None
     device: str | None = None
 
@@ -57,9 +58,18 @@ class Implementation:
                                     f"or another {self.op} implementation")
 
     def unavailable(self) -> str | None:
-        """Why this implementation cannot run in this Python (None when it can)."""
-        if self.requires and importlib.util.find_spec(self.requires) is None:
-            return f"{self.requires} is not installed"
+        """Why this implementation cannot run in this Python (None when it can): the first module of
+        ``requires`` that does not import (``<package> is not installed`` when its package is absent,
+        ``<module> does not import: <error>`` otherwise), or a missing device."""
+        for module in self.requires:
+            try:
+                importlib.import_module(module)
+            except ModuleNotFoundError as err:
+                if err.name == module.split(".")[0]:
+                    return f"{err.name} is not installed"
+                return f"{module} does not import: {err}"
+            except ImportError as err:
+                return f"{module} does not import: {err}"
         if self.device == "cuda":
             import torch
 
@@ -111,11 +121,12 @@ OPS: dict[str, Op] = {
         Implementation("rope", "cpu", ("cpu", "cuda"), "BNLH", "titan_cfg.kernels.rope_cpu:rope_hf",
                        "torch.library custom op titanflow::rope_hf in the HF layout, own backward, fake impl"),
         Implementation("rope", "neuron", ("trn2",), "BNLH", "titan_cfg.kernels.rope_neuron:rope_hf",
-                       "nkilib rope_hf (forward and backward kernels) through torch-neuronx",
-                       requires="torch_neuronx", seq_tile=128),  # nkilib: 128-row partitions per logical core
+                       "nkilib rope_hf (forward and backward kernels) registered with torch-neuronx's nki_op",
+                       # nkilib.core.embeddings.rope_hf: seq_len a multiple of 128 x LNC shards
+                       requires=("torch_neuronx", "nki", "nkilib.core.embeddings.rope_hf"), seq_tile=128),
         Implementation("rope", "cuda", ("cuda",), "BNLH", "titan_cfg.kernels.rope_cuda:rope_hf",
                        "Triton kernel behind the custom op titanflow::rope_hf_cuda, own backward (-sin)",
-                       requires="triton", device="cuda"),
+                       requires=("triton",), device="cuda"),
     ),
     "attention": _op(
         "attention", "titan_cfg.kernels.attention:install",
