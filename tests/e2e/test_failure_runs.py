@@ -10,7 +10,7 @@ import time
 import pytest
 from helpers.run_processes import logged_steps, run_processes, train_run_count
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.fault]
 
 
 def test_planted_nan_fails_as_numerics_once_while_a_timed_out_launch_is_retried_twice(tmp_path):

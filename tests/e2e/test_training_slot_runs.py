@@ -67,6 +67,7 @@ def _restart_server(state: server.ServerState) -> None:
     _wait_for("the restarted server answering", lambda: api_healthy(state.api_url, 1.0), 90)
 
 
+@pytest.mark.fault
 def test_server_restart_mid_training_keeps_the_slot_and_frees_it_after(deployed, tmp_path):
     from prefect.client.orchestration import SyncPrefectClient
 

@@ -62,6 +62,7 @@ def test_outcome_and_report_of_a_failed_and_a_passed_run(tmp_path):
     assert "**moe / random** (numerics): loss curve regression" in markdown
 
 
+@pytest.mark.fault
 def test_a_cancelled_run_is_counted_apart_from_the_failed_ones(tmp_path):
     import signal
 

@@ -29,6 +29,8 @@ from titanflow.judge.verdict import final_verdict
 from titanflow.report.markdown import summary_markdown
 from titanflow.run.summary import RunRecorder, RunSummary, cancel_cause, read_summary
 
+pytestmark = pytest.mark.fault
+
 #: The first three steps of the fixture run (its metrics.csv).
 LOGGED = [11.94006, 11.93394, 11.89889]
 

@@ -39,6 +39,7 @@ def _train_failure(log: str, why: str = "torchrun exited 1") -> dict:
             "error": f"TrainingError: train: {why}; full log runs/x/train.log\n--- last lines ---\n{tail}"}
 
 
+@pytest.mark.fault
 @pytest.mark.parametrize("log, evidence", [
     ("port_in_use.log", "address already in use"),
     ("sigkill.log", "SIGKILL"),
@@ -52,18 +53,21 @@ def test_launch_port_and_memory_failures_are_infrastructure_by_their_signature(l
     assert _fields(_train_failure(text), text) == "infrastructure"
 
 
+@pytest.mark.fault
 def test_sigkilled_rank_is_recognised_from_the_torchrun_report():
     found = matching_signature(_log("sigkill.log"))
     # the elastic agent's first line about the rank: "failed (exitcode: -9) local_rank: 1"
     assert found == ("infrastructure", "exitcode: -9")
 
 
+@pytest.mark.fault
 def test_training_watchdog_timeout_is_infrastructure():
     summary = _summary("timeout.summary.json")
     assert summary.failed_task == "train" and "timed out after 8 s" in summary.error
     assert classify(summary, _log("timeout.train.log")) == "infrastructure"
 
 
+@pytest.mark.fault
 def test_a_cancelled_run_has_no_failure_class_even_when_its_log_shows_a_killed_rank():
     # a Prefect cancel or Ctrl-C stops the ranks; titanflow.run.summary records verdict "cancelled"
     text = _log("sigkill.log")
@@ -71,6 +75,7 @@ def test_a_cancelled_run_has_no_failure_class_even_when_its_log_shows_a_killed_r
     assert _fields({"verdict": "cancelled", "losses": [11.94, math.nan]}, text) is None
 
 
+@pytest.mark.fault
 def test_backend_compiler_failure_is_compile_in_warmup_or_in_training():
     text = _log("compile_backend_failed.log")
     assert matching_signature(text)[0] == "compile"
@@ -79,6 +84,7 @@ def test_backend_compiler_failure_is_compile_in_warmup_or_in_training():
     assert _fields(_train_failure(text), text) == "compile"  # torch.compile inside the training launch
 
 
+@pytest.mark.fault
 def test_planted_nan_from_a_huge_learning_rate_is_numerics():
     """lr 1e6 on the tiny model: grad_norm NaN at step 2, torchtitan stops at step 3 (measured)."""
     summary = _summary("nan_lr1e6.summary.json")
@@ -89,12 +95,14 @@ def test_planted_nan_from_a_huge_learning_rate_is_numerics():
     assert classify_exception("train", RuntimeError(summary.error.split(": ", 1)[1])) == "numerics"
 
 
+@pytest.mark.fault
 def test_nan_in_the_recorded_losses_is_numerics_even_without_a_message():
     summary = {"verdict": "fail", "failed_task": "train", "error": "TrainingError: train: non-finite loss at steps [3]",
                "losses": [11.94, 11.93, math.nan]}
     assert _fields(summary, "") == "numerics"
 
 
+@pytest.mark.fault
 def test_first_step_loss_out_of_band_is_numerics(tiny_assets):
     from titan_cfg.model_spec import qwen3_shape
     from titanflow.judge.expected_loss import random_init_first_step_loss
@@ -109,6 +117,7 @@ def test_first_step_loss_out_of_band_is_numerics(tiny_assets):
     assert verdict.verdict == "fail" and classify(summary, "", [verdict.first_step_loss]) == "numerics"
 
 
+@pytest.mark.fault
 def test_missing_key_in_the_export_is_export_validation():
     summary = {"verdict": "fail", "failed_task": "validate", "error": _log("validate_missing_key.error")}
     assert "model.norm.weight" in summary["error"]
@@ -125,6 +134,7 @@ class _Task:
     name = "train"
 
 
+@pytest.mark.fault
 @pytest.mark.parametrize("log, retried", [("timeout", True), ("port_in_use.log", True), ("nan_lr1e6", False),
                                           ("compile_backend_failed.log", False)])
 def test_retry_condition_retries_only_infrastructure(log, retried):

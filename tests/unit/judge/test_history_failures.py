@@ -8,6 +8,8 @@ import pytest
 from helpers import FIXTURES
 from titanflow.judge import history
 
+pytestmark = pytest.mark.fault
+
 
 @pytest.fixture()
 def corrupt_history(tmp_path, monkeypatch):

@@ -1,5 +1,7 @@
 import math
 
+import pytest
+
 from titanflow.launch.metrics import metrics_table, parse_step_line
 
 # A rank-0 line as torchtitan 0.3.0 logs it through torchrun --tee (colour codes included).
@@ -12,6 +14,7 @@ def test_step_line_is_parsed_through_colour_codes_and_rank_prefix():
     assert parse_step_line(LINE) == {"step": 1, "loss": 11.95009, "grad_norm": 1.1346, "memory_gib": 0.98, "tps": 25.0}
 
 
+@pytest.mark.fault
 def test_nan_loss_is_kept_as_nan():
     row = parse_step_line(LINE.replace("11.95009", "nan"))
     assert math.isnan(row["loss"])
@@ -24,6 +27,7 @@ def test_table_keeps_one_row_per_step_in_order():
     assert list(table.loss) == [11.95009, 11.90140]
 
 
+@pytest.mark.fault
 def test_log_tail_is_bounded_in_bytes_when_a_line_is_megabytes(tmp_path):
     """A 5 MB line (a child dumping a tensor, say) is cut to TAIL_LINE_CHARS with the count of what was cut,
     and a 5 MB last line without newline is read only in its last TAIL_READ_BYTES."""

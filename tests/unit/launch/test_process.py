@@ -41,6 +41,7 @@ def test_lines_stream_to_callback_and_log_from_both_pipes(tmp_path):
     assert result.peak_rss_bytes > 1_000_000  # a Python interpreter is several MB
 
 
+@pytest.mark.fault
 def test_timeout_kills_the_whole_group_and_keeps_the_log(tmp_path):
     pid_file = tmp_path / "grandchild.pid"
     result = run_streaming(_python(f"""
@@ -63,6 +64,7 @@ def test_nonzero_exit_keeps_the_tail(tmp_path):
     assert result.returncode == 3 and result.tail[-1] == "last words"
 
 
+@pytest.mark.fault
 def test_ctrl_c_stops_the_group_before_propagating(tmp_path):
     import signal
     import threading
@@ -80,6 +82,7 @@ def test_ctrl_c_stops_the_group_before_propagating(tmp_path):
     assert wait_gone(int(pid_file.read_text()), 10.0)  # signalled processes take a moment to die
 
 
+@pytest.mark.fault
 def test_timeout_ends_a_stopped_descendant_in_a_group_of_its_own(tmp_path):
     """As torchrun starts a rank: a child in a session of its own, here stopped (SIGSTOP, a hung rank),
     holding the output pipe. The timeout ends it too, and the runner returns within the kill grace."""
@@ -102,6 +105,7 @@ def test_timeout_ends_a_stopped_descendant_in_a_group_of_its_own(tmp_path):
 BIG_LINE_BYTES = 50_000_000
 
 
+@pytest.mark.fault
 def test_a_50_MB_line_is_logged_whole_but_reaches_callback_tail_and_memory_cut(tmp_path):
     """The log keeps all 50 MB; the callback and tail get LINE_BYTES of it; the runner's Python heap
     grows by well under 10 MB. Held per pipe: one READ_BYTES read, at most LOG_HOLD_BYTES (256 KiB) of
@@ -154,6 +158,7 @@ def _spawner(holds_pipe: bool, own_session: bool) -> list[str]:
     """)
 
 
+@pytest.mark.fault
 @pytest.mark.parametrize("own_session", [False, True], ids=["same group", "own session"])
 def test_a_grandchild_holding_the_pipe_costs_the_exit_grace_then_is_ended(tmp_path, own_session):
     """The runner waits EXIT_GRACE_S for the pipes to close, then ends the group and the launch's marked
@@ -166,6 +171,7 @@ def test_a_grandchild_holding_the_pipe_costs_the_exit_grace_then_is_ended(tmp_pa
     assert wait_gone(grandchild, 0)
 
 
+@pytest.mark.fault
 def test_a_grandchild_that_closed_the_pipe_is_ended_without_waiting(tmp_path):
     result = run_streaming(_spawner(holds_pipe=False, own_session=True), env=dict(os.environ),
                            log_path=tmp_path / "log", timeout_s=60)
@@ -213,6 +219,7 @@ def _end(pids) -> None:
             pass
 
 
+@pytest.mark.fault
 def test_the_launched_process_dies_with_a_runner_killed_by_sigkill(tmp_path):
     runner, log = _start_runner(tmp_path, _python("import os, time; print(os.getpid(), flush=True); time.sleep(600)"))
     child = int(_wait_for_lines(log, 1, 60)[0])
@@ -223,6 +230,7 @@ def test_the_launched_process_dies_with_a_runner_killed_by_sigkill(tmp_path):
         _end([child])
 
 
+@pytest.mark.fault
 def test_the_next_launch_ends_what_a_killed_runner_left_in_a_session_of_its_own(tmp_path):
     """The launched process dies with its runner, but its child in a session of its own (as a rank of a
     torchrun that was itself SIGKILLed) is nobody's to end: the next launch finds it by its mark."""
@@ -251,6 +259,7 @@ def test_the_next_launch_ends_what_a_killed_runner_left_in_a_session_of_its_own(
 TORCHRUN_STOP_S = 15.0
 
 
+@pytest.mark.fault
 def test_torchrun_and_its_ranks_die_with_a_runner_killed_by_sigkill(tmp_path):
     sleeper = tmp_path / "sleeper.py"
     sleeper.write_text("import os, time\nprint('rank', os.environ['RANK'], os.getpid(), flush=True)\ntime.sleep(600)\n")

@@ -89,6 +89,7 @@ def test_a_waiting_run_names_the_holder_and_its_wait_is_measured(api, fast):
                             in m for m in messages)
 
 
+@pytest.mark.fault
 def test_slot_of_a_flow_run_that_ended_is_freed_at_once(api, prefect_api, fast):
     name = limit_name("test-node-e")
     _stale_lease(api, name, _ended_flow_run_id(prefect_api))
@@ -98,6 +99,7 @@ def test_slot_of_a_flow_run_that_ended_is_freed_at_once(api, prefect_api, fast):
     assert _active(api, name) == 0
 
 
+@pytest.mark.fault
 def test_slot_of_a_live_flow_run_is_never_freed(api, prefect_api):
     from prefect import flow
 
@@ -113,6 +115,7 @@ def test_slot_of_a_live_flow_run_is_never_freed(api, prefect_api):
     api.release_concurrency_slots_with_lease(lease_id)
 
 
+@pytest.mark.fault
 def test_server_start_frees_only_slots_whose_holder_ended(api, prefect_api):
     name = limit_name("test-node-s")
     _stale_lease(api, name, _ended_flow_run_id(prefect_api))
@@ -121,6 +124,7 @@ def test_server_start_frees_only_slots_whose_holder_ended(api, prefect_api):
     assert release_stale_slots(prefect_api) == []  # nothing left to free
 
 
+@pytest.mark.fault
 def test_a_lease_lost_while_training_is_re_acquired(api, fast):
     with training_slot("test-node-r", run_id="long") as held:
         first = held.lease_id

@@ -57,6 +57,7 @@ def diverged_metrics(tmp_path) -> Path:
     return path
 
 
+@pytest.mark.fault
 def test_non_finite_cells_become_strings_and_numpy_scalars_python_values():
     import numpy as np
 
@@ -65,6 +66,7 @@ def test_non_finite_cells_become_strings_and_numpy_scalars_python_values():
     assert type(table_cell(np.int64(3))) is int
 
 
+@pytest.mark.fault
 def test_metrics_artifact_keeps_every_row_as_strict_json(diverged_metrics, monkeypatch):
     import pandas as pd
     from prefect.artifacts import TableArtifact
@@ -93,6 +95,7 @@ def test_prefect_alone_would_write_inf_as_invalid_json():
         _strict_json(TableArtifact(table=[{"step": 2, "loss": math.inf}]).format())
 
 
+@pytest.mark.fault
 def test_findings_table_cells_are_strict_json(monkeypatch):
     from titanflow.judge.regression import Finding
 
@@ -105,6 +108,7 @@ def test_findings_table_cells_are_strict_json(monkeypatch):
     assert table_rows([{"a": math.nan}]) == [{"a": "nan"}]
 
 
+@pytest.mark.fault
 def test_plot_draws_finite_points_and_marks_the_first_non_finite_step(tmp_path):
     losses = {1: 11.94, 2: 11.93, 3: math.inf, 4: 11.85, 5: math.nan, 6: 11.7}
     assert non_finite_steps_of(losses) == [3, 5]
@@ -125,6 +129,7 @@ def test_plot_draws_finite_points_and_marks_the_first_non_finite_step(tmp_path):
     assert path.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
 
 
+@pytest.mark.fault
 def test_plot_of_a_run_with_no_finite_loss_still_draws(tmp_path):
     fig = loss_curve_figure([math.nan, math.nan])
     assert "non-finite at step 1 (2 steps)" in [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
@@ -149,6 +154,7 @@ def prefect_server():
         yield
 
 
+@pytest.mark.fault
 def test_report_of_a_diverged_run_reads_back_every_row(prefect_server, tmp_path):
     from prefect import flow, get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId

@@ -10,6 +10,7 @@ from titanflow.cli import main
 from titanflow.run.params import ScenarioRun, check_runs_dir_writable, is_hub_id
 
 
+@pytest.mark.fault
 @pytest.mark.parametrize(
     ("fields", "named"),
     [
@@ -143,6 +144,7 @@ def test_a_weights_folder_under_home_is_found_with_a_tilde(tmp_path, monkeypatch
     assert ScenarioRun(weights="~/tinyw").weights == "~/tinyw"
 
 
+@pytest.mark.fault
 def test_steps_are_bounded_by_the_timeout_at_the_fastest_step_the_target_can_do():
     from titan_cfg.targets import TARGETS
 

@@ -105,6 +105,7 @@ def test_final_verdict(failed_task, loss, findings, expected):
     assert final_verdict(failed_task, loss, findings) == expected
 
 
+@pytest.mark.fault
 def test_the_first_non_finite_step_is_named_from_the_losses_or_torchtitans_stop():
     """torchtitan raises before logging a non-finite step, so a crashed run names it from the root
     cause line (the ranks_nan fixture's message); a judged run from its losses."""

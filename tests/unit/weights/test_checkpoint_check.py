@@ -41,6 +41,7 @@ def test_a_complete_checkpoint_passes_and_its_tied_head_is_not_expected(tmp_path
     assert expected["model.embed_tokens.weight"] == [151_936, 64]  # the tiny model's vocab x hidden
 
 
+@pytest.mark.fault
 def test_a_partial_hub_snapshot_names_the_missing_shard_and_how_to_complete_it(tmp_path, tiny_assets):
     snapshot = tmp_path / "hub" / "models--org--tiny" / "snapshots" / "0123abcd"
     _sharded(snapshot, tiny_assets.weights_dir)
@@ -52,6 +53,7 @@ def test_a_partial_hub_snapshot_names_the_missing_shard_and_how_to_complete_it(t
     assert f"hf download org/tiny {SHARDS[1]}" in message
 
 
+@pytest.mark.fault
 def test_a_truncated_shard_is_named(tmp_path, tiny_assets):
     folder = _sharded(tmp_path / "tiny", tiny_assets.weights_dir)
     shard = folder / SHARDS[0]
@@ -60,6 +62,7 @@ def test_a_truncated_shard_is_named(tmp_path, tiny_assets):
         check_checkpoint(folder)
 
 
+@pytest.mark.fault
 def test_a_missing_tensor_and_a_tensor_of_another_shape_are_named(tmp_path, tiny_assets):
     absent = _sharded(tmp_path / "absent", tiny_assets.weights_dir, drop="model.layers.0.input_layernorm.weight")
     with pytest.raises(ValueError, match=r"lacks tensors .*: model\.layers\.0\.input_layernorm\.weight"):
@@ -69,6 +72,7 @@ def test_a_missing_tensor_and_a_tensor_of_another_shape_are_named(tmp_path, tiny
         check_checkpoint(cut)
 
 
+@pytest.mark.fault
 def test_the_cli_refuses_a_partial_checkpoint_before_launch(tmp_path, tiny_assets):
     folder = _sharded(tmp_path / "tiny", tiny_assets.weights_dir)
     (folder / SHARDS[1]).unlink()
@@ -92,6 +96,7 @@ def test_the_moe_checkpoints_pass_their_experts_checked_by_the_keys_they_load_fr
     assert len([k for k in expected if ".mlp.experts." in k]) == 4 * 8 * 3
 
 
+@pytest.mark.fault
 def test_the_save_index_must_name_exactly_the_export_tensors(tmp_path, tiny_assets):
     """torchtitan shards the export by the weights folder's index and keeps only what it names: an
     index without a tensor of the model, or naming a layer the model does not have, is refused before

@@ -152,6 +152,7 @@ def test_no_token_anywhere_downloads_without_one(no_ambient_token, hub_cache, sp
     assert spy_download == [None]
 
 
+@pytest.mark.fault
 @pytest.mark.parametrize(("status", "error_type"), [
     (401, WeightsError),            # refused: huggingface_hub re-raises the HTTP error itself
     (500, TransientDownloadError),  # Hub down: snapshot_download's LocalEntryNotFoundError chains it
@@ -174,6 +175,7 @@ def test_hub_error_quoting_the_token_is_redacted_and_unchained(status, error_typ
     assert REPO in str(err)
 
 
+@pytest.mark.fault
 @pytest.mark.parametrize(("raised", "error_type"), [
     (OSError, TransientDownloadError), (RuntimeError, WeightsError), (ValueError, WeightsError)])
 def test_any_download_failure_text_is_redacted(raised, error_type, monkeypatch, no_ambient_token, caplog):
@@ -252,6 +254,7 @@ def test_env_token_wins_over_the_block(prefect_db, monkeypatch, no_ambient_token
     assert hub_token().value.get_secret_value() == ENV_TOKEN
 
 
+@pytest.mark.fault
 def test_failed_pull_with_block_token_leaves_it_nowhere(prefect_db, monkeypatch, tmp_path, no_ambient_token,
                                                        echoing_hub, caplog):
     from prefect import flow
@@ -281,6 +284,7 @@ def test_failed_pull_with_block_token_leaves_it_nowhere(prefect_db, monkeypatch,
     assert assert_secret_absent(prefect_db, BLOCK_TOKEN) >= 1
 
 
+@pytest.mark.fault
 def test_block_that_cannot_be_loaded_is_named_with_the_fix(prefect_db, monkeypatch, no_ambient_token):
     monkeypatch.setenv(TOKEN_BLOCK_ENV, "no-such-block")
     with pytest.raises(WeightsError, match=f"{TOKEN_BLOCK_ENV}='no-such-block'.*create it") as caught:
