@@ -102,7 +102,9 @@ def launch_line(job: Job, job_path: Path) -> tuple[list[str], dict[str, str]]:
         # TORCHINDUCTOR_CACHE_DIR says (torch 2.13 codecache._HEADER_DIR): keep them in the cache too.
         "TMPDIR": str(paths.cache_root() / "tmp"),
         "PYTHONUNBUFFERED": "1",  # lines reach the run log as they are printed
-        "PYTHONPATH": str(paths.REPO_ROOT),  # titan_cfg importable by every rank
+        # titan_cfg importable by every rank, then the caller's own path (a layered install such as
+        # `make overlay-trn2`), which the ranks would otherwise lose
+        "PYTHONPATH": os.pathsep.join([str(paths.REPO_ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]),
     }
     return argv, env
 
