@@ -101,6 +101,12 @@ def root_cause(error: str | None) -> str | None:
     return match.group("message") if match else None
 
 
+#: A refusal of the run's own input, raised by titanflow's checks after the flow started (a Hub snapshot or
+#: the built pretrained checkpoint is checked once resolved, in render_config): the message names the field
+#: first. A TransientDownloadError (a server error, a reset connection) is not one: it is infrastructure.
+INPUT_REFUSAL = re.compile(r"^(?:ValueError|WeightsError|FileNotFoundError|ConfigError): "
+                           r"(?:weights|seq_len|steps|nproc|global_batch_size|kernels|timeout_s|init|lr): ")
+
 #: The classes matched on a whole error and log tail: ``input``'s signatures hold for a root cause only.
 TEXT_CLASSES: tuple[str, ...] = tuple(c for c in FAILURE_CLASSES if c != "input")
 
@@ -138,6 +144,8 @@ def classify_failure(*, verdict: str | None, failed_task: str | None, error: str
     by_cause = matching_signature(cause, FAILURE_CLASSES) if cause else None
     if by_cause:
         return by_cause[0]
+    if INPUT_REFUSAL.match(error or ""):
+        return "input"
     found = matching_signature(f"{error or ''}\n{log_tail or ''}")
     if found and found[0] == "infrastructure":
         return "infrastructure"

@@ -144,3 +144,18 @@ def test_retry_condition_retries_only_infrastructure(log, retried):
         message = json.loads(_log(f"{log}.summary.json"))["error"].split(": ", 1)[1]
     state = Failed(data=RuntimeError(message))  # how Prefect's task engine hands over a raised exception
     assert retry_infrastructure_only(_Task(), None, state) is retried
+
+
+@pytest.mark.fault
+@pytest.mark.parametrize("task, error, cls", [
+    # a Hub snapshot is checked once resolved, in render_config (titanflow.weights.check's messages)
+    ("render_config", "ValueError: weights: /hub/snapshots/abc lacks model-00002-of-00002.safetensors, named by "
+                      "model.safetensors.index.json; the Hugging Face cache holds a partial snapshot", "input"),
+    ("render_config", "ValueError: weights: /w/model.safetensors.index.json lacks model.norm.weight", "input"),
+    # titanflow.weights.resolve's refusals: an input problem, except a transient one
+    ("pull_weights", "WeightsError: weights: the Hub refused org/name (HTTP 401); check the token", "input"),
+    ("pull_weights", "TransientDownloadError: weights: downloading org/name failed: 503", "infrastructure"),
+    ("train", "TrainingError: train: torchrun exited 1; full log x", "infrastructure"),
+])
+def test_a_refusal_of_the_runs_input_after_the_flow_started_is_input(task, error, cls):
+    assert classify_failure(verdict="fail", failed_task=task, error=error, losses=None) == cls
