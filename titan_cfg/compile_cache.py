@@ -7,6 +7,14 @@ cpu-hosted targets it also covers the CPU's instruction set: inductor generates
 vector code for it (training compiles torchtitan's block-mask builder even with
 compile off), and code for AVX-512 does not run on a machine without it. The
 folder is shared by runs with the same key (warm-up fills it, training reads it).
+
+Each backend's compiler is pointed into the folder by its own variables (:data:`CACHE_ENV`):
+inductor by ``TORCHINDUCTOR_CACHE_DIR``; TorchNeuron (torch-neuronx 2.14, the ``neuron`` device) by
+``TORCH_NEURONX_NEFF_CACHE_DIR`` (compiled NEFFs, the persistent cache), ``TORCH_NEURONX_HLO_CACHE_DIR``
+(HLO) and ``TORCH_NEURONX_NEFF_LOCAL_CACHE_DIR`` (the node-local copy), each in a subfolder (Neuron
+docs, "TorchNeuron environment variables"; ``NEURON_COMPILE_CACHE_URL`` is the XLA-era variable, which
+TorchNeuron does not read). The folder is warm for its key when the compiler wrote entries there
+(:func:`cache_entries`), which also shows that the variables were read.
 """
 
 from __future__ import annotations
@@ -20,20 +28,32 @@ from titan_cfg.cpu_isa import cpu_capability, cpu_model_and_flags
 from titan_cfg.job import Job
 from titan_cfg.targets import Target
 
-#: Which environment variable points each compile backend at its cache.
-CACHE_ENV = {"inductor": "TORCHINDUCTOR_CACHE_DIR", "neuron": "NEURON_COMPILE_CACHE_URL"}
+#: Per compile backend, the environment variables that point its compiler at a cache, each with its
+#: subfolder of the keyed folder ("": the folder itself). The first is where the compiled artifacts go.
+CACHE_ENV: dict[str, dict[str, str]] = {
+    "inductor": {"TORCHINDUCTOR_CACHE_DIR": ""},
+    "neuron": {"TORCH_NEURONX_NEFF_CACHE_DIR": "neff", "TORCH_NEURONX_HLO_CACHE_DIR": "hlo",
+               "TORCH_NEURONX_NEFF_LOCAL_CACHE_DIR": "neff-local"},
+}
+
+#: Distributions whose versions decide each backend's compiled artifacts: for neuron the framework
+#: (torch-neuronx: lowering, HLO) and the compiler (neuronx-cc: NEFF).
+COMPILER_PACKAGES = {"inductor": ("torch",), "neuron": ("torch-neuronx", "neuronx-cc")}
 
 #: Environment variables whose value changes what the compiler produces.
 FLAG_ENV = ("NEURON_CC_FLAGS", "NEURON_LOGICAL_NC_CONFIG", "TORCHINDUCTOR_MAX_AUTOTUNE")
 
 
 def compiler_version(backend: str) -> str:
-    """Version string of the compiler behind ``backend`` ("absent" when not installed)."""
-    package = {"inductor": "torch", "neuron": "neuronx-cc"}.get(backend, backend)
-    try:
-        return f"{package}=={importlib.metadata.version(package)}"
-    except importlib.metadata.PackageNotFoundError:
-        return f"{package}==absent"
+    """``pkg==version`` of each distribution in :data:`COMPILER_PACKAGES` for ``backend``, joined by
+    ``;`` ("absent" for one not installed), e.g. ``torch-neuronx==2.14.3.0;neuronx-cc==2.33.0``."""
+    versions = []
+    for package in COMPILER_PACKAGES.get(backend, (backend,)):
+        try:
+            versions.append(f"{package}=={importlib.metadata.version(package)}")
+        except importlib.metadata.PackageNotFoundError:
+            versions.append(f"{package}==absent")
+    return ";".join(versions)
 
 
 def cache_key(job: Job, target: Target, model_shape: dict) -> str:
@@ -56,7 +76,31 @@ def cache_key(job: Job, target: Target, model_shape: dict) -> str:
 
 
 def cache_env(job: Job, target: Target, model_shape: dict, cache_root: Path) -> dict[str, str]:
-    """``{<backend cache variable>: <cache_root>/compile/<target>-<key>}`` for the job's backend."""
+    """Every cache variable of the job's backend (:data:`CACHE_ENV`) pointed into the keyed folder
+    ``<cache_root>/compile/<target>-<key>``, e.g. ``TORCH_NEURONX_NEFF_CACHE_DIR=<folder>/neff``."""
     backend = job.compile_backend or "inductor"
     folder = cache_root / "compile" / f"{target.name}-{cache_key(job, target, model_shape)}"
-    return {CACHE_ENV.get(backend, "TORCHINDUCTOR_CACHE_DIR"): str(folder)}
+    return {variable: str(folder / sub) if sub else str(folder)
+            for variable, sub in CACHE_ENV.get(backend, CACHE_ENV["inductor"]).items()}
+
+
+def cache_folder(env: dict[str, str]) -> tuple[Path, str] | None:
+    """(keyed folder, backend) that ``env`` (a rendered job's environment) points its compiler at;
+    None when it sets no cache variable of :data:`CACHE_ENV`."""
+    for backend, variables in CACHE_ENV.items():
+        for variable, sub in variables.items():
+            if variable in env:
+                path = Path(env[variable])
+                return (path.parent if sub else path), backend
+    return None
+
+
+def cache_entries(folder: Path, backend: str, ignore: tuple[str, ...] = ()) -> int:
+    """How many files the ``backend``'s compiler wrote where it keeps compiled artifacts: the keyed
+    ``folder`` itself for inductor, its ``neff`` subfolder for neuron (the first of
+    :data:`CACHE_ENV`'s variables); files named in ``ignore`` (a marker) do not count."""
+    sub = next(iter(CACHE_ENV[backend].values()))
+    where = folder / sub if sub else folder
+    if not where.is_dir():
+        return 0
+    return sum(1 for path in where.rglob("*") if path.is_file() and path.name not in ignore)

@@ -89,7 +89,11 @@ def trn2() -> Target:
     global batch 64, batch 1 per rank, data parallel over all ranks).
 
     ``NEURON_LOGICAL_NC_CONFIG`` must match the compiler's logical-NC setting;
-    public scripts also set ``NEURON_RT_VIRTUAL_CORE_SIZE``. ``seq_len`` 4096 is
+    public scripts also set ``NEURON_RT_VIRTUAL_CORE_SIZE``. ``NEURON_RT_NUM_CORES`` is not set: the
+    Neuron runtime documents it as the number of NeuronCores one process requires (reserved until it
+    exits), so 64 in each of 64 ranks would ask for the node 64 times; TorchNeuron's torch.distributed
+    guide launches torchrun ranks without it, each on its own logical core (to confirm on the node).
+    ``seq_len`` 4096 is
     ``qwen3_32b()``'s, which the walkthrough's native scenario starts from.
     """
     return Target(
@@ -105,7 +109,6 @@ def trn2() -> Target:
         env={
             "NEURON_LOGICAL_NC_CONFIG": "2",
             "NEURON_RT_VIRTUAL_CORE_SIZE": "2",
-            "NEURON_RT_NUM_CORES": "64",
             "HF_HUB_OFFLINE": "1",
             "HF_DATASETS_OFFLINE": "1",
             "TOKENIZERS_PARALLELISM": "false",

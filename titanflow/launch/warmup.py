@@ -3,9 +3,13 @@
 With compile on, the first training step would otherwise include graph
 compilation (minutes on Neuron). The warm-up runs the same job for one step
 into ``runs/<id>/warmup/``, sharing the content-keyed cache folder that
-training then reads (titan_cfg.compile_cache). A cache folder holding the
-``.warm`` marker from an earlier complete warm-up is reused as is. With compile
-off, nothing is compiled ahead of time and the task records why it skipped.
+training then reads (titan_cfg.compile_cache). The folder is warm when an
+earlier warm-up completed there (the ``.warm`` marker, which names its run) and
+the compiler's own entries are there (titan_cfg.compile_cache.cache_entries):
+a marker alone means the compiler did not write where the job's variables
+point, and the step is compiled again. A warm-up after which the compiler wrote
+nothing there leaves no marker and says so. With compile off, nothing is
+compiled ahead of time and the task records why it skipped.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from titan_cfg.compile_cache import CACHE_ENV
+from titan_cfg.compile_cache import CACHE_ENV, cache_entries, cache_folder
 from titan_cfg.job import JOB_ENV, Job
 from titanflow.launch.render import RenderedJob
 from titanflow.launch.torchrun import launch, launch_error, ranks_dir
@@ -32,10 +36,9 @@ class WarmupResult(BaseModel):
     cache_dir: str | None = Field(description="the keyed compile-cache folder, when compile is on")
 
 
-def cache_dir_of(rendered: RenderedJob) -> Path | None:
-    """The compile-cache folder the rendered environment points at (None if none)."""
-    folder = next((rendered.env[v] for v in CACHE_ENV.values() if v in rendered.env), None)
-    return Path(folder) if folder else None
+def is_warm(folder: Path, backend: str) -> bool:
+    """An earlier warm-up completed in ``folder`` (its marker) and the ``backend``'s compiler has entries there."""
+    return (folder / WARM_MARKER).is_file() and cache_entries(folder, backend, ignore=(WARM_MARKER,)) > 0
 
 
 def warm_up(rendered: RenderedJob, timeout_s: float, on_line=lambda _: None) -> WarmupResult:
@@ -46,13 +49,16 @@ def warm_up(rendered: RenderedJob, timeout_s: float, on_line=lambda _: None) -> 
         titanflow.launch.torchrun.TrainingError: the warm-up run failed (compile failures surface here, before
             training).
     """
-    cache = cache_dir_of(rendered)
+    found = cache_folder(rendered.env)
+    cache, backend = found if found else (None, None)
     job = Job.read(Path(rendered.job_path))
     if not job.compile:
         return WarmupResult(status="skipped", reason="compile is off: eager mode has nothing to compile ahead",
                             seconds=0.0, cache_dir=None)
-    if cache is not None and (cache / WARM_MARKER).exists():
-        return WarmupResult(status="reused", reason=f"cache {cache.name} is warm", seconds=0.0, cache_dir=str(cache))
+    if cache is not None and is_warm(cache, backend):
+        entries = cache_entries(cache, backend, ignore=(WARM_MARKER,))
+        return WarmupResult(status="reused", reason=f"cache {cache.name} is warm ({entries} compiled entries)",
+                            seconds=0.0, cache_dir=str(cache))
     warm_job = job.model_copy(update={"steps": 1, "warmup_steps": 0,
                                       "dump_folder": str(Path(rendered.run_dir) / "warmup")})
     warm_path = warm_job.write(Path(rendered.job_path).with_name("warmup_job.json"))
@@ -60,8 +66,15 @@ def warm_up(rendered: RenderedJob, timeout_s: float, on_line=lambda _: None) -> 
                               extra_env={JOB_ENV: str(warm_path)})
     if result.returncode != 0 or result.timed_out:
         raise launch_error("compile_warmup", "the one-step compile run failed", result, log_path, ranks_dir(rendered))
-    if cache is not None:
-        cache.mkdir(parents=True, exist_ok=True)
-        (cache / WARM_MARKER).write_text(f"warmed by run {job.run_id}\n")
-    return WarmupResult(status="warmed", reason="one compiled step filled the cache", seconds=result.wall_s,
-                        cache_dir=str(cache) if cache else None)
+    if cache is None:
+        return WarmupResult(status="warmed", reason="one compiled step ran; the job names no compile cache",
+                            seconds=result.wall_s, cache_dir=None)
+    entries = cache_entries(cache, backend, ignore=(WARM_MARKER,))
+    if not entries:  # the compiler did not read the variables: training will compile again
+        variables = ", ".join(CACHE_ENV[backend])
+        return WarmupResult(status="warmed", reason=f"one compiled step ran, but the compiler wrote nothing under "
+                            f"{cache} ({variables} were not read): training compiles again", seconds=result.wall_s,
+                            cache_dir=str(cache))
+    (cache / WARM_MARKER).write_text(f"warmed by run {job.run_id}\n")
+    return WarmupResult(status="warmed", reason=f"one compiled step filled the cache ({entries} compiled entries)",
+                        seconds=result.wall_s, cache_dir=str(cache))

@@ -127,7 +127,8 @@ def test_trn2_render_handles_the_walkthrough_pitfalls(tmp_path, instruct_2507_fo
     assert (trainer["training"]["global_batch_size"], trainer["training"]["local_batch_size"]) == (64, 1)
     assert "--nproc_per_node=64" in launch["argv"]
     assert launch["env"]["NEURON_LOGICAL_NC_CONFIG"] == "2"
-    assert "NEURON_COMPILE_CACHE_URL" in launch["env"]
+    assert "TORCH_NEURONX_NEFF_CACHE_DIR" in launch["env"] and "NEURON_COMPILE_CACHE_URL" not in launch["env"]
+    assert "NEURON_RT_NUM_CORES" not in launch["env"]  # the cores one process reserves, not the node's
     assert "0x" not in json.dumps(trainer)  # no memory addresses: renders compare equal
 
 
