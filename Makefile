@@ -4,15 +4,16 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup run test test-fast assets clean server stop chromium
+.PHONY: setup run test test-fast assets clean server stop chromium overlay-trn2 setup-trn2
 
-# torch is installed first and alone, pinned to the CPU build (2.13.0); the project then
-# pins it again, so nothing can resolve a multi-GB CUDA build.
-$(STAMP): pyproject.toml
-	$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "titanflow needs Python 3.11"'
+# The cpu install profile (profiles/cpu). torch is installed first and alone, pinned to the CPU
+# build (2.13.0); the project and its extra `cpu` (torchtitan 0.3.0, transformers 5.23.0) then
+# install under the profile's constraints, so nothing can resolve a multi-GB CUDA build.
+$(STAMP): pyproject.toml profiles/cpu/constraints.txt
+	$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "the cpu profile needs Python 3.11"'
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check torch==2.13.0
-	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[test]'
+	$(BIN)/pip install --quiet --disable-pip-version-check -c profiles/cpu/constraints.txt -e '.[cpu,test]'
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -24,12 +25,30 @@ assets: setup
 run: assets
 	$(BIN)/titanflow run native --target cpu
 
-test: setup chromium
+test: setup overlay-trn2 chromium
 	$(BIN)/python -m pytest -q
 
 # Unit tests only (skips the end-to-end flow runs).
 test-fast: setup
 	$(BIN)/python -m pytest -q -m "not e2e"
+
+# The trn2 profile's PyPI packages (profiles/trn2/requirements.txt: the walkthrough's transformers
+# 5.16.0) layered on the cpu venv: first on PYTHONPATH they replace its transformers 5.23.0, and
+# everything else is the venv's (--no-deps: 5.16.0's own requirements all hold there; the test checks
+# it). tests/e2e/test_transformers_516.py runs the cpu scenarios with it.
+OVERLAY_TRN2 := $(VENV)/overlays/trn2
+$(OVERLAY_TRN2)/.installed: $(STAMP) profiles/trn2/requirements.txt profiles/trn2/constraints.txt
+	rm -rf $(OVERLAY_TRN2)
+	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps --target $(OVERLAY_TRN2) \
+		-c profiles/trn2/constraints.txt -r profiles/trn2/requirements.txt
+	touch $@
+
+overlay-trn2: $(OVERLAY_TRN2)/.installed
+
+# The trn2 profile on the node (README "On a trn2 node"): titanflow on top of the walkthrough's
+# stack in the Neuron 2.33 DLAMI's venv, replacing none of it. PRINT=1 prints the commands only.
+setup-trn2:
+	bash profiles/trn2/setup.sh $(if $(PRINT),--print)
 
 # Headless Chromium (Debian package) for tests/e2e/test_browser.py; CI machines are fresh Debian, as root.
 chromium:

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# The trn2 install profile: titanflow on top of the walkthrough's stack ("Train Qwen3 on AWS Trainium
+# with torchtitan") on one trn2.48xlarge started from the Neuron 2.33 DLAMI "Deep Learning AMI Neuron
+# torch-neuronx 2.14.0" (Ubuntu 24.04), in that DLAMI's own venv, replacing none of the stack.
+#
+#   make setup-trn2              # from the repository root, on the node
+#   make setup-trn2 PRINT=1      # print the commands instead (README "On a trn2 node" shows them)
+#
+# Every pip install runs under `-c profiles/trn2/constraints.txt` (torch 2.14.0, torch-neuronx 2.14.3,
+# transformers 5.16.0), so none of them can move the stack; `pip check` and `titanflow doctor` close.
+# Sources: Neuron 2.33 docs, setup/pytorch/update-dlami (the DLAMI's venv and the two indexes),
+# release-notes/components/torchneuron (torch-neuronx 2.14.3.0 is for torch 2.14.0, Python 3.12-3.14),
+# training/torchtitan/get-started/setup-torchtitan-neuron (the fork: requirements.txt, then -e .).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+# The knobs. Override the first two from the environment for another venv or checkout folder.
+VENV=${TITANFLOW_TRN2_VENV:-/opt/aws_neuronx_venv_torch_neuronx_2_14_0}
+FORK_DIR=${TITANFLOW_TRN2_FORK_DIR:-$HOME/torchtitan-neuron}
+PYTHON_VERSION=3.12                              # the walkthrough's Python
+NEURON_INDEX=https://pip.repos.neuron.amazonaws.com
+TORCH_CPU_INDEX=https://download.pytorch.org/whl/cpu
+FORK_REPO=https://github.com/aws-neuron/torchtitan-neuron.git
+FORK_REF=release-2.33                            # the walkthrough's branch of the fork
+PROFILE=profiles/trn2
+
+PRINT=
+[[ ${1:-} == --print ]] && PRINT=1
+PY=$VENV/bin/python
+
+# Print a command (copy-pastable: arguments with shell characters single-quoted), then run it unless --print.
+run() {
+    local out=() arg
+    for arg in "$@"; do
+        if [[ $arg =~ ^[A-Za-z0-9_./:=@+,-]+$ ]]; then out+=("$arg"); else out+=("'${arg//\'/\'\\\'\'}'"); fi
+    done
+    echo "${out[*]}"
+    [[ -n $PRINT ]] || "$@"
+}
+
+# 1. The DLAMI's venv runs the walkthrough's Python.
+run "$PY" -c "import sys; sys.exit(sys.version_info[:2] != (${PYTHON_VERSION/./, }) and f\"Python {sys.version.split()[0]} in $VENV; the trn2 profile needs $PYTHON_VERSION\")"
+# 2. TorchNeuron, the compiler (which ships nkilib) and NKI: the DLAMI's own update command, held to
+#    the walkthrough's pins, so nothing changes on a DLAMI that has them.
+run "$PY" -m pip install -c "$PROFILE/constraints.txt" "torch-neuronx==2.14.3.*" "neuronx-cc==2.*" nki \
+    --extra-index-url "$NEURON_INDEX" --extra-index-url "$TORCH_CPU_INDEX"
+# 3. The torchtitan-neuron fork at the walkthrough's branch, installed as the package `torchtitan`.
+if [[ -d $FORK_DIR/.git ]]; then
+    run git -C "$FORK_DIR" fetch origin "$FORK_REF"
+    run git -C "$FORK_DIR" checkout --detach FETCH_HEAD
+else
+    run git clone --branch "$FORK_REF" "$FORK_REPO" "$FORK_DIR"
+fi
+run "$PY" -m pip install -c "$PROFILE/constraints.txt" -r "$FORK_DIR/requirements.txt" \
+    --extra-index-url "$NEURON_INDEX" --extra-index-url "$TORCH_CPU_INDEX"
+run "$PY" -m pip install -c "$PROFILE/constraints.txt" -e "$FORK_DIR"
+# 4. titanflow and what the node lacks from PyPI (the walkthrough's transformers among them).
+run "$PY" -m pip install -c "$PROFILE/constraints.txt" -r "$PROFILE/requirements.txt" -e .
+# 5. Nothing installed contradicts anything else, then every check of the node (versions, the fork,
+#    devices, LNC, the kernel, weights, data, cache, disk) with its fix.
+run "$PY" -m pip check
+run "$VENV/bin/titanflow" doctor --target trn2
