@@ -51,3 +51,17 @@ def train_run_count(flow_run_id) -> int:
         task_runs = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
     (train,) = [t for t in task_runs if t.name.startswith("train-")]
     return train.run_count
+
+
+def changed_history_cells(before, after) -> dict:
+    """{(run_id, column): (before, after)} for every cell of ``before``'s rows that differs in ``after``
+    (both history tables as titanflow.judge.history.read_history returns them); {} when untouched."""
+    import json
+
+    def records(table):
+        return {row["run_id"]: row for row in json.loads(table.to_json(orient="records", date_format="iso"))}
+
+    old, new = records(before), records(after[after.run_id.isin(before.run_id)])
+    return {(run_id, column): (row.get(column), new.get(run_id, {}).get(column))
+            for run_id, row in old.items() for column in set(row) | set(new.get(run_id, {}))
+            if row.get(column) != new.get(run_id, {}).get(column)}
