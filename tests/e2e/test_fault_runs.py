@@ -141,21 +141,32 @@ def test_a_hung_rank_then_a_killed_rank_are_ended_retried_and_the_third_launch_p
     assert table[table.run_id == "faults"].verdict.tolist() == ["pass"]
 
 
-def test_ctrl_c_of_titanflow_run_while_training_ends_everything_and_records_cancelled(tmp_path):
+def test_ctrl_c_of_titanflow_run_while_training_ends_everything_and_records_cancelled(tmp_path, tiny_assets):
     """SIGINT to the command's process group (what Ctrl-C in a terminal does) after 2 logged steps of a
     40-step run: the command exits 130 and prints cancelled; no process of the run, nor the temporary
     Prefect server it started, is left; summary.json and the history row say cancelled with the logged
-    steps and no failure class; train.log is kept; earlier history rows are untouched."""
+    steps and no failure class; train.log is kept; earlier history rows are untouched. The weights come
+    by Hub id from an offline cache with an HF token planted in the environment: the token is in no file
+    of the run, the history or the Prefect server's home (database and logs)."""
+    from helpers.secrets import assert_secret_absent
+
     from titanflow.judge import history
     from titanflow.run.summary import read_summary
 
     shutil.copytree(FIXTURES / "run_folders" / "native-cpu-nan", tmp_path / "earlier")
     history.append_run(tmp_path / "earlier" / "summary.json")
     before = history.read_history()
+    hub = tmp_path / "hub" / "models--org--tiny"
+    shutil.copytree(tiny_assets.weights_dir, hub / "snapshots" / "0123abcd")
+    (hub / "refs").mkdir()
+    (hub / "refs" / "main").write_text("0123abcd")
+    token, home = "hf_PLANTEDtoken123", tmp_path / "prefect-home"
     run_dir = tmp_path / "runs" / "ctrl-c"
-    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}  # the temporary server
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"} | {  # the temporary server
+        "PREFECT_HOME": str(home), "HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HUB_OFFLINE": "1", "HF_TOKEN": token}
     command = subprocess.Popen([str(Path(sys.executable).parent / "titanflow"), "run", "native", "--target", "cpu",
-                                "--steps", "40", "--runs-dir", str(run_dir.parent), "--run-id", "ctrl-c"],
+                                "--steps", "40", "--weights", "org/tiny", "--runs-dir", str(run_dir.parent),
+                                "--run-id", "ctrl-c"],
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                                start_new_session=True)
     try:
@@ -173,8 +184,12 @@ def test_ctrl_c_of_titanflow_run_while_training_ends_everything_and_records_canc
     summary = read_summary(run_dir / "summary.json")
     assert summary.verdict == "cancelled" and summary.cancelled.cause == "interrupted (Ctrl-C)"
     assert len(summary.cancelled.losses) >= 2 and summary.failed_task is None
+    assert summary.parameters["weights"] == "org/tiny"
     table = history.read_history()
     row = table[table.run_id == "ctrl-c"]
     assert row.verdict.tolist() == ["cancelled"] and row.failure_class.isna().all()
     assert changed_history_cells(before, table) == {}
     assert len(logged_steps(run_dir / "train.log")) >= 2
+    assert token not in output
+    searched = assert_secret_absent([run_dir, home, Path(os.environ["TITANFLOW_HISTORY"])], token)
+    assert searched > 10  # the run folder, the server's database and the history table were searched
