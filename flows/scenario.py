@@ -84,6 +84,7 @@ def qwen3_scenario(
     init: Init | None = None,
     weights: str | None = None,
     steps: int | None = None,
+    checkpoint_interval: int | None = None,
     global_batch_size: int | None = None,
     seq_len: int | None = None,
     nproc: int | None = None,

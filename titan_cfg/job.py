@@ -32,6 +32,10 @@ ModelShape = Union[Qwen3Shape, Qwen3MoeShape]
 
 #: torchtitan's checkpoint folder name under the dump folder (its default).
 CHECKPOINT_FOLDER = "checkpoint"
+#: Full training-state checkpoints torchtitan keeps (its ``keep_latest_k``; older ones are deleted after each
+#: save): the newest may be a save cut short, so the one before it must still be there. The final step's HF
+#: export is not counted (torchtitan purges only after interval saves).
+KEEP_LATEST_K = 2
 
 
 class Job(BaseModel):
@@ -49,6 +53,9 @@ class Job(BaseModel):
     dataset_path: str        # c4_test-format folder (JSON lines with "text")
     dump_folder: str         # torchtitan's output folder for this run
     steps: int
+    # steps between full training-state saves a retry resumes from (the last step is the model-only HF export);
+    # None: the last step only (job files written before it existed)
+    checkpoint_interval: int | None = Field(None, ge=1)
     global_batch_size: int   # sequences per step over all ranks
     local_batch_size: int    # sequences per step per rank
     seq_len: int             # tokens per sequence

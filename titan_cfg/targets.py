@@ -38,6 +38,10 @@ class Target(BaseModel):
     env: dict[str, str]          # environment every rank gets (on top of the caller's)
     max_world_size: int | None = None  # most ranks the target has; None: this machine's CPU count
     min_step_s: float = 0.05     # no step is faster (s): steps x this beyond the timeout is refused up front
+    # Steps between full training-state checkpoints (model, optimizer, lr scheduler, dataloader position), which a
+    # retried launch resumes from (titanflow.launch.resume); a run's default, capped at its steps. 500 is
+    # torchtitan's own default interval.
+    checkpoint_interval: int = 500
     # Pretrained init: repeat step 1's loss with transformers on the trainer's batch (titanflow.judge.first_step)
     # and judge against it. Only where that forward is the same arithmetic (fp32) and cheap next to training.
     independent_first_step: bool = False
@@ -75,6 +79,9 @@ def cpu() -> Target:
         activation_checkpoint="none",  # tiny model: memory is not the limit, time is
         mixed_precision_param="float32",  # fp32 end to end, so logits compare exactly with transformers
         independent_first_step=True,  # a tiny model: the forward takes about 3 s
+        # a save (151 MB: weights and AdamW's two moments) took 0.5-1.2 s on 2 busy cores; a retry repeats at
+        # most 4 steps
+        checkpoint_interval=5,
         env={
             "OMP_NUM_THREADS": "1",  # 2 ranks on 2 cores
             "HF_HUB_OFFLINE": "1",
@@ -82,6 +89,17 @@ def cpu() -> Target:
             "TOKENIZERS_PARALLELISM": "false",
         },
     )
+
+
+#: trn2's checkpoint interval, from a time budget: at most :data:`TRN2_CHECKPOINT_BUDGET_S` of training lost to a
+#: failure, at :data:`TRN2_STEP_S` a step. The step time is an estimate until the node's history holds one: the
+#: native 4B job (global batch 64 x 4096 = 262,144 tokens) costs about 8 x 4.0e9 params x 262,144 = 8.4e15 FLOP
+#: a step (forward, backward and the forward full activation checkpointing repeats), and 16 Trainium2 chips give
+#: 16 x 667 = 10,672 bf16 TFLOP/s (AWS Neuron docs, Trainium2 architecture); at 40 % of that, 2 s a step. A save
+#: writes the full training state, about 48 GB for 4B parameters (fp32 weights and AdamW's two moments), which
+#: at about 1 GB/s is under a minute: every 10 minutes keeps it below 10 % of the training time.
+TRN2_CHECKPOINT_BUDGET_S, TRN2_STEP_S = 600, 2.0
+TRN2_CHECKPOINT_INTERVAL = int(TRN2_CHECKPOINT_BUDGET_S / TRN2_STEP_S)  # 300 steps
 
 
 def trn2() -> Target:
@@ -106,6 +124,7 @@ def trn2() -> Target:
         seq_len=4096,
         kernels={"rope": "reference", "attention": "sdpa"},  # walkthrough: model_registry("4B", attn_backend="sdpa")
         compile_backend="neuron",
+        checkpoint_interval=TRN2_CHECKPOINT_INTERVAL,
         env={
             "NEURON_LOGICAL_NC_CONFIG": "2",
             "NEURON_RT_VIRTUAL_CORE_SIZE": "2",

@@ -11,7 +11,7 @@ import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from titan_cfg.job import CHECKPOINT_FOLDER, Job
+from titan_cfg.job import CHECKPOINT_FOLDER, KEEP_LATEST_K, Job
 from titan_cfg.scenarios import SCENARIOS
 
 if TYPE_CHECKING:
@@ -52,6 +52,9 @@ def build(job: Job) -> "Trainer.Config":
     config.metrics = dataclasses.replace(config.metrics, log_freq=1)
     config.debug = dataclasses.replace(config.debug, seed=job.seed)
 
+    # Every checkpoint_interval steps save the full training state (model, optimizer, lr scheduler, dataloader
+    # position, step) in DCP format, keeping the newest KEEP_LATEST_K: a retried launch resumes from the newest
+    # complete one (titanflow.launch.resume), and torchtitan then ignores initial_load_path by design.
     # Save the last step, model only, as HF safetensors (the export the flow validates);
     # pretrained: first load the weights folder, model only, from HF safetensors.
     pretrained = job.init == "pretrained"
@@ -61,7 +64,8 @@ def build(job: Job) -> "Trainer.Config":
         config.checkpoint,
         enable=True,
         folder=CHECKPOINT_FOLDER,
-        interval=job.steps,
+        interval=job.checkpoint_interval or job.steps,
+        keep_latest_k=KEEP_LATEST_K,
         last_save_model_only=True,
         last_save_in_hf=True,
         export_dtype=job.export_dtype,

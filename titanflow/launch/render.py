@@ -68,6 +68,7 @@ def make_job(run: ScenarioRun, weights_dir: Path, run_dir: Path) -> Job:
         dataset_path=str(DATASET_DIR),
         dump_folder=str(run_dir / "train"),
         steps=run.steps,
+        checkpoint_interval=run.checkpoint_interval_resolved,
         global_batch_size=run.global_batch_size_resolved,
         local_batch_size=run.global_batch_size_resolved // run.world_size,
         seq_len=run.seq_len_resolved,

@@ -74,6 +74,9 @@ class ScenarioRun(BaseModel):
     weights: str | None = Field(None, description="local HF folder or Hub id; None: the embedded tiny Qwen3 "
                                 "(random init) or its pretrained checkpoint (pretrained init)")
     steps: int = Field(10, ge=1)
+    checkpoint_interval: int | None = Field(
+        None, ge=1, description="steps between full training-state checkpoints, which a retried launch resumes "
+        "from (at most steps; steps: only the final export); None: the target's (titan_cfg/targets.py), at most steps")
     global_batch_size: int | None = Field(None, ge=1)
     seq_len: int | None = Field(None, ge=16)
     nproc: int | None = Field(None, ge=1, description="ranks; None: the target's world size")
@@ -126,6 +129,9 @@ class ScenarioRun(BaseModel):
                              f"({self.target_spec.min_step_s} s a step at best), beyond timeout_s {self.timeout_s:.0f}; "
                              f"pass at most {int(self.timeout_s / self.target_spec.min_step_s)} steps or a longer "
                              f"--timeout-s (at most {MAX_TIMEOUT_S})")
+        if self.checkpoint_interval is not None and self.checkpoint_interval > self.steps:
+            raise ValueError(f"checkpoint_interval: {self.checkpoint_interval} exceeds steps {self.steps}; pass at "
+                             f"most {self.steps} (then only the final export is saved)")
         if self.warmup_steps is not None and self.warmup_steps > self.steps:
             raise ValueError(f"warmup_steps: {self.warmup_steps} exceeds steps {self.steps}; pass at most {self.steps}")
         for op, name in self.kernels_resolved.items():  # KernelChoiceError (a ValueError) names the op and the fix
@@ -163,6 +169,11 @@ class ScenarioRun(BaseModel):
     def seq_len_resolved(self) -> int:
         """Tokens per sequence: as given, else the target's."""
         return self.seq_len or self.target_spec.seq_len
+
+    @property
+    def checkpoint_interval_resolved(self) -> int:
+        """Steps between full training-state checkpoints: as given, else the target's, at most ``steps``."""
+        return self.checkpoint_interval or min(self.target_spec.checkpoint_interval, self.steps)
 
     @property
     def warmup_steps_resolved(self) -> int:
