@@ -11,6 +11,7 @@ from tasks.retry import retry_infrastructure_only
 from titan_cfg.job import Job
 from titanflow.launch.metrics import strip_ansi
 from titanflow.launch.render import RenderedJob
+from titanflow.launch.resume import prepare
 from titanflow.launch.torchrun import TrainResult, run_training
 from titanflow.report.artifacts import TrainingProgress, artifact_key
 from titanflow.run.task_names import TaskName
@@ -22,15 +23,18 @@ def train(rendered: RenderedJob, timeout_s: float) -> TrainResult:
     the run log and each step advancing the ``<key>-progress`` artifact.
 
     Retried twice, 10 s apart, only for an infrastructure failure (a killed or timed-out
-    launch, a taken port: :func:`tasks.retry.retry_infrastructure_only`). A NaN or infinite
-    loss fails as numerics and is never retried.
+    launch, a taken port: :func:`tasks.retry.retry_infrastructure_only`); a retry resumes from the
+    newest complete step checkpoint (titanflow.launch.resume), and its progress goes on from there.
+    A NaN or infinite loss fails as numerics and is never retried.
     """
     logger = get_run_logger()
     job = Job.read(Path(rendered.job_path))
-    with TrainingProgress(artifact_key(job.model_dump()), job.steps, job.run_id) as progress:
+    resume = prepare(job, Path(rendered.run_dir) / "train.log")
+    with TrainingProgress(artifact_key(job.model_dump()), job.steps, job.run_id,
+                          resumed_from_step=resume.resumed_from_step) as progress:
 
         def on_line(line: str) -> None:
             logger.info(strip_ansi(line))
             progress.on_line(line)
 
-        return run_training(rendered, timeout_s=timeout_s, on_line=on_line)
+        return run_training(rendered, timeout_s=timeout_s, on_line=on_line, resume=resume)

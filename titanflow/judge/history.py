@@ -36,6 +36,7 @@ from titanflow import paths
 from titanflow.judge.environment import environment_key
 from titanflow.judge.failures import classify
 from titanflow.launch.metrics import log_tail, logged_losses
+from titanflow.launch.resume import launches
 from titanflow.run.summary import RunSummary, read_summary
 
 #: File name of the history table inside the history folder.
@@ -176,6 +177,10 @@ class HistoryRow(BaseModel):
     environment_key: str | None = Field(None, description="what decided the numbers (titanflow.judge.environment."
                                         "environment_key of summary.json's environment); None before it was kept")
     weights_digest: str | None = Field(None, description="pretrained init: content hash of the checkpoint loaded")
+    resumed_from_step: int | None = Field(None, description="step of the step checkpoint the last training launch "
+                                          "resumed from (titanflow.launch.resume); None: it started at step 1")
+    attempts: int | None = Field(None, description="training launches of the run (train.log's launch lines); "
+                                 "None: it never launched, or before they were counted")
 
     def as_record(self) -> dict:
         """The row as the table stores it: the columns in table order, ``seconds_<task>`` after
@@ -215,6 +220,7 @@ def row_from_summary(summary_path: Path | str, summary: RunSummary | None = None
     started, finished = _times(summary, summary_path)
     commit, dirty = git_state()
     train = summary.train
+    launched = launches(run_dir / "train.log")  # also when training failed: then there is no train result
     return HistoryRow(
         run_id=summary.run_id, flow_run_id=summary.flow_run_id,
         scenario=summary.scenario, target=summary.target, init=summary.init,
@@ -237,6 +243,8 @@ def row_from_summary(summary_path: Path | str, summary: RunSummary | None = None
         nproc=_world_size(summary, run_dir), steps=summary.steps,
         run_dir=str(run_dir),
         environment_key=environment_key(summary.environment), weights_digest=summary.weights_digest,
+        resumed_from_step=train.resumed_from_step if train else (launched[-1][1] if launched else None),
+        attempts=train.attempts if train else (len(launched) or None),
     )
 
 
@@ -264,7 +272,7 @@ def _read_table(table: Path) -> pd.DataFrame:
 def _frame(rows: list[dict]) -> pd.DataFrame:
     """Rows as a DataFrame with stable dtypes (nullable integers, UTC timestamps)."""
     df = pd.DataFrame(rows)
-    for column in ("peak_rss_bytes", "nproc", "steps"):
+    for column in ("peak_rss_bytes", "nproc", "steps", "resumed_from_step", "attempts"):
         if column in df:
             df[column] = df[column].astype("Int64")
     return df

@@ -4,6 +4,10 @@ torchtitan 0.3.0's MetricsProcessor logs, every ``log_freq`` steps on each rank:
 ``step:  1  loss: 11.95009  grad_norm:  1.1346  memory:  0.98GiB(4.14%)  tps: 25 ...``
 with ANSI colours; torchrun's ``--tee`` may prefix ``[default0]:``. Rank 0's line
 is the one kept (the launcher shows only local rank 0 on the console).
+
+``train.log`` holds every launch of a run, one after the other, each opened by a launch line
+(:func:`launch_line`, written by titanflow.launch.resume): ``titanflow: launch 2 resumes from step 3: ...``
+or ``titanflow: launch 1 starts at step 1: ...``. The run's curve folds them (:func:`metrics_table`).
 """
 
 from __future__ import annotations
@@ -46,11 +50,52 @@ def parse_step_line(line: str) -> dict | None:
     }
 
 
+_LAUNCH = re.compile(r"^titanflow: launch (?P<launch>\d+) (?:resumes from step (?P<step>\d+)|starts at step 1)")
+
+
+def launch_line(launch: int, resumed_from: int | None, why: str) -> str:
+    """The line that opens launch number ``launch`` (1-based) of a run in train.log: it resumes from the step
+    checkpoint of step ``resumed_from``, or starts at step 1 (None); ``why`` says why, in words."""
+    start = f"resumes from step {resumed_from}" if resumed_from is not None else "starts at step 1"
+    return f"titanflow: launch {launch} {start}: {why}"
+
+
+def parse_launch_line(line: str) -> tuple[int, int | None] | None:
+    """(launch number, step resumed from or None) of a :func:`launch_line`, or None for any other line."""
+    match = _LAUNCH.match(strip_ansi(line))
+    if match is None:
+        return None
+    return int(match["launch"]), int(match["step"]) if match["step"] is not None else None
+
+
 def metrics_table(lines: list[str]) -> pd.DataFrame:
-    """Table of every step line in ``lines``; a step logged twice keeps its first line."""
-    rows = [row for row in map(parse_step_line, lines) if row is not None]
-    table = pd.DataFrame(rows, columns=COLUMNS)
-    return table.drop_duplicates("step", keep="first").sort_values("step").reset_index(drop=True)
+    """The run's curve from its log lines in order: one row per step, from the step lines of the launches
+    it is made of. A launch line (:func:`launch_line`) that resumes from step k (starts at step 1: k = 0) drops
+    the rows earlier launches logged for steps after k, since the launch trains them again from step k's
+    state; so a step logged twice keeps the later launch's line. Lines without launch lines are one launch."""
+    rows: dict[int, dict] = {}
+    for line in lines:
+        launch = parse_launch_line(line)
+        if launch is not None:
+            resumed_from = launch[1] or 0
+            rows = {step: row for step, row in rows.items() if step <= resumed_from}
+        elif (row := parse_step_line(line)) is not None:
+            rows[row["step"]] = row
+    return pd.DataFrame([rows[step] for step in sorted(rows)], columns=COLUMNS)
+
+
+def log_lines(path: Path, max_bytes: int = 4096):
+    """Each line of the log at ``path`` in order, without its line end, cut to its first ``max_bytes`` bytes
+    (decoded as UTF-8); the rest of a longer line is skipped unread into memory. Nothing when there is no log.
+    A line of a child's output can be megabytes (titanflow.launch.process keeps it whole in the log)."""
+    if not path.is_file():
+        return
+    with open(path, "rb") as log:
+        while chunk := log.readline(max_bytes):
+            if not chunk.endswith(b"\n"):  # longer than max_bytes: skip to its end
+                while (rest := log.readline(max_bytes)) and not rest.endswith(b"\n"):
+                    pass
+            yield chunk.decode("utf-8", "replace").rstrip("\r\n")
 
 
 #: Bytes read from the end of a log for its tail, and characters kept of each line of the tail: one

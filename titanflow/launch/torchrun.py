@@ -3,6 +3,10 @@
 Writes ``runs/<id>/train.log`` (rank 0, streamed live to the Prefect run log),
 ``runs/<id>/train/ranks/`` (every rank's own log, from torchrun ``--log-dir``)
 and ``runs/<id>/metrics.csv`` (step, loss, grad_norm, memory_gib, tps).
+
+Every launch of a run appends to ``train.log`` after its launch line, which says the step it resumes
+from (titanflow.launch.resume); ``metrics.csv`` and the result's losses are the run's curve over all its
+launches, each step once, from the launch that trained it last (titanflow.launch.metrics.metrics_table).
 """
 
 from __future__ import annotations
@@ -17,9 +21,16 @@ from pydantic import BaseModel, Field
 from titan_cfg.job import Job
 from titanflow import paths
 from titanflow.judge.loss import non_finite_steps
-from titanflow.launch.metrics import log_tail, metrics_table, parse_step_line
+from titanflow.launch.metrics import (
+    log_lines,
+    log_tail,
+    metrics_table,
+    parse_launch_line,
+    parse_step_line,
+)
 from titanflow.launch.process import ProcessResult, run_streaming
 from titanflow.launch.render import RenderedJob
+from titanflow.launch.resume import Resume, prepare
 from titanflow.launch.root_cause import first_rank_error
 
 #: Lines of the launcher's log an error carries, and the characters kept of each.
@@ -47,11 +58,16 @@ class TrainResult(BaseModel):
 
     log_path: str | None = Field(description="runs/<id>/train.log, rank 0")
     metrics_path: str | None = Field(description="runs/<id>/metrics.csv (step, loss, grad_norm, memory_gib, tps)")
-    losses: list[float] = Field(description="loss per step (nats), step 1 first, rank 0")
+    losses: list[float] = Field(description="loss per step (nats), step 1 first, rank 0: every step once, from "
+                                "the last launch that trained it")
     tokens_per_s: float = Field(description="all ranks: median per-rank tokens/s over steps >= 2, times world size")
     peak_memory_gib: float = Field(description="largest per-rank peak memory torchtitan reported (GiB)")
     peak_rss_bytes: int = Field(description="largest resident set of any process of the launch (bytes)")
-    wall_s: float = Field(description="seconds from launch to exit")
+    wall_s: float = Field(description="seconds from launch to exit (the last launch)")
+    resumed_from_step: int | None = Field(None, description="step of the step checkpoint the last launch resumed "
+                                          "from (titanflow.launch.resume); None: it started at step 1")
+    attempts: int | None = Field(None, description="launches of this run's training, the last included (a retry "
+                                 "relaunches); None: a summary written before launches were counted")
 
 
 def ranks_dir(rendered: RenderedJob) -> Path:
@@ -77,18 +93,30 @@ def launch(rendered: RenderedJob, *, timeout_s: float, log_name: str = "train.lo
     return result, log_path
 
 
-def run_training(rendered: RenderedJob, *, timeout_s: float, on_line=lambda _: None) -> TrainResult:
-    """Launch, then parse the metrics table; a NaN or infinite loss fails (a diverged model is not exported).
+def run_training(rendered: RenderedJob, *, timeout_s: float, on_line=lambda _: None,
+                 resume: Resume | None = None) -> TrainResult:
+    """Launch from the newest complete step checkpoint (``resume``, else :func:`titanflow.launch.resume.prepare`
+    now), its launch line first in train.log and to ``on_line``; then write the run's curve to metrics.csv
+    (module docstring). A NaN or infinite loss fails (a diverged model is not exported).
 
     Raises:
         TrainingError: non-zero exit, timeout, no step line logged (message has the log tail),
             or a non-finite loss (torchtitan stops at one on the steps it logs, "Loss is not finite").
+        OSError: an incomplete step checkpoint could not be removed (nothing was launched).
     """
-    lines: list[str] = []
+    log_path = Path(rendered.run_dir) / "train.log"
+    resume = resume or prepare(Job.read(Path(rendered.job_path)), log_path)
+    # the earlier launches' step and launch lines, then this launch's: held for the table, the rest of the
+    # output only streams by
+    lines = [line for line in log_lines(log_path) if parse_step_line(line) or parse_launch_line(line)]
+    lines.append(resume.line)
     metrics_path = Path(rendered.run_dir) / "metrics.csv"
+    with open(log_path, "a") as log:
+        log.write(resume.line + "\n")
+    on_line(resume.line)
 
     def keep(line: str) -> None:
-        if parse_step_line(line) is not None:  # held for the table; the rest of the output only streams by
+        if parse_step_line(line) is not None:
             lines.append(line)
         on_line(line)
 
@@ -115,4 +143,6 @@ def run_training(rendered: RenderedJob, *, timeout_s: float, on_line=lambda _: N
         peak_memory_gib=float(table.memory_gib.max()),
         peak_rss_bytes=result.peak_rss_bytes,
         wall_s=result.wall_s,
+        resumed_from_step=resume.resumed_from_step,
+        attempts=resume.launch,
     )

@@ -52,7 +52,8 @@ class TrainingProgress:
         with TrainingProgress(key, job.steps, job.run_id) as progress:
             run_training(..., on_line=progress.on_line)
 
-    Entering creates the artifact at 0 % and opens one API client for the updates;
+    Entering creates the artifact at 0 % (a launch resumed from step k: at ``100 * k / total_steps``, saying
+    so) and opens one API client for the updates;
     :meth:`on_line` takes every output line of the launch and, on a torchtitan step line
     (``titanflow.launch.metrics.parse_step_line``) for a step not seen before, sets the artifact to
     ``100 * step / total_steps`` with the step's loss in the description. A step logged
@@ -64,14 +65,15 @@ class TrainingProgress:
     must not stall. For the same reason an update that fails is logged once, never raised.
     """
 
-    def __init__(self, key: str, total_steps: int, run_id: str):
+    def __init__(self, key: str, total_steps: int, run_id: str, resumed_from_step: int | None = None):
         if total_steps < 1:
             raise ValueError(f"total_steps is {total_steps}: it must be >= 1 (the job's training steps)")
         self.key = f"{key}-progress"
         self.total_steps = total_steps
         self.run_id = run_id
+        self.resumed_from_step = resumed_from_step
         self.artifact_id = None
-        self.last_step = 0
+        self.last_step = resumed_from_step or 0
         self.updates = 0
         self.failures = 0
         self._lock = threading.Lock()
@@ -82,8 +84,11 @@ class TrainingProgress:
             self._logger = logging.getLogger(__name__)
 
     def __enter__(self) -> Self:
+        started = (f"training resumed from step {self.resumed_from_step}" if self.resumed_from_step
+                   else "training started")
         self.artifact_id = create_progress_artifact(
-            0.0, key=self.key, description=f"run {self.run_id}: training started, {self.total_steps} steps")
+            min(100.0, 100.0 * self.last_step / self.total_steps), key=self.key,
+            description=f"run {self.run_id}: {started}, {self.total_steps} steps")
         self._client = get_client(sync_client=True).__enter__()
         return self
 

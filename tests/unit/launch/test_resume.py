@@ -1,0 +1,221 @@
+"""Resume (issue 11): step checkpoints, what a retried launch resumes from, and the run's curve over launches.
+
+The folder layouts are torchtitan 0.3.0's: a full training-state save is ``checkpoint/step-N/`` with DCP's
+``__<rank>_0.distcp`` files and, written last, ``.metadata``; the last step's export is ``step-N/`` with
+``model-*.safetensors`` and ``model.safetensors.index.json`` (measured: a killed 10-step native cpu run).
+"""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from titan_cfg.job import KEEP_LATEST_K
+from titanflow.launch.metrics import (
+    launch_line,
+    log_lines,
+    metrics_table,
+    parse_launch_line,
+)
+from titanflow.launch.render import RenderedJob, make_job, render
+from titanflow.launch.resume import launches, prepare
+from titanflow.launch.torchrun import run_training
+from titanflow.run.params import ScenarioRun
+
+
+def step_line(step: int, loss: float) -> str:
+    """A rank-0 step line as torchtitan 0.3.0 logs it through torchrun --tee (tests/unit/launch/test_metrics.py)."""
+    return (f"[default0]:[titan] 2026-12-01 06:10:34,766 - root - INFO - \x1b[31mstep: {step:2d}  \x1b[32mloss: "
+            f"{loss:.5f}  \x1b[38;2;180;60;0mgrad_norm:  1.0976  \x1b[38;2;54;234;195mmemory:  0.96GiB(4.08%)  "
+            f"\x1b[34mtps: 158  \x1b[36mtflops: 0.01  \x1b[35mmfu: 0.00%\x1b[39m")
+
+
+def full_save(folder: Path, step: int) -> Path:
+    """A complete full-state save as DCP leaves it: each rank's data, then ``.metadata``."""
+    step_dir = folder / f"step-{step}"
+    step_dir.mkdir(parents=True)
+    for rank in (0, 1):
+        (step_dir / f"__{rank}_0.distcp").write_bytes(b"\0" * 64)
+    (step_dir / ".metadata").write_bytes(b"metadata")
+    return step_dir
+
+
+def save_cut_short(folder: Path, step: int) -> Path:
+    """A save killed before DCP wrote ``.metadata``: one rank's data file, half written."""
+    step_dir = folder / f"step-{step}"
+    step_dir.mkdir(parents=True)
+    (step_dir / "__0_0.distcp").write_bytes(b"\0" * 32)
+    return step_dir
+
+
+def hf_export(folder: Path, step: int) -> Path:
+    """The last step's model-only HF export (torchtitan's last_save_in_hf)."""
+    step_dir = folder / f"step-{step}"
+    (step_dir / "sharded").mkdir(parents=True)
+    (step_dir / "model-00001-of-00001.safetensors").write_bytes(b"\0" * 64)
+    (step_dir / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {}}))
+    return step_dir
+
+
+@pytest.fixture()
+def job(tmp_path, tiny_assets):
+    """The default native cpu job (10 steps) with checkpoint_interval 3, written to ``run/job/job.json``."""
+    run_dir = tmp_path / "run"
+    job = make_job(ScenarioRun(checkpoint_interval=3), tiny_assets.weights_dir, run_dir)
+    (run_dir / "job").mkdir(parents=True)
+    job.write(run_dir / "job" / "job.json")
+    return job
+
+
+def torchtitan_load_step(folder: Path) -> int:
+    """The step torchtitan 0.3.0 itself would load from ``folder`` at start (-1: none)."""
+    from torchtitan.components.checkpointer.dcp import CheckpointManager
+
+    return CheckpointManager._find_load_step(None, folder=str(folder))
+
+
+def test_a_save_cut_short_and_an_earlier_export_are_removed_so_torchtitan_resumes_from_the_newest_complete(job):
+    """torchtitan counts an HF export as a checkpoint, so left alone it would 'resume' from the model-only step-10
+    export; after prepare only complete saves are left and torchtitan's own choice is step 6, as the line says."""
+    folder = Path(job.dump_folder) / "checkpoint"
+    full_save(folder, 3)
+    full_save(folder, 6)
+    save_cut_short(folder, 9)
+    hf_export(folder, 10)
+    assert torchtitan_load_step(folder) == 10
+
+    resume = prepare(job, Path(job.dump_folder).parent / "train.log")
+
+    assert sorted(p.name for p in folder.iterdir()) == ["step-3", "step-6"]
+    assert torchtitan_load_step(folder) == 6
+    assert (resume.launch, resume.resumed_from_step) == (1, 6)
+    assert resume.removed == [
+        "checkpoint/step-9 (no DCP .metadata: a save cut short)",
+        "checkpoint/step-10 (a model-only HF export, no training state; the last step writes it again)"]
+    assert resume.line.startswith("titanflow: launch 1 resumes from step 6: checkpoint/step-6 is the newest complete "
+                                  "step checkpoint (DCP .metadata written)")
+    assert "removed checkpoint/step-9 (no DCP .metadata: a save cut short)" in resume.line
+
+
+def test_without_a_complete_save_the_launch_starts_at_step_1_and_is_numbered_after_the_earlier_ones(job, tmp_path):
+    folder = Path(job.dump_folder) / "checkpoint"
+    save_cut_short(folder, 3)
+    train_log = tmp_path / "run" / "train.log"
+    train_log.write_text("\n".join([launch_line(1, None, "first"), step_line(1, 11.9), "noise",
+                                    launch_line(2, None, "second"), step_line(1, 11.9)]) + "\n")
+
+    resume = prepare(job, train_log)
+
+    assert (resume.launch, resume.resumed_from_step) == (3, None)
+    assert not (folder / "step-3").exists()
+    assert resume.line == (f"titanflow: launch 3 starts at step 1: no complete step checkpoint in {folder} (every 3 "
+                           f"steps); removed checkpoint/step-3 (no DCP .metadata: a save cut short)")
+    assert parse_launch_line(resume.line) == (3, None)
+    assert launches(train_log) == [(1, None), (2, None)]
+
+
+def test_the_curve_is_every_step_once_from_the_last_launch_that_trained_it():
+    """Launch 1 logs steps 1-8 (saved at 6) and dies; launch 2 resumes from 6, logs 7 and dies; launch 3 resumes
+    from 6 and logs 7-10. Steps 1-6 are launch 1's, 7-10 launch 3's: launch 1's 7 and 8 and launch 2's 7 were
+    trained from a state the run no longer goes on from."""
+    lines = [launch_line(1, None, "-"), *(step_line(s, 10 + s / 100) for s in range(1, 9)), "Signal 9 (SIGKILL)",
+             launch_line(2, 6, "-"), step_line(7, 20.07),
+             launch_line(3, 6, "-"), *(step_line(s, 30 + s / 100) for s in range(7, 11))]
+    table = metrics_table(lines)
+    assert list(table.step) == list(range(1, 11))
+    assert list(table.loss) == [10.01, 10.02, 10.03, 10.04, 10.05, 10.06, 30.07, 30.08, 30.09, 30.10]
+
+
+def test_a_launch_that_died_after_resuming_leaves_the_curve_at_its_last_step():
+    """Launch 2 resumed from 3 and logged 4 and 5: launch 1's 6-8 are no longer the run's."""
+    lines = [launch_line(1, None, "-"), *(step_line(s, 10 + s / 100) for s in range(1, 9)),
+             launch_line(2, 3, "-"), step_line(4, 20.04), step_line(5, 20.05)]
+    assert list(metrics_table(lines).loss) == [10.01, 10.02, 10.03, 20.04, 20.05]
+
+
+def test_a_launch_that_starts_again_at_step_1_replaces_every_step():
+    lines = [launch_line(1, None, "-"), step_line(1, 10.01), step_line(2, 10.02),
+             launch_line(2, None, "-"), step_line(1, 20.01)]
+    assert list(metrics_table(lines).loss) == [20.01]
+
+
+def test_log_lines_cut_a_megabyte_line_without_holding_it(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_bytes(b"first\r\n" + b"x" * 5_000_000 + b"\n" + step_line(1, 11.9).encode() + b"\nno newline")
+    lines = list(log_lines(log, max_bytes=4096))
+    assert lines == ["first", "x" * 4096, step_line(1, 11.9), "no newline"]
+    assert list(log_lines(tmp_path / "absent.log")) == []
+
+
+FAKE_TORCHRUN = """import sys
+for step in range(4, 11):  # a launch resumed from step 3, as torchtitan logs it
+    print({line!r}.replace("STEP", f"{{step:2d}}").replace("LOSS", f"{{30 + step / 100:.5f}}"), flush=True)
+"""
+
+
+def test_a_retried_launch_appends_to_the_log_and_the_metrics_go_on_from_the_resumed_step(job, tmp_path):
+    """An earlier launch logged steps 1-5, saved step 3 completely and was killed saving nothing else; the next
+    launch (a stand-in for torchrun printing torchtitan's lines for steps 4-10) resumes from 3. train.log keeps
+    the first launch's lines, then the launch line, then the new ones; metrics.csv and the losses are steps 1-3 of
+    launch 1 and 4-10 of launch 2; the result says resumed from 3, 2 attempts."""
+    run_dir = tmp_path / "run"
+    folder = Path(job.dump_folder) / "checkpoint"
+    full_save(folder, 3)
+    earlier = [launch_line(1, None, "-"), *(step_line(s, 10 + s / 100) for s in range(1, 6)), "Signal 9 (SIGKILL)"]
+    (run_dir / "train.log").write_text("\n".join(earlier) + "\n")
+    script = tmp_path / "fake_torchrun.py"
+    script.write_text(FAKE_TORCHRUN.format(line=step_line(0, 0).replace(" 0  ", "STEP  ", 1).replace("0.00000", "LOSS")))
+    rendered = RenderedJob(run_dir=str(run_dir), job_path=str(run_dir / "job" / "job.json"), env={},
+                           argv=[sys.executable, str(script), "--log-dir", str(tmp_path / "ranks")],
+                           trainer_config_path=str(run_dir / "job" / "trainer_config.json"))
+    seen: list[str] = []
+
+    result = run_training(rendered, timeout_s=60, on_line=seen.append)
+
+    assert (result.resumed_from_step, result.attempts) == (3, 2)
+    assert result.losses == [10.01, 10.02, 10.03, 30.04, 30.05, 30.06, 30.07, 30.08, 30.09, 30.10]
+    log = (run_dir / "train.log").read_text().splitlines()
+    assert log[:len(earlier)] == earlier
+    assert log[len(earlier)].startswith("titanflow: launch 2 resumes from step 3: checkpoint/step-3 is the newest")
+    assert seen[0] == log[len(earlier)]
+    assert len([line for line in log if "step:" in line]) == 5 + 7
+    metrics = (run_dir / "metrics.csv").read_text().splitlines()
+    assert metrics[0] == "step,loss,grad_norm,memory_gib,tps" and len(metrics) == 1 + 10
+    assert metrics[4].startswith("4,30.04,")
+
+
+@pytest.mark.fault
+@pytest.mark.parametrize(("fields", "named"), [
+    ({"checkpoint_interval": 0}, "checkpoint_interval"),
+    ({"checkpoint_interval": 11}, "checkpoint_interval"),  # beyond the 10 steps
+    ({"checkpoint_interval": 5, "steps": 4}, "checkpoint_interval"),
+])
+def test_a_checkpoint_interval_outside_1_to_steps_is_refused_naming_it(fields, named):
+    with pytest.raises(ValidationError) as err:
+        ScenarioRun(**fields)
+    assert named in str(err.value)
+
+
+def test_the_interval_defaults_to_the_targets_capped_at_the_steps():
+    """cpu: every 5 steps (titan_cfg/targets.py); trn2: 300, from its 10-minute budget at 2 s a step."""
+    from titan_cfg.targets import TRN2_CHECKPOINT_INTERVAL
+
+    assert ScenarioRun().checkpoint_interval_resolved == 5
+    assert ScenarioRun(steps=3).checkpoint_interval_resolved == 3
+    assert ScenarioRun(steps=10, checkpoint_interval=10).checkpoint_interval_resolved == 10
+    assert TRN2_CHECKPOINT_INTERVAL == 300
+    assert ScenarioRun(target="trn2", steps=1000).checkpoint_interval_resolved == 300
+    assert ScenarioRun(target="trn2").checkpoint_interval_resolved == 10
+
+
+def test_the_rendered_config_saves_the_full_state_every_interval_and_the_last_step_as_the_hf_export(
+        tmp_path, tiny_assets):
+    rendered = render(ScenarioRun(checkpoint_interval=3), tiny_assets.weights_dir, tmp_path / "run")
+    checkpoint = json.loads(Path(rendered.trainer_config_path).read_text())["checkpoint"]
+    assert json.loads(Path(rendered.job_path).read_text())["checkpoint_interval"] == 3
+    assert (checkpoint["enable"], checkpoint["interval"], checkpoint["keep_latest_k"]) == (True, 3, KEEP_LATEST_K)
+    assert KEEP_LATEST_K == 2
+    assert checkpoint["last_save_model_only"] and checkpoint["last_save_in_hf"]
+    assert checkpoint["load_step"] == -1 and checkpoint["exclude_from_loading"] == []  # the newest, everything

@@ -1,0 +1,104 @@
+"""Resume: a retried training launch goes on from the run's newest complete step checkpoint.
+
+torchtitan (0.3.0) saves the full training state (model, optimizer, lr scheduler, dataloader position, step)
+every ``checkpoint_interval`` steps into ``<dump folder>/checkpoint/step-N/`` with torch's distributed checkpoint
+(DCP), and the last step as the model-only HF export. At start it loads the highest step-N folder it deems valid
+(``CheckpointManager._find_load_step``): one holding DCP's ``.metadata`` *or* an HF
+``model.safetensors.index.json``; only when there is none does it use ``initial_load_path`` (a pretrained run's
+weights). DCP writes ``.metadata`` last, once every rank's data is written, to a temporary name then renamed
+(``FileSystemWriter.finish``): a folder with it is a complete save, one without it a save cut short. An HF index
+marks an export, which holds no optimizer or dataloader state: torchtitan would still pick it.
+
+So before each launch :func:`prepare` removes from the checkpoint folder every step folder without ``.metadata``
+(deleted, not moved: each can be a full training state, tens of GB on trn2; the log names them and why). What is
+left is complete, so torchtitan's own choice is the newest complete step checkpoint; the launch line it returns
+(:func:`titanflow.launch.metrics.launch_line`) says which step that is and why, and opens the launch's output in
+``train.log``, where it also counts the launches.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from titan_cfg.job import CHECKPOINT_FOLDER, Job
+from titanflow.launch.metrics import launch_line, log_lines, parse_launch_line
+
+#: A step folder as torchtitan finds one (``re.search``, as in ``_find_load_step`` and its purge).
+STEP_FOLDER = re.compile(r"step-(\d+)")
+#: DCP's completion mark in a checkpoint folder (torch.distributed.checkpoint.filesystem ``_metadata_fn``).
+DCP_METADATA = ".metadata"
+#: The index an HF save writes (torchtitan's other validity mark).
+HF_INDEX = "model.safetensors.index.json"
+
+
+class Resume(BaseModel):
+    """Where one launch of a run starts, decided before it (:func:`prepare`)."""
+
+    launch: int = Field(description="this launch's number among the run's launches (1: the first)")
+    resumed_from_step: int | None = Field(description="step of the complete step checkpoint torchtitan loads; "
+                                          "None: it starts at step 1")
+    removed: list[str] = Field(description="step folders removed before the launch, each with why")
+    line: str = Field(description="the launch line, as written to train.log and the run log")
+
+
+def checkpoint_folder(job: Job) -> Path:
+    """``<dump folder>/checkpoint``: where torchtitan saves and looks for step checkpoints."""
+    return Path(job.dump_folder) / CHECKPOINT_FOLDER
+
+
+def step_folders(folder: Path) -> dict[int, Path]:
+    """{step: folder} of every step folder torchtitan would consider in ``folder``; {} when there is none."""
+    if not folder.is_dir():
+        return {}
+    found = {}
+    for entry in folder.iterdir():
+        match = STEP_FOLDER.search(entry.name)
+        if match and entry.is_dir():
+            found[int(match[1])] = entry
+    return found
+
+
+def why_incomplete(step_dir: Path) -> str | None:
+    """Why torchtitan must not load ``step_dir`` as a training state, or None when it is a complete save."""
+    if (step_dir / DCP_METADATA).is_file():
+        return None
+    if (step_dir / HF_INDEX).is_file():
+        return "a model-only HF export, no training state; the last step writes it again"
+    return f"no DCP {DCP_METADATA}: a save cut short"
+
+
+def launches(train_log: Path) -> list[tuple[int, int | None]]:
+    """(launch number, step resumed from or None) of every launch line in ``train_log``, in order."""
+    return [found for line in log_lines(train_log) if (found := parse_launch_line(line)) is not None]
+
+
+def prepare(job: Job, train_log: Path) -> Resume:
+    """Ready the checkpoint folder for the next launch of ``job``: remove what is not a complete step checkpoint
+    (module docstring) and say where the launch starts. Numbers the launch after those in ``train_log``.
+
+    Raises:
+        OSError: a step folder could not be removed (the launch must not start: torchtitan could load it).
+    """
+    folder = checkpoint_folder(job)
+    launch = len(launches(train_log)) + 1
+    removed = []
+    for step, step_dir in sorted(step_folders(folder).items()):
+        why = why_incomplete(step_dir)
+        if why is not None:
+            shutil.rmtree(step_dir)
+            removed.append(f"{CHECKPOINT_FOLDER}/{step_dir.name} ({why})")
+    complete = sorted(step_folders(folder))
+    step = complete[-1] if complete else None
+    if step is not None:
+        why = (f"{CHECKPOINT_FOLDER}/step-{step} is the newest complete step checkpoint (DCP {DCP_METADATA} "
+               f"written) in {folder}")
+    else:
+        why = f"no complete step checkpoint in {folder}" + (
+            f" (every {job.checkpoint_interval} steps)" if job.checkpoint_interval else "")
+    if removed:
+        why += f"; removed {', '.join(removed)}"
+    return Resume(launch=launch, resumed_from_step=step, removed=removed, line=launch_line(launch, step, why))
