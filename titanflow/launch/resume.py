@@ -98,7 +98,7 @@ def prepare(job: Job, train_log: Path) -> Resume:
                f"written) in {folder}")
     else:
         why = f"no complete step checkpoint in {folder}" + (
-            f" (every {job.checkpoint_interval} steps)" if job.checkpoint_interval else "")
+            f" (one is saved every {job.checkpoint_interval} steps)" if job.checkpoint_interval else "")
     if removed:
         why += f"; removed {', '.join(removed)}"
     return Resume(launch=launch, resumed_from_step=step, removed=removed, line=launch_line(launch, step, why))

@@ -110,8 +110,8 @@ def test_without_a_complete_save_the_launch_starts_at_step_1_and_is_numbered_aft
 
     assert (resume.launch, resume.resumed_from_step) == (3, None)
     assert not (folder / "step-3").exists()
-    assert resume.line == (f"titanflow: launch 3 starts at step 1: no complete step checkpoint in {folder} (every 3 "
-                           f"steps); removed checkpoint/step-3 (no DCP .metadata: a save cut short)")
+    assert resume.line == (f"titanflow: launch 3 starts at step 1: no complete step checkpoint in {folder} (one is "
+                           f"saved every 3 steps); removed checkpoint/step-3 (no DCP .metadata: a save cut short)")
     assert parse_launch_line(resume.line) == (3, None)
     assert launches(train_log) == [(1, None), (2, None)]
 
