@@ -19,7 +19,7 @@ from titanflow.run.task_names import TaskName
 def compare_loss(losses: list[float], job_path: str, run: ScenarioRun) -> LossVerdict:
     """Prefect task: :func:`titanflow.judge.loss.judge` on the job's model shape, logging both numbers;
     for a pretrained run on a target that computes it, the independent expectation first
-    (titanflow.judge.first_step)."""
+    (titanflow.judge.first_step); the published figure the job records (titanflow.judge.published)."""
     logger = get_run_logger()
     job = Job.read(Path(job_path))
     independent = None
@@ -27,7 +27,7 @@ def compare_loss(losses: list[float], job_path: str, run: ScenarioRun) -> LossVe
         independent = independent_first_step_loss(Path(job.weights_dir), Path(job.dump_folder))
         logger.info("independent first-step expectation %.5f (%d tokens, %d ranks, %.1f s)", independent.loss,
                     independent.tokens, independent.ranks, independent.seconds)
-    verdict = judge(losses, job.shape, run, independent=independent)
+    verdict = judge(losses, job.shape, run, independent=independent, published=job.published)
     logger.info("first-step loss %.4f vs expected %.4f: %s (%s)", verdict.first_step_loss,
                 verdict.expected_first_step_loss, verdict.verdict, verdict.reason)
     return verdict

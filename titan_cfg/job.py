@@ -36,6 +36,23 @@ CHECKPOINT_FOLDER = "checkpoint"
 #: save): the newest may be a save cut short, so the one before it must still be there. The final step's HF
 #: export is not counted (torchtitan purges only after interval saves).
 KEEP_LATEST_K = 2
+#: Where the native model spec comes from: the weights folder's config.json (default), or the walkthrough's
+#: ``model_registry("4B", attn_backend="sdpa")`` inside ``qwen3_32b()`` (titan_cfg.scenarios.native).
+ModelSpecSource = Literal["config", "walkthrough"]
+
+
+class PublishedFirstStep(BaseModel):
+    """A published first-step loss that applies to the job (titanflow.judge.published), as recorded in
+    job.json: ``role`` "expectation" (pretrained init on the figure's workload: the run is held to it
+    within ``band``) or "beside" (reported next to the expectation that decides)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    first_step_loss: float   # nats
+    band: float              # allowed |measured - figure| (nats), when it is the expectation
+    source: str              # where it is published, with its conditions
+    role: Literal["expectation", "beside"]
+    workload_differences: list[str] = []  # the job's workload against the figure's; empty when the same
 
 
 class Job(BaseModel):
@@ -51,6 +68,8 @@ class Job(BaseModel):
     shape: ModelShape = Field(discriminator="model_type")  # the folder's config.json, read once at render
     world_size: int          # ranks over all nodes
     dataset_path: str        # c4_test-format folder (JSON lines with "text")
+    dataset: str = "botchan"  # the text's name (titanflow.launch.dataset): botchan (cpu) or c4_test (trn2)
+    dataset_located_by: str | None = None  # how dataset_path was found (titanflow.launch.dataset)
     dump_folder: str         # torchtitan's output folder for this run
     steps: int
     # steps between full training-state saves a retry resumes from (the last step is the model-only HF export);
@@ -69,6 +88,10 @@ class Job(BaseModel):
     compile_backend: str | None
     activation_checkpoint: Literal["none", "full", "selective"]
     mixed_precision_param: Literal["float32", "bfloat16"]
+    weights_id: str | None = None  # which published weights the folder holds, if known (titanflow.weights.identity)
+    published: PublishedFirstStep | None = None  # the published first-step loss for this job, if any
+    model_spec: ModelSpecSource = "config"  # native: spec from config.json, or as the walkthrough builds it
+    files_only: bool = False  # `titanflow render`: written to be read, not run; weights checked for config.json only
 
     @property
     def tied(self) -> bool:

@@ -1,15 +1,22 @@
 """The first-step loss verdict: the measured loss against what is expected for the init.
 
 Random init: the derived value (titanflow.judge.expected_loss) from the vocab and hidden
-sizes of the model trained (the job's shape), +- the run's tolerance. Pretrained init: where
-the target computes it, the independent expectation (titanflow.judge.first_step: transformers'
-loss of the very weights loaded on the trainer's step-1 batch), which any machine repeats, so
-the verdict does not depend on which machine built the weights; the golden first-step loss of
-(scenario, target) (titanflow.judge.goldens) is reported beside it. Where the target does not
-compute it, the golden decides. Either way the loss must sit ``pretrained_gap`` nats below the
-random-init value, so weights that were silently not loaded cannot pass; the user's own
-weights have no golden and, without the independent expectation, are held to the gap alone.
-A NaN or infinite loss at any step fails regardless.
+sizes of the model trained (the job's shape), +- the run's tolerance; a published figure for the
+job's weights (titanflow.judge.published: the walkthrough's 12.43) is reported beside it. Pretrained
+init, first found decides:
+
+1. where the target computes it (cpu), the independent expectation (titanflow.judge.first_step:
+   transformers' loss of the very weights loaded on the trainer's step-1 batch), which any machine
+   repeats, so the verdict does not depend on which machine built the weights;
+2. the published figure, when the job's weights id and workload are the figure's (job.json
+   ``published`` with role "expectation": the walkthrough's 6.54 for Qwen/Qwen3-4B-Instruct-2507 on
+   trn2), within its band;
+3. the golden first-step loss of (scenario, target) (titanflow.judge.goldens), for the embedded weights;
+4. nothing: the user's own weights are held to the gap alone.
+
+The golden and any published figure that does not decide are reported beside. Whatever decides,
+the loss must sit ``pretrained_gap`` nats below the random-init value, so weights that were
+silently not loaded cannot pass. A NaN or infinite loss at any step fails regardless.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from titan_cfg.job import PublishedFirstStep
 from titan_cfg.model_spec import Qwen3Shape
 from titan_cfg.scenarios import SCENARIOS
 from titanflow.judge.expected_loss import OUTPUT_INIT_VARIANCE, random_init_first_step_loss
@@ -44,6 +52,9 @@ class LossVerdict(BaseModel):
         "when the target computes it (then it is the expectation)")
     golden_first_step_loss: float | None = Field(
         None, description="the golden's step 1 (nats), reported beside the independent expectation")
+    published: PublishedFirstStep | None = Field(
+        None, description="the published first-step loss for the job's weights (titanflow.judge.published): "
+        "the expectation (role expectation) or reported beside it")
 
 
 def non_finite_steps(losses: list[float] | None) -> list[int]:
@@ -52,13 +63,14 @@ def non_finite_steps(losses: list[float] | None) -> list[int]:
 
 
 def judge(losses: list[float], shape: Qwen3Shape, run: ScenarioRun, golden_dir: Path = GOLDEN_DIR,
-          independent: IndependentLoss | None = None) -> LossVerdict:
+          independent: IndependentLoss | None = None, published: PublishedFirstStep | None = None) -> LossVerdict:
     """Compare ``losses[0]`` (nats) with the expectation for ``run.init`` (module docstring).
 
     ``shape``: the trained model's (the job's); the golden is the one
     :func:`titanflow.judge.goldens.golden_for` gives the run from ``golden_dir``, whose step 1 is
     the pretrained expectation whatever steps the run has, unless ``independent`` (pretrained
-    only) is given: then that is the expectation, within ``tolerances.independent_first_step_loss``.
+    only) is given: then that is the expectation, within ``tolerances.independent_first_step_loss``;
+    ``published``: the job's (job.json), the expectation within its band where its role says so.
 
     Raises:
         ValueError: no losses.
@@ -69,7 +81,9 @@ def judge(losses: list[float], shape: Qwen3Shape, run: ScenarioRun, golden_dir: 
         raise ValueError("compare_loss: no losses to judge")
     tolerances, output_init = run.tolerances, SCENARIOS[run.scenario].output_init
     golden = golden_for(run.scenario, run.target, run.init, run.weights, golden_dir)
-    if run.init == "pretrained" and run.weights is None and golden is None and independent is None:
+    pretrained = run.init == "pretrained"
+    published_decides = pretrained and independent is None and published is not None and published.role == "expectation"
+    if pretrained and run.weights is None and golden is None and independent is None and not published_decides:
         raise FileNotFoundError(f"no golden loss curve {curve_path(run.scenario, run.target, run.init).name}; "
                                 f"record one with {RECORD_COMMAND}")
     random_expected = random_init_first_step_loss(shape.vocab_size, shape.hidden_size, output_init)
@@ -81,6 +95,9 @@ def judge(losses: list[float], shape: Qwen3Shape, run: ScenarioRun, golden_dir: 
                   f"({independent.tokens} tokens, {independent.ranks} ranks; titanflow.judge.first_step)")
         if golden is not None:
             source += f"; golden {golden.path.name} step 1 {golden.first_step_loss:.4f} beside it"
+    elif published_decides:
+        expected, tol = published.first_step_loss, published.band
+        source = f"published: {published.source}"
     elif run.init == "pretrained" and golden is None:
         expected, tol = bound, 0.0
         source = (f"no golden for these weights: at most the random-init {random_expected:.4f} - "
@@ -93,13 +110,16 @@ def judge(losses: list[float], shape: Qwen3Shape, run: ScenarioRun, golden_dir: 
         variance = OUTPUT_INIT_VARIANCE[output_init](shape.hidden_size)
         source = (f"derived: ln({shape.vocab_size}) + {shape.hidden_size} x {variance:.6g} / 2 "
                   f"(random-init logits, {output_init} output init; titanflow.judge.expected_loss)")
+    if published is not None and not published_decides:
+        differs = f"; not its workload: {', '.join(published.workload_differences)}" if published.workload_differences else ""
+        source += f"; published {published.first_step_loss} beside it ({published.source}{differs})"
     bad_steps = non_finite_steps(losses)
     if bad_steps:
         verdict, reason = "fail", f"non-finite loss at steps {bad_steps}"
     elif run.init == "pretrained" and first > bound:
         verdict, reason = "fail", (f"first-step loss {first:.4f} is not {tolerances.pretrained_gap} nats below the "
                                    f"random-init {random_expected:.4f}: were the weights loaded?")
-    elif run.init == "pretrained" and golden is None and independent is None:
+    elif run.init == "pretrained" and golden is None and independent is None and not published_decides:
         verdict, reason = "pass", f"{first:.4f} <= {bound:.4f} (no golden for these weights: the gap alone)"
     elif abs(first - expected) <= tol:
         verdict, reason = "pass", f"|{first:.4f} - {expected:.4f}| = {abs(first - expected):.4f} <= {tol}"
@@ -107,4 +127,5 @@ def judge(losses: list[float], shape: Qwen3Shape, run: ScenarioRun, golden_dir: 
         verdict, reason = "fail", f"|{first:.4f} - {expected:.4f}| = {abs(first - expected):.4f} > {tol}"
     return LossVerdict(first_step_loss=first, expected_first_step_loss=expected, tolerance=tol,
                        expectation_source=source, verdict=verdict, reason=reason, independent=independent,
-                       golden_first_step_loss=golden.first_step_loss if golden and run.init == "pretrained" else None)
+                       golden_first_step_loss=golden.first_step_loss if golden and run.init == "pretrained" else None,
+                       published=published)

@@ -2,8 +2,11 @@
 
 ``None`` -> the embedded tiny Qwen3 (built offline by ``titanflow assets``), or for
 pretrained init its pretrained checkpoint (titanflow.weights.pretrained);
-a local folder -> used in place; a Hub id -> ``huggingface_hub.snapshot_download``
-(honours ``HF_HOME``, ``HF_HUB_OFFLINE``; files land in the HF cache).
+a local folder -> used in place; a Hub id -> ``$TITANFLOW_WEIGHTS_ROOT/<org>/<name>`` when that
+folder holds a config.json (a node's own copy, named once, read offline: ``hf download <id>
+--local-dir $TITANFLOW_WEIGHTS_ROOT/<id>``), else ``huggingface_hub.snapshot_download`` (honours
+``HF_HOME``, ``HF_HUB_OFFLINE``; files land in the HF cache). Either way the run keeps the Hub id as its
+weights id (titanflow.weights.identity), which the published figures are keyed by.
 
 The Hub token (:func:`hub_token`), first found wins:
 
@@ -36,6 +39,9 @@ HUB_PATTERNS = ["config.json", "generation_config.json", "*.safetensors", "model
 #: Environment variable naming the Prefect Secret block that holds a Hub token, read only when
 #: huggingface_hub finds no token of its own (``HF_TOKEN``, ``hf auth login``).
 TOKEN_BLOCK_ENV = "TITANFLOW_HF_TOKEN_BLOCK"
+
+#: Environment variable naming a folder of local model copies laid out as ``<org>/<name>/`` (module docstring).
+WEIGHTS_ROOT_ENV = "TITANFLOW_WEIGHTS_ROOT"
 
 #: What replaces a secret in a message.
 REDACTED = "<redacted>"
@@ -178,7 +184,10 @@ def resolve_weights(weights: str | None, init: str = "random", model_type: str =
         from titanflow.assets import TINY_SPECS, ensure_assets
 
         return ensure_assets(spec=TINY_SPECS[model_type]).weights_dir.resolve()
-    if is_hub_id(weights):
+    root = os.environ.get(WEIGHTS_ROOT_ENV)
+    if is_hub_id(weights) and root and (Path(root) / weights / "config.json").is_file():
+        folder = (Path(root) / weights).resolve()
+    elif is_hub_id(weights):
         folder = download(weights, token or hub_token())
     else:
         folder = Path(weights).expanduser().resolve()
