@@ -1,7 +1,7 @@
 """The ``qwen3-scenario`` flow: one scenario, from weights to a judged loss.
 
-    pull_weights -> render_config -> compile_warmup -> train -> export -> validate -> compare_loss
-    -> compare_history -> append_history -> report
+    pull_weights [-> trim_weights] -> render_config -> compile_warmup -> train -> export -> validate
+    -> compare_loss -> compare_history -> append_history -> report
 
 Parameters left ``None`` take :class:`titanflow.run.params.ScenarioRun`'s defaults;
 the resolved parameters are logged and written to ``summary.json``. Bad
@@ -30,15 +30,16 @@ from tasks.judge import compare_loss
 from tasks.render import render_config
 from tasks.report import report
 from tasks.train import train
+from tasks.trim import trim_weights
 from tasks.validate import validate
 from tasks.warmup import compile_warmup
 from tasks.weights import pull_weights
-from titan_cfg.job import ExportDtype, Init
+from titan_cfg.job import ExportDtype, Init, ModelSpecSource
 from titan_cfg.scenarios import SCENARIOS
 from titanflow.judge.environment import numerics_environment
 from titanflow.launch.slot import training_slot
 from titanflow.report.artifacts import artifact_key, waiting_progress
-from titanflow.run.params import ScenarioName, ScenarioRun, TargetName
+from titanflow.run.params import ScenarioName, ScenarioRun, TargetName, Trim
 from titanflow.run.preflight import preflight
 from titanflow.run.summary import RunRecorder, RunSummary
 from titanflow.weights.digest import weights_digest
@@ -83,6 +84,8 @@ def qwen3_scenario(
     target: TargetName | None = None,
     init: Init | None = None,
     weights: str | None = None,
+    trim: Trim | None = None,
+    model_spec: ModelSpecSource | None = None,
     steps: int | None = None,
     checkpoint_interval: int | None = None,
     global_batch_size: int | None = None,
@@ -136,11 +139,17 @@ def qwen3_scenario(
                 if run.init == "pretrained" and run.weights is None:  # may pretrain the embedded checkpoint
                     hold_node(timing)
                 weights_dir = pull_weights(run.weights, run.init, SCENARIOS[run.scenario].model_type)
-                if run.init == "pretrained":  # names the checkpoint loaded, whichever machine built it
-                    summary.weights_digest = weights_digest(Path(weights_dir))
+                if run.init == "pretrained" and run.trim is None:  # names the checkpoint loaded, whichever
+                    summary.weights_digest = weights_digest(Path(weights_dir))  # machine built it
+            if run.trim is not None:  # moe on trn2: the published weights, trimmed (cached after the first run)
+                with record.task(trim_weights):
+                    weights_dir = trim_weights(run.weights, weights_dir, run.trim)
+                    if run.init == "pretrained":
+                        summary.weights_digest = weights_digest(Path(weights_dir))
             with record.task(render_config) as timing:  # builds torchtitan's config: compute, like training
                 hold_node(timing)
                 rendered = render_config(run, weights_dir, str(run_dir))
+                summary.dataset = rendered.dataset
             with record.task(compile_warmup):
                 summary.compile_warmup = compile_warmup(rendered, run.timeout_s)
             with record.task(train):

@@ -9,5 +9,14 @@ from titan_cfg.job import Job
 
 
 def titanflow_job():
-    """``Trainer.Config`` of the job file named by ``$TITANFLOW_JOB``."""
-    return trainer_config.build(Job.read())
+    """``Trainer.Config`` of the job file named by ``$TITANFLOW_JOB``.
+
+    Raises:
+        RuntimeError: the job was rendered files-only (``titanflow render``): its weights folder was
+            checked for config.json alone, so a pretrained load could silently train from random init.
+    """
+    job = Job.read()
+    if job.files_only:
+        raise RuntimeError(f"{job.run_id}: rendered files-only by `titanflow render`, not to run; launch it with "
+                           "`titanflow run` or a deployment, which check the weights folder and dataset first")
+    return trainer_config.build(job)

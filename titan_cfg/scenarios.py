@@ -35,18 +35,56 @@ def _native_qwen3(job: Job, upstream: "Callable[[], Trainer.Config]") -> "Traine
     return config
 
 
+#: The walkthrough's scenario 2 spec, as it writes it: ``model_registry("4B", attn_backend="sdpa")``.
+WALKTHROUGH_FLAVOR, WALKTHROUGH_ATTENTION = "4B", "sdpa"
+
+
+def walkthrough_spec(job: Job):
+    """``model_registry("4B", attn_backend="sdpa")``, the walkthrough's scenario 2 spec (``job.model_spec``
+    "walkthrough"): the "4B" flavor's hard-coded rope_theta 1e6 and 40960 context, whatever config.json says.
+
+    The torchtitan-neuron fork accepts ``attn_backend="sdpa"``; torchtitan 0.3.0 refuses it for language
+    models ("sdpa is no longer supported for language models", models/common/config_utils.py), so there
+    the flavor is built with its default backend. Either way the attention that runs is the kernel
+    registry's (titan_cfg.kernels: ``attention=sdpa``, the trn2 default), installed after this.
+
+    Raises:
+        ValueError: the weights folder is not Qwen3-4B-shaped (its tensors would not load into the flavor).
+    """
+    from torchtitan.models.qwen3 import model_registry
+
+    try:
+        spec = model_registry(WALKTHROUGH_FLAVOR, attn_backend=WALKTHROUGH_ATTENTION)
+    except ValueError as err:
+        if "sdpa is no longer supported" not in str(err):
+            raise
+        spec = model_registry(WALKTHROUGH_FLAVOR)
+    model, shape = spec.model, job.shape
+    built = (model.dim, model.vocab_size, len(model.layers))
+    if built != (shape.hidden_size, shape.vocab_size, shape.num_hidden_layers):
+        raise ValueError(f"model_spec: walkthrough builds the {WALKTHROUGH_FLAVOR} flavor (dim, vocab, layers) "
+                         f"{built}, but {job.weights_dir} holds {(shape.hidden_size, shape.vocab_size, shape.num_hidden_layers)}; "
+                         "use model_spec=config for these weights")
+    return spec
+
+
 def native(job: Job) -> "Trainer.Config":
     """torchtitan's own Qwen3 (walkthrough scenario 2): ``qwen3_32b()`` with the
     checkpoint's spec swapped in.
 
-    The walkthrough swaps ``model_registry("4B")`` into ``qwen3_32b()``; here the
-    spec is built from the weights folder's config.json instead, which keeps
-    Instruct-2507's rope_theta 5e6 (the "4B" flavor hard-codes 1e6). The
+    The walkthrough swaps ``model_registry("4B", attn_backend="sdpa")`` into ``qwen3_32b()``; by default
+    (``job.model_spec`` "config") the spec is built from the weights folder's config.json instead, which
+    keeps Instruct-2507's rope_theta 5e6 (the "4B" flavor hard-codes 1e6). ``model_spec`` "walkthrough"
+    reproduces the walkthrough's swap (:func:`walkthrough_spec`), nothing else changed. The
     32B-specific ``hf_assets_path`` and ``export_dtype="float16"`` that
     ``qwen3_32b()`` carries are replaced in :func:`titan_cfg.trainer_config.build`.
     """
     from torchtitan.models.qwen3.config_registry import qwen3_32b
 
+    if job.model_spec == "walkthrough":
+        config = qwen3_32b()
+        config.model_spec = walkthrough_spec(job)
+        return config
     return _native_qwen3(job, qwen3_32b)
 
 
@@ -94,7 +132,8 @@ class Scenario:
     kernel implementations this scenario selects there (over the target's defaults,
     ``titan_cfg.kernels``); ``round_trip``: the export can be checked HF -> torchtitan
     -> HF (torchtitan's own models, not the transformers backend); ``rank_limits``
-    maps a target to (most ranks, why); ``compat`` names the compat layers
+    maps a target to (most ranks, why); ``seq_len`` maps a target to this scenario's tokens per
+    sequence there, over the target's; ``compat`` names the compat layers
     (titan_cfg.compat.LAYERS) the ranks apply for this scenario, on every target;
     ``document_mask``: a token attends only within its document of a packed row (torchtitan's
     own models build that mask from per-document positions: ``Decoder.get_attention_masks``),
@@ -109,6 +148,7 @@ class Scenario:
     round_trip: bool
     kernels: dict[str, dict[str, str]] = field(default_factory=dict)
     rank_limits: dict[str, tuple[int, str]] = field(default_factory=dict)
+    seq_len: dict[str, int] = field(default_factory=dict)
     compat: tuple[str, ...] = ()
     document_mask: bool = True
 
@@ -122,6 +162,9 @@ SCENARIOS: dict[str, Scenario] = {
         document_mask=False,
         rank_limits={"cpu": (1, "torchtitan 0.3.0's transformers backend needs spmd_backend='spmd_types', "
                                 "whose FSDP fails on CPU ('all parameters must be DTensors')")},
+        # walkthrough scenario 1 keeps transformers_modeling_backend_full()'s 2048 tokens, the workload of
+        # its published 6.54 / 12.43 (titanflow/judge/published_expectations.toml)
+        seq_len={"trn2": 2048},
     ),
     "moe": Scenario(
         moe, "torchtitan native Qwen3 MoE (trimmed Qwen3-30B-A3B on trn2), RoPE through the kernel registry",

@@ -36,6 +36,7 @@ class Target(BaseModel):
     activation_checkpoint: str = "full"  # "none" | "full" | "selective"
     mixed_precision_param: str = "bfloat16"  # FSDP parameter dtype in forward/backward
     env: dict[str, str]          # environment every rank gets (on top of the caller's)
+    dataset: str = "botchan"     # the text trained on (titanflow.launch.dataset): botchan | c4_test
     max_world_size: int | None = None  # most ranks the target has; None: this machine's CPU count
     min_step_s: float = 0.05     # no step is faster (s): steps x this beyond the timeout is refused up front
     # Steps between full training-state checkpoints (model, optimizer, lr scheduler, dataloader position), which a
@@ -124,6 +125,7 @@ def trn2() -> Target:
         seq_len=4096,
         kernels={"rope": "reference", "attention": "sdpa"},  # walkthrough: model_registry("4B", attn_backend="sdpa")
         compile_backend="neuron",
+        dataset="c4_test",  # the walkthrough trains on torchtitan's own c4_test split
         checkpoint_interval=TRN2_CHECKPOINT_INTERVAL,
         env={
             "NEURON_LOGICAL_NC_CONFIG": "2",

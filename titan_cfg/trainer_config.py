@@ -31,6 +31,7 @@ def build(job: Job) -> "Trainer.Config":
 
     config.hf_assets_path = job.weights_dir  # tokenizer (and HF weights) folder
     config.dump_folder = job.dump_folder
+    # "c4_test" names torchtitan's loader for that layout; the text is job.dataset, at dataset_path
     config.dataloader = HuggingFaceTextDataLoader.Config(dataset="c4_test", dataset_path=job.dataset_path)
     config.training = dataclasses.replace(
         config.training,
@@ -58,7 +59,7 @@ def build(job: Job) -> "Trainer.Config":
     # Save the last step, model only, as HF safetensors (the export the flow validates);
     # pretrained: first load the weights folder, model only, from HF safetensors.
     pretrained = job.init == "pretrained"
-    if pretrained:
+    if pretrained and not job.files_only:  # a files-only render reads config.json alone (Job.files_only)
         check_pretrained_source(Path(job.weights_dir))
     config.checkpoint = dataclasses.replace(
         config.checkpoint,

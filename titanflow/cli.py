@@ -6,6 +6,7 @@
     titanflow render native --target trn2  write runs/<id>/job/ (command, environment, torchtitan config) only
     titanflow nightly --target cpu         the qwen3-nightly suite: every scenario x init, one report
     titanflow history [--set-aside]        where the run history is; set a corrupt table aside
+    titanflow trim SOURCE DEST --layers 4 --experts 64 --top-k 4   an MoE folder cut to its first layers/experts
 
 ``run`` executes the flow in this process against the Prefect server named by
 ``PREFECT_API_URL``, or a temporary local server (SQLite under ``PREFECT_HOME``,
@@ -205,8 +206,26 @@ def cmd_render(args: argparse.Namespace) -> int:
     from titanflow.weights.resolve import resolve_weights
 
     run_dir.mkdir(parents=True)
-    rendered = render(run, resolve_weights(run.weights, run.init, SCENARIOS[run.scenario].model_type), run_dir)
+    rendered = render(run, resolve_weights(run.weights, run.init, SCENARIOS[run.scenario].model_type), run_dir,
+                      files_only=True)  # to be read: the weights folder needs only config.json
     print(Path(rendered.job_path).parent)
+    return 0
+
+
+def cmd_trim(args: argparse.Namespace) -> int:
+    """Write the trimmed copy of an MoE folder or Hub id (titanflow.weights.trim); 0 on success, 2 on bad input."""
+    from titanflow.run.params import Trim
+    from titanflow.weights.identity import weights_id
+    from titanflow.weights.resolve import WeightsError, resolve_weights
+    from titanflow.weights.trim import trim_moe
+
+    try:
+        trim = Trim(layers=args.layers, experts=args.experts, top_k=args.top_k)
+        source = resolve_weights(args.source, "pretrained", "qwen3_moe")
+        print(trim_moe(source, Path(args.dest), trim, source_id=weights_id(args.source, source)))
+    except (ValueError, WeightsError) as err:  # pydantic's ValidationError is a ValueError
+        print(f"titanflow: bad input:\n{err}", file=sys.stderr)
+        return 2
     return 0
 
 
@@ -278,9 +297,19 @@ def main(argv: list[str] | None = None) -> int:
                                       "one, e.g. after a run reported that it cannot be read.")
     hist.add_argument("--set-aside", action="store_true", help="rename the table to runs.parquet.set-aside-<time>")
     hist.add_argument("--history-dir", help="the history folder (default: $TITANFLOW_HISTORY or history/)")
+    trim = sub.add_parser("trim", help="write an MoE checkpoint trimmed to its first layers and experts",
+                          description="Copy a Qwen3 MoE Hugging Face folder (or Hub id) keeping the first --layers "
+                                      "layers, the first --experts experts of each with the router's rows to match, "
+                                      "and --top-k experts per token; config.json records the trim. DEST must not "
+                                      "exist; it appears only once complete and checked (titanflow/weights/trim.py).")
+    trim.add_argument("source", help="the full MoE folder or Hub id (e.g. Qwen/Qwen3-30B-A3B)")
+    trim.add_argument("dest", help="the new folder")
+    trim.add_argument("--layers", type=int, required=True, help="decoder layers kept (walkthrough: 4)")
+    trim.add_argument("--experts", type=int, required=True, help="experts kept per layer (walkthrough: 64)")
+    trim.add_argument("--top-k", type=int, required=True, help="experts routed per token (walkthrough: 4)")
     args = parser.parse_args(argv)
     return {"run": cmd_run, "render": cmd_render, "assets": cmd_assets, "nightly": cmd_nightly,
-            "history": cmd_history}[args.command](args)
+            "history": cmd_history, "trim": cmd_trim}[args.command](args)
 
 
 if __name__ == "__main__":

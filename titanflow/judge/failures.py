@@ -80,6 +80,7 @@ SIGNATURES: dict[str, list[str]] = {
 #: Failed task -> class, when no signature matched.
 CLASS_OF_TASK: dict[TaskName, FailureClass] = {
     TaskName.pull_weights: "infrastructure",
+    TaskName.trim_weights: "input",  # the weights cannot be trimmed as asked
     TaskName.render_config: "infrastructure",
     TaskName.compile_warmup: "compile",
     TaskName.train: "infrastructure",

@@ -23,13 +23,12 @@ from pydantic import BaseModel
 from titan_cfg.compile_cache import cache_env
 from titan_cfg.job import JOB_ENV, JOB_FILE, Job
 from titan_cfg.targets import TARGETS
-from titanflow.run.preflight import check_weights_folder
 from titanflow import paths
-from titanflow.assets.botchan import DATASET_NAME
+from titanflow.judge.published import Workload, published_for_job
+from titanflow.launch.dataset import locate as locate_dataset
 from titanflow.run.params import ScenarioRun
-
-#: The shipped real-text dataset in torchtitan's c4_test format.
-DATASET_DIR = paths.SHIPPED_ASSETS / DATASET_NAME
+from titanflow.run.preflight import check_weights_folder
+from titanflow.weights.identity import weights_id as weights_id_of
 
 #: torchrun's module entry: applies the target's compat layer, then torchtitan.train.
 ENTRY = ["-m", "titan_cfg.entry", "--module", "titan_cfg.config_registry", "--config", "titanflow_job"]
@@ -47,16 +46,32 @@ class RenderedJob(BaseModel):
     argv: list[str]
     env: dict[str, str]
     trainer_config_path: str
+    dataset: str = "botchan"  # the text's name (titanflow.launch.dataset)
 
 
-def make_job(run: ScenarioRun, weights_dir: Path, run_dir: Path) -> Job:
-    """Resolve ``run`` against the target and the weights folder.
+def make_job(run: ScenarioRun, weights_dir: Path, run_dir: Path, files_only: bool = False) -> Job:
+    """Resolve ``run`` against the target and the weights folder: the dataset of the target
+    (titanflow.launch.dataset), the weights id (titanflow.weights.identity) and the published
+    first-step loss that applies (titanflow.judge.published).
+
+    ``files_only`` (``titanflow render``): the job is written to be read, not run, so the weights folder
+    needs only its config.json and the dataset may be absent (where it was looked for is recorded).
 
     Raises:
-        ValueError: the folder does not fit the run (titanflow.run.preflight.check_weights_folder).
+        ValueError: the folder does not fit the run (titanflow.run.preflight.check_weights_folder), or
+            the dataset is absent for a job that will run.
     """
     target = run.target_spec
-    shape = check_weights_folder(run, weights_dir)
+    shape = check_weights_folder(run, weights_dir, complete=not files_only)
+    dataset = locate_dataset(target.dataset)
+    if not dataset.present and not files_only:
+        raise RenderError(f"dataset: {target.dataset} not found at {dataset.path} (looked for {dataset.located_by}); "
+                          "install the torchtitan fork from its checkout, or set $TITANFLOW_C4_TEST to the folder")
+    local_batch_size = run.global_batch_size_resolved // run.world_size
+    weights_id = weights_id_of(run.weights, weights_dir)
+    published = published_for_job(run.scenario, target.name, run.init, weights_id, Workload(
+        dataset=dataset.name, world_size=run.world_size, local_batch_size=local_batch_size,
+        seq_len=run.seq_len_resolved))
     return Job(
         run_id=run_dir.name,
         scenario=run.scenario,
@@ -65,12 +80,14 @@ def make_job(run: ScenarioRun, weights_dir: Path, run_dir: Path) -> Job:
         weights_dir=str(weights_dir),
         shape=shape,
         world_size=run.world_size,
-        dataset_path=str(DATASET_DIR),
+        dataset_path=dataset.path,
+        dataset=dataset.name,
+        dataset_located_by=dataset.located_by + ("" if dataset.present else "; absent where this job was rendered"),
         dump_folder=str(run_dir / "train"),
         steps=run.steps,
         checkpoint_interval=run.checkpoint_interval_resolved,
         global_batch_size=run.global_batch_size_resolved,
-        local_batch_size=run.global_batch_size_resolved // run.world_size,
+        local_batch_size=local_batch_size,
         seq_len=run.seq_len_resolved,
         lr=run.lr,
         warmup_steps=run.warmup_steps_resolved,
@@ -82,6 +99,10 @@ def make_job(run: ScenarioRun, weights_dir: Path, run_dir: Path) -> Job:
         compile_backend=target.compile_backend,
         activation_checkpoint=target.activation_checkpoint,
         mixed_precision_param=target.mixed_precision_param,
+        weights_id=weights_id,
+        published=published,
+        model_spec=run.model_spec,
+        files_only=files_only,
     )
 
 
@@ -125,11 +146,12 @@ def build_trainer_config(job_path: Path, out_path: Path, env: dict[str, str]) ->
         raise RenderError(f"torchtitan rejected the rendered config:\n{tail}")
 
 
-def render(run: ScenarioRun, weights_dir: Path, run_dir: Path) -> RenderedJob:
-    """Write ``run_dir/job/`` (module docstring) and return where everything is."""
+def render(run: ScenarioRun, weights_dir: Path, run_dir: Path, files_only: bool = False) -> RenderedJob:
+    """Write ``run_dir/job/`` (module docstring) and return where everything is; ``files_only``: see
+    :func:`make_job`."""
     job_dir = run_dir / "job"
     job_dir.mkdir(parents=True, exist_ok=True)
-    job = make_job(run, weights_dir, run_dir)
+    job = make_job(run, weights_dir, run_dir, files_only)
     job_path = job.write(job_dir / JOB_FILE)
     (paths.cache_root() / "tmp").mkdir(parents=True, exist_ok=True)
     argv, env = launch_line(job, job_path)
@@ -139,4 +161,4 @@ def render(run: ScenarioRun, weights_dir: Path, run_dir: Path) -> RenderedJob:
     trainer_config = job_dir / "trainer_config.json"
     build_trainer_config(job_path, trainer_config, env)
     return RenderedJob(run_dir=str(run_dir), job_path=str(job_path), argv=argv, env=env,
-                       trainer_config_path=str(trainer_config))
+                       trainer_config_path=str(trainer_config), dataset=job.dataset)

@@ -16,7 +16,7 @@ from typing import Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from titan_cfg import kernels
-from titan_cfg.job import ExportDtype, Init
+from titan_cfg.job import ExportDtype, Init, ModelSpecSource
 from titan_cfg.scenarios import SCENARIOS
 from titan_cfg.targets import TARGETS, Target
 from titanflow import paths
@@ -59,6 +59,35 @@ class Tolerances(BaseModel):
                                  "top-k experts are the same, trained vs export")
 
 
+class Trim(BaseModel):
+    """An MoE checkpoint cut down (titanflow.weights.trim): its first ``layers`` decoder layers, the first
+    ``experts`` experts of each (the router's rows to match), ``top_k`` experts per token. The walkthrough's
+    scenario 3 trims Qwen3-30B-A3B (48 layers, 128 experts, top-8) to 4, 64 and 4."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    layers: int = Field(ge=1, description="decoder layers kept (the first ones)")
+    experts: int = Field(ge=1, description="experts kept per layer (the first ones)")
+    top_k: int = Field(ge=1, description="experts routed per token")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _parse(cls, value):
+        """Accept ``"layers=4,experts=64,top_k=4"`` (command line) as well as a mapping."""
+        if isinstance(value, str):
+            pairs = [item.split("=", 1) for item in value.split(",") if item.strip()]
+            if any(len(pair) != 2 for pair in pairs):
+                raise ValueError(f"trim: {value!r} is not layers=N,experts=E,top_k=K")
+            return {key.strip(): v.strip() for key, v in pairs}
+        return value
+
+    @model_validator(mode="after")
+    def _top_k_within_experts(self) -> Trim:
+        if self.top_k > self.experts:
+            raise ValueError(f"trim: top_k {self.top_k} exceeds experts {self.experts}; route to at most the experts kept")
+        return self
+
+
 class ScenarioRun(BaseModel):
     """One scenario run as the user asked for it; ``None`` means "the target's default".
 
@@ -73,6 +102,11 @@ class ScenarioRun(BaseModel):
     init: Init = Field("random", description="random | pretrained")
     weights: str | None = Field(None, description="local HF folder or Hub id; None: the embedded tiny Qwen3 "
                                 "(random init) or its pretrained checkpoint (pretrained init)")
+    trim: Trim | None = Field(None, description="moe: train the weights trimmed (titanflow.weights.trim), "
+                              "as layers=N,experts=E,top_k=K or a JSON object; None: as they are")
+    model_spec: ModelSpecSource = Field("config", description="native: config (the spec from config.json) or "
+                                        "walkthrough (model_registry('4B', attn_backend='sdpa') as the AWS "
+                                        "walkthrough builds it: rope_theta 1e6 whatever config.json says)")
     steps: int = Field(10, ge=1)
     checkpoint_interval: int | None = Field(
         None, ge=1, description="steps between full training-state checkpoints, which a retried launch resumes "
@@ -129,6 +163,11 @@ class ScenarioRun(BaseModel):
                              f"({self.target_spec.min_step_s} s a step at best), beyond timeout_s {self.timeout_s:.0f}; "
                              f"pass at most {int(self.timeout_s / self.target_spec.min_step_s)} steps or a longer "
                              f"--timeout-s (at most {MAX_TIMEOUT_S})")
+        if self.trim is not None and SCENARIOS[self.scenario].model_type != "qwen3_moe":
+            raise ValueError(f"trim: only MoE weights are trimmed; {self.scenario} trains a dense model (use moe)")
+        if self.model_spec == "walkthrough" and self.scenario != "native":
+            raise ValueError(f"model_spec: walkthrough reproduces the walkthrough's native scenario; {self.scenario} "
+                             "builds its model from config.json (pass model_spec=config)")
         if self.checkpoint_interval is not None and self.checkpoint_interval > self.steps:
             raise ValueError(f"checkpoint_interval: {self.checkpoint_interval} exceeds steps {self.steps}; pass at "
                              f"most {self.steps} (then only the final export is saved)")
@@ -167,8 +206,8 @@ class ScenarioRun(BaseModel):
 
     @property
     def seq_len_resolved(self) -> int:
-        """Tokens per sequence: as given, else the target's."""
-        return self.seq_len or self.target_spec.seq_len
+        """Tokens per sequence: as given, else the scenario's on the target, else the target's."""
+        return self.seq_len or SCENARIOS[self.scenario].seq_len.get(self.target) or self.target_spec.seq_len
 
     @property
     def checkpoint_interval_resolved(self) -> int:

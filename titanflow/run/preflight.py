@@ -37,9 +37,11 @@ def describe(err: ValidationError) -> str:
     return "\n".join(lines)
 
 
-def check_weights_folder(run: ScenarioRun, folder: Path) -> Qwen3Shape:
+def check_weights_folder(run: ScenarioRun, folder: Path, complete: bool = True) -> Qwen3Shape:
     """The folder is a Qwen3 HF folder with a tokenizer, and ``seq_len`` fits its context; returns
-    the model shape its config.json gives (the one read of it: the job stores it).
+    the model shape its config.json gives (the one read of it: the job stores it). ``complete=False``
+    (a files-only render, ``titanflow render``) checks config.json alone: tokenizer, index and
+    safetensors are what a launch needs, checked when the job is rendered to run.
 
     Raises:
         ValueError: naming ``weights`` or ``seq_len``.
@@ -52,6 +54,8 @@ def check_weights_folder(run: ScenarioRun, folder: Path) -> Qwen3Shape:
             f"seq_len: {run.seq_len_resolved} exceeds the model's max_position_embeddings "
             f"{shape.max_position_embeddings}; pass --seq-len {shape.max_position_embeddings} or less"
         )
+    if not complete:
+        return shape
     if not (folder / "tokenizer.json").is_file():
         raise ValueError(f"weights: {folder} has no tokenizer.json; torchtitan reads the tokenizer from it")
     from titanflow.weights.check import check_checkpoint, check_save_index
@@ -89,5 +93,5 @@ def preflight(run: ScenarioRun, *, launch: bool = True) -> Path:
         check_weights_folder(run, ensure_assets(spec=TINY_SPECS[SCENARIOS[run.scenario].model_type]).weights_dir)
     elif run.weights is not None and not is_hub_id(run.weights):  # Hub ids and the pretrained
         # tiny checkpoint (built by pull_weights, minutes) are checked by render_config
-        check_weights_folder(run, Path(run.weights).expanduser().resolve())
+        check_weights_folder(run, Path(run.weights).expanduser().resolve(), complete=launch)
     return run_dir

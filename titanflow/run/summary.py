@@ -100,6 +100,8 @@ class RunSummary(BaseModel):
     init: Init = Field(description="random | pretrained")
     steps: int = Field(description="training steps asked for")
     kernels: dict[str, str] = Field(default_factory=dict, description="kernel implementation per op, resolved")
+    dataset: str | None = Field(None, description="the text trained on: botchan (cpu, cuda) or c4_test (trn2; "
+                                "titanflow.launch.dataset); None before the job was rendered")
     parameters: dict[str, Any] = Field(default_factory=dict, description="ScenarioRun as validated (model_dump)")
     started_at: datetime.datetime | None = Field(None, description="UTC, when the flow began the run")
     finished_at: datetime.datetime | None = Field(None, description="UTC, when the summary was last written")

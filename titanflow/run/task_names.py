@@ -14,6 +14,7 @@ class TaskName(StrEnum):
     """One member per task of ``qwen3-scenario``, in the order the flow runs them."""
 
     pull_weights = "pull_weights"
+    trim_weights = "trim_weights"
     render_config = "render_config"
     compile_warmup = "compile_warmup"
     train = "train"

@@ -1,6 +1,8 @@
-"""render_config: the job files, and the trn2 target pinned by a golden file.
+"""render_config: the job files, and the trn2 target pinned by golden files, one per scenario x init
+(goldens/renders/<scenario>-trn2-<init>.json) plus the walkthrough's own scenario 2
+(native-trn2-random-walkthrough.json).
 
-Regenerate the golden after an intended change with:
+Regenerate the goldens after an intended change with:
     TITANFLOW_UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/unit/launch/test_render.py
 """
 
@@ -10,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from titan_cfg.job import JOB_ENV, Job
 from titanflow.judge.goldens import RENDER_DIR
 from titanflow.launch.render import render
-from titan_cfg.job import JOB_ENV, Job
 from titanflow.run.params import ScenarioRun
 
 GOLDEN = RENDER_DIR
@@ -80,30 +82,75 @@ def test_moe_cpu_job_swaps_rope_and_keeps_routing_exportable(tmp_path):
 TRN2_WEIGHTS = {"native": ("qwen3-4b-instruct-2507", "Qwen3-4B-Instruct-2507"),
                 "hf_backend": ("qwen3-4b-instruct-2507", "Qwen3-4B-Instruct-2507"),
                 "moe": ("qwen3-30b-a3b-trimmed", "Qwen3-30B-A3B-trimmed")}
+#: The goldens: every scenario x init with the default spec, and scenario 2 as the walkthrough builds it.
+TRN2_RENDERS = [(scenario, init, "config") for scenario in TRN2_WEIGHTS for init in ("random", "pretrained")] + [
+    ("native", "random", "walkthrough")]
 
 
-@pytest.mark.parametrize("scenario", ["native", "hf_backend", "moe"])
-def test_trn2_render_matches_golden(tmp_path, config_only_folder, scenario):
+def golden_name(scenario: str, init: str, model_spec: str = "config") -> str:
+    """``<scenario>-trn2-<init>[-walkthrough].json``."""
+    return f"{scenario}-trn2-{init}{'-walkthrough' if model_spec == 'walkthrough' else ''}.json"
+
+
+@pytest.mark.parametrize(("scenario", "init", "model_spec"), TRN2_RENDERS)
+def test_trn2_render_matches_golden(tmp_path, config_only_folder, scenario, init, model_spec):
     """trn2 renders from the published config.json of each walkthrough model (tests/fixtures):
-    Qwen3-4B-Instruct-2507, and Qwen3-30B-A3B trimmed to 4 layers, 64 experts, top-4."""
+    Qwen3-4B-Instruct-2507, and Qwen3-30B-A3B trimmed to 4 layers, 64 experts, top-4. Files only
+    (``titanflow render``): here there are no weights, no Neuron device and no c4_test."""
     weights = config_only_folder(*TRN2_WEIGHTS[scenario])
-    run_dir = tmp_path / "runs" / f"{scenario}-trn2-golden"
-    rendered = render(ScenarioRun(scenario=scenario, target="trn2", run_id=run_dir.name), weights, run_dir)
+    run_dir = tmp_path / "runs" / golden_name(scenario, init, model_spec).removesuffix(".json")
+    run = ScenarioRun(scenario=scenario, target="trn2", init=init, model_spec=model_spec, run_id=run_dir.name)
+    rendered = render(run, weights, run_dir, files_only=True)
     from titanflow import paths
+    from titanflow.launch.dataset import torchtitan_checkout
 
     files = _normalised(_rendered_files(Path(rendered.job_path).parent), {
-        str(weights): "<WEIGHTS>", str(run_dir): "<RUN>",
+        str(weights): "<WEIGHTS>", str(run_dir): "<RUN>", str(torchtitan_checkout()): "<TORCHTITAN_CHECKOUT>",
         str(paths.cache_root()): "<CACHE>", str(paths.REPO_ROOT): "<REPO>",
     })
-    golden = GOLDEN / f"{scenario}-trn2.json"
+    golden = GOLDEN / golden_name(scenario, init, model_spec)
     if os.environ.get("TITANFLOW_UPDATE_GOLDEN"):
         golden.parent.mkdir(exist_ok=True)
         golden.write_text(json.dumps(files, indent=2, sort_keys=True) + "\n")
     assert files == json.loads(golden.read_text())
 
 
+def test_the_goldens_are_exactly_the_renders_pinned():
+    assert sorted(p.name for p in GOLDEN.glob("*.json")) == sorted(golden_name(*r) for r in TRN2_RENDERS)
+
+
+def test_trn2_hf_backend_goldens_carry_the_walkthroughs_published_figures_and_its_data():
+    """Scenario 1 on trn2 is the workload of the walkthrough's figures (c4_test, 64 ranks x 1 x 2048
+    tokens): pretrained is held to 6.54, random init reports 12.43 beside the derived value."""
+    for init, figure, role in (("pretrained", 6.54, "expectation"), ("random", 12.43, "beside")):
+        job = json.loads((GOLDEN / golden_name("hf_backend", init)).read_text())["job.json"]
+        assert job["weights_id"] == "Qwen/Qwen3-4B-Instruct-2507"
+        assert (job["published"]["first_step_loss"], job["published"]["role"]) == (figure, role)
+        assert job["published"]["source"].startswith("AWS walkthrough") and job["published"]["workload_differences"] == []
+        assert (job["dataset"], job["world_size"], job["local_batch_size"], job["seq_len"]) == ("c4_test", 64, 1, 2048)
+        assert job["dataset_path"] == "<TORCHTITAN_CHECKOUT>/tests/assets/c4_test"
+    native = json.loads((GOLDEN / golden_name("native", "pretrained")).read_text())["job.json"]
+    assert native["published"] is None  # the walkthrough states no figure for scenario 2
+
+
+def test_the_walkthrough_switch_differs_from_the_default_only_in_the_model_spec():
+    """``model_registry("4B", attn_backend="sdpa")`` in ``qwen3_32b()`` against the spec from config.json:
+    the 4B flavor's rope_theta 1e6 and 40960-token RoPE cache (Instruct-2507's config.json: 5e6, 262144);
+    everything else the same, the attention included (the kernel registry's sdpa either way)."""
+    default = json.loads((GOLDEN / golden_name("native", "random")).read_text())
+    walkthrough = json.loads((GOLDEN / golden_name("native", "random", "walkthrough")).read_text())
+    ours, theirs = default["trainer_config.json"], walkthrough["trainer_config.json"]
+    assert {k for k in ours if ours[k] != theirs[k]} == {"model_spec"}
+    assert ours["loss"]["loss_fn"]["global_vocab_size"] == theirs["loss"]["loss_fn"]["global_vocab_size"] == 151936
+    rope = [m["model"]["layers"][0]["attention"]["rope"] for m in (ours["model_spec"], theirs["model_spec"])]
+    assert [(r["theta"], r["max_seq_len"]) for r in rope] == [(5_000_000, 262144), (1_000_000, 40960)]
+    assert (ours["model_spec"]["flavor"], theirs["model_spec"]["flavor"]) == ("hf:Qwen3-4B-Instruct-2507", "4B")
+    attention = [m["model"]["layers"][0]["attention"]["inner_attention"] for m in (ours["model_spec"], theirs["model_spec"])]
+    assert attention[0] == attention[1] and attention[0]["implementation"] == "sdpa"
+
+
 def test_trn2_moe_render_is_the_trimmed_30b_a3b_with_the_neuron_rope(tmp_path):
-    golden = json.loads((GOLDEN / "moe-trn2.json").read_text())
+    golden = json.loads((GOLDEN / golden_name("moe", "random")).read_text())
     model = golden["trainer_config.json"]["model_spec"]["model"]
     assert golden["job.json"]["kernels"] == {"rope": "neuron", "attention": "sdpa"}
     assert (model["dim"], model["vocab_size"], len(model["layers"])) == (2048, 151936, 4)
@@ -118,7 +165,7 @@ def test_trn2_moe_render_is_the_trimmed_30b_a3b_with_the_neuron_rope(tmp_path):
 
 
 def test_trn2_render_handles_the_walkthrough_pitfalls(tmp_path, instruct_2507_folder):
-    rendered = render(ScenarioRun(target="trn2"), instruct_2507_folder, tmp_path / "run")
+    rendered = render(ScenarioRun(target="trn2"), instruct_2507_folder, tmp_path / "run", files_only=True)
     files = _rendered_files(Path(rendered.job_path).parent)
     trainer, launch = files["trainer_config.json"], files["launch.json"]
     assert trainer["model_spec"]["model"]["layers"][0]["attention"]["rope"]["theta"] == 5_000_000  # not 1e6
@@ -138,3 +185,52 @@ def test_pretrained_job_loads_the_folder_from_hf_model_only(tmp_path, tiny_asset
     checkpoint = _rendered_files(Path(rendered.job_path).parent)["trainer_config.json"]["checkpoint"]
     assert checkpoint["enable"] and checkpoint["initial_load_in_hf"] and checkpoint["initial_load_model_only"]
     assert checkpoint["initial_load_path"] == str(tiny_assets.weights_dir)
+
+
+def test_the_render_command_gives_instruct_2507_the_published_expectation(tmp_path, monkeypatch, capsys):
+    """The fixture folder holds config.json only; its ``_name_or_path`` names the weights
+    (titanflow.weights.identity), so the job carries the walkthrough's 6.54 and where it comes from."""
+    from helpers import FIXTURES
+
+    from titanflow.cli import main
+
+    assert main(["render", "hf_backend", "--target", "trn2", "--init", "pretrained", "--weights",
+                 str(FIXTURES / "qwen3-4b-instruct-2507"), "--runs-dir", str(tmp_path)]) == 0
+    job = Job.read(Path(capsys.readouterr().out.strip()) / "job.json")
+    assert job.published.first_step_loss == 6.54 and job.published.band == 0.05 and job.published.role == "expectation"
+    assert "Train Qwen3 on AWS Trainium with torchtitan" in job.published.source
+    assert job.files_only and job.weights_id == "Qwen/Qwen3-4B-Instruct-2507"
+
+
+def test_a_trn2_job_to_run_needs_c4_test_and_records_how_it_was_found(tmp_path, instruct_2507_folder, monkeypatch):
+    from titanflow.launch.dataset import C4_TEST_ENV
+
+    monkeypatch.delenv(C4_TEST_ENV, raising=False)
+    with pytest.raises(ValueError, match="dataset: c4_test not found at .*tests/assets/c4_test"):
+        render(ScenarioRun(target="trn2"), instruct_2507_folder, tmp_path / "absent")
+    c4_test = tmp_path / "c4_test"
+    c4_test.mkdir()
+    (c4_test / "c4_test.json").write_text('{"text": "a document"}\n')
+    monkeypatch.setenv(C4_TEST_ENV, str(c4_test))
+    job = Job.read(Path(render(ScenarioRun(target="trn2"), instruct_2507_folder, tmp_path / "run").job_path))
+    assert (job.dataset, job.dataset_path, job.dataset_located_by) == ("c4_test", str(c4_test), f"${C4_TEST_ENV}")
+    assert not job.files_only
+
+
+def test_cpu_jobs_name_their_text_botchan(tmp_path, tiny_assets):
+    rendered = render(ScenarioRun(steps=3), tiny_assets.weights_dir, tmp_path / "run")
+    job = Job.read(Path(rendered.job_path))
+    assert (job.dataset, rendered.dataset) == ("botchan", "botchan")
+    assert job.dataset_path.endswith("assets/botchan_c4") and job.dataset_located_by == "committed with titanflow"
+    assert job.published is None and job.weights_id is None  # the embedded tiny model: no published figure
+
+
+def test_the_ranks_refuse_a_files_only_job(tmp_path, instruct_2507_folder, monkeypatch):
+    """A files-only render checked config.json alone: launched by hand, a pretrained load of a folder without
+    safetensors would train from random init, so torchtitan's config function refuses it."""
+    from titan_cfg.config_registry import titanflow_job
+
+    rendered = render(ScenarioRun(target="trn2"), instruct_2507_folder, tmp_path / "run", files_only=True)
+    monkeypatch.setenv(JOB_ENV, rendered.job_path)
+    with pytest.raises(RuntimeError, match="rendered files-only"):
+        titanflow_job()

@@ -1,0 +1,159 @@
+"""Trimming an MoE checkpoint (titanflow.weights.trim): the tiny MoE (4 layers, 8 experts, top-2; built by
+titanflow.assets) cut to 2 layers, 4 experts, top-1 loads in transformers with the trimmed shapes and the
+source's own values, gives a finite loss, round-trips through torchtitan, and passes the checkpoint checks;
+the published Qwen3-30B-A3B config trims to the walkthrough's."""
+
+import json
+
+import pytest
+import torch
+from helpers import FIXTURES
+from safetensors.torch import load_file
+
+from titanflow.assets import TINY_MOE, ensure_assets
+from titanflow.run.params import ScenarioRun, Trim
+from titanflow.weights import trim as trim_module
+from titanflow.weights.check import check_checkpoint, check_save_index
+from titanflow.weights.identity import weights_id
+from titanflow.weights.trim import TrimError, ensure_trimmed, trim_moe
+
+TRIM = Trim(layers=2, experts=4, top_k=1)
+#: Tensors of the trimmed tiny MoE: per layer 4 experts x 3 projections, the router, 2 norms, q/k/v/o and
+#: q/k norms; then embed_tokens, norm and the untied lm_head.
+TRIMMED_TENSORS = 2 * (4 * 3 + 1 + 2 + 4 + 2) + 3
+
+
+@pytest.fixture(scope="module")
+def tiny_moe():
+    return ensure_assets(spec=TINY_MOE).weights_dir
+
+
+@pytest.fixture(scope="module")
+def trimmed(tiny_moe, tmp_path_factory):
+    return trim_moe(tiny_moe, tmp_path_factory.mktemp("trim") / "tiny-moe-trimmed", TRIM, source_id="org/tiny-moe")
+
+
+def test_trimmed_config_says_what_was_kept_and_never_claims_the_source_id(trimmed):
+    config = json.loads((trimmed / "config.json").read_text())
+    assert (config["num_hidden_layers"], config["num_local_experts"], config["num_experts_per_tok"]) == (2, 4, 1)
+    record = config["titanflow_trim"]
+    assert record["before"] == {"num_hidden_layers": 4, "num_experts": 8, "num_experts_per_tok": 2}  # TINY_MOE
+    assert record["after"] == {"num_hidden_layers": 2, "num_experts": 4, "num_experts_per_tok": 1}
+    assert weights_id("org/tiny-moe", trimmed) == "org/tiny-moe trimmed to 2 layers, 4 experts, top-1"
+    assert sorted(p.name for p in trimmed.iterdir()) == [
+        "config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"]
+
+
+def test_trimmed_tensors_are_the_sources_first_layers_experts_and_router_rows(tiny_moe, trimmed):
+    source, out = load_file(tiny_moe / "model.safetensors"), load_file(trimmed / "model.safetensors")
+    assert not any(k.startswith(("model.layers.2.", "model.layers.3.")) for k in out)
+    assert not any(f".experts.{e}." in k for k in out for e in range(4, 8))
+    assert out["model.layers.1.mlp.gate.weight"].shape == (4, 64)  # [experts, hidden]
+    assert torch.equal(out["model.layers.1.mlp.gate.weight"], source["model.layers.1.mlp.gate.weight"][:4])
+    for name, tensor in out.items():
+        if not name.endswith("mlp.gate.weight"):
+            assert torch.equal(tensor, source[name]), name
+    assert len(out) == TRIMMED_TENSORS
+
+
+def test_trimmed_model_loads_in_transformers_with_the_trimmed_shapes_and_a_finite_loss(trimmed):
+    from transformers import AutoModelForCausalLM
+
+    model, info = AutoModelForCausalLM.from_pretrained(trimmed, output_loading_info=True, dtype=torch.float32)
+    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
+    assert len(model.model.layers) == 2
+    mlp = model.model.layers[0].mlp
+    assert mlp.gate.weight.shape == (4, 64) and (mlp.gate.top_k, mlp.gate.num_experts) == (1, 4)
+    # transformers 5.x fuses the experts in memory: gate_up [E, 2F, D], down [E, D, F] (F 48, D 64)
+    assert mlp.experts.gate_up_proj.shape == (4, 96, 64) and mlp.experts.down_proj.shape == (4, 64, 48)
+    ids = torch.tensor([[151643, 785, 3974, 13876, 38835, 34208, 916, 279, 15678, 5562]])
+    with torch.no_grad():
+        loss = model(ids, labels=ids).loss
+    assert torch.isfinite(loss) and 0 < loss.item() < 20  # random tiny weights: about ln(151936) = 11.9
+
+
+def test_trimmed_checkpoint_passes_the_launch_checks_and_round_trips_through_torchtitan(trimmed):
+    from titan_cfg.model_spec import qwen3_shape
+    from titanflow.export.roundtrip import check_round_trip
+
+    check_checkpoint(trimmed)
+    check_save_index(trimmed)
+    report = check_round_trip(trimmed, qwen3_shape(trimmed, "qwen3_moe"))
+    assert report.tensors == TRIMMED_TENSORS and not (report.differing or report.lost or report.gained)
+
+
+def test_sharded_output_gets_an_index_the_export_can_follow(tiny_moe, tmp_path, monkeypatch):
+    monkeypatch.setattr(trim_module, "SHARD_BYTES", 20 * 10**6)  # the two 38.9 MB embeddings: one shard each
+    out = trim_moe(tiny_moe, tmp_path / "sharded", TRIM)
+    index = json.loads((out / "model.safetensors.index.json").read_text())
+    assert len(set(index["weight_map"].values())) >= 2
+    check_checkpoint(out)
+    check_save_index(out)
+
+
+def test_the_published_30b_a3b_config_trims_to_the_walkthroughs(tmp_path):
+    """Config only (random init needs no weights): Qwen3-30B-A3B's published config.json cut to 4 layers,
+    64 experts, top-4 is tests/fixtures/qwen3-30b-a3b-trimmed's, plus the trim record."""
+    out = trim_moe(FIXTURES / "qwen3-30b-a3b", tmp_path / "trimmed", Trim(layers=4, experts=64, top_k=4),
+                   source_id="Qwen/Qwen3-30B-A3B")
+    config = json.loads((out / "config.json").read_text())
+    walkthrough = json.loads((FIXTURES / "qwen3-30b-a3b-trimmed" / "config.json").read_text())
+    assert config.pop("_name_or_path") == "Qwen/Qwen3-30B-A3B trimmed to 4 layers, 64 experts, top-4"
+    assert config.pop("titanflow_trim")["source"] == "Qwen/Qwen3-30B-A3B"
+    assert config == walkthrough
+    assert not any(out.glob("*.safetensors"))
+
+
+@pytest.mark.parametrize(("trim", "message"), [
+    (Trim(layers=5, experts=4, top_k=1), "layers 5 > 4"),
+    (Trim(layers=2, experts=9, top_k=1), "experts 9 > 8"),
+    (Trim(layers=2, experts=4, top_k=3), "top_k 3 > 2"),
+])
+def test_a_trim_that_would_add_is_refused_naming_the_sizes(tiny_moe, tmp_path, trim, message):
+    with pytest.raises(TrimError, match=message):
+        trim_moe(tiny_moe, tmp_path / "out", trim)
+    assert not (tmp_path / "out").exists()
+
+
+def test_existing_dest_dense_model_and_bad_trim_text_are_refused(tiny_moe, tiny_assets, tmp_path):
+    (tmp_path / "taken").mkdir()
+    with pytest.raises(TrimError, match="dest: .* exists"):
+        trim_moe(tiny_moe, tmp_path / "taken", TRIM)
+    with pytest.raises(TrimError, match="only qwen3_moe"):
+        trim_moe(tiny_assets.weights_dir, tmp_path / "dense", TRIM)
+    with pytest.raises(ValueError, match="top_k 5 exceeds experts 4"):
+        Trim(layers=2, experts=4, top_k=5)
+    assert Trim.model_validate("layers=4, experts=64, top_k=4") == Trim(layers=4, experts=64, top_k=4)
+    with pytest.raises(ValueError, match="trim: only MoE weights"):
+        ScenarioRun(scenario="native", trim="layers=1,experts=1,top_k=1")
+
+
+def test_a_failed_check_leaves_nothing_at_dest(tiny_moe, tmp_path, monkeypatch):
+    def broken(out, trim, with_weights):
+        raise ValueError("weights: lacks tensors")
+
+    monkeypatch.setattr(trim_module, "_check_trimmed", broken)
+    with pytest.raises(ValueError, match="lacks tensors"):
+        trim_moe(tiny_moe, tmp_path / "out", TRIM)
+    assert list(tmp_path.iterdir()) == []  # neither dest nor its temporary sibling
+
+
+def test_the_flows_trim_is_kept_in_the_cache_and_reused(tiny_moe, tmp_path):
+    first = ensure_trimmed(tiny_moe, TRIM, "org/tiny-moe", tmp_path)
+    assert first.parent == tmp_path / "trimmed" and first.name.startswith("org--tiny-moe-")
+    mtime = (first / "model.safetensors").stat().st_mtime_ns
+    assert ensure_trimmed(tiny_moe, TRIM, "org/tiny-moe", tmp_path) == first
+    assert (first / "model.safetensors").stat().st_mtime_ns == mtime
+    assert ensure_trimmed(tiny_moe, Trim(layers=1, experts=4, top_k=1), "org/tiny-moe", tmp_path) != first
+
+
+def test_titanflow_trim_writes_the_folder_and_refuses_bad_input_with_exit_2(tiny_moe, tmp_path, capsys):
+    from titanflow.cli import main
+
+    dest = tmp_path / "trimmed"
+    assert main(["trim", str(tiny_moe), str(dest), "--layers", "2", "--experts", "4", "--top-k", "1"]) == 0
+    assert capsys.readouterr().out.strip() == str(dest)
+    assert json.loads((dest / "config.json").read_text())["titanflow_trim"]["after"]["num_experts"] == 4
+    assert main(["trim", str(tiny_moe), str(tmp_path / "again"), "--layers", "9", "--experts", "4",
+                 "--top-k", "1"]) == 2
+    assert "trim: layers 9 > 4" in capsys.readouterr().err and not (tmp_path / "again").exists()
