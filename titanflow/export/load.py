@@ -7,16 +7,24 @@
   initialised), nothing unexpected, nothing mismatched in shape;
 - tie: with ``tie_word_embeddings`` the loaded ``lm_head.weight`` is the embedding matrix;
 - forward: one forward pass on a fixed sentence gives finite logits.
+
+:func:`check_tied_as_saved` runs the same checks the way the AWS walkthrough's scenario 1 does, for a
+tied checkpoint whose export carries the trained head untied (torchtitan's transformers backend): the
+export without that head, under the checkpoint's own tied config.json, must load with nothing
+missing but ``lm_head.weight`` and tie it to the embedding.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import tempfile
 from pathlib import Path
 
 from pydantic import BaseModel, Field
 
 from titan_cfg.probe import PROBE_TEXT
-from titanflow.export.structure import read_headers
+from titanflow.export.structure import INDEX, read_headers
 
 
 class LoadReport(BaseModel):
@@ -79,6 +87,31 @@ def check_export(export_dir: Path, loaded=None) -> LoadReport:
         forward_finite=forward_finite,
         problems=problems,
     )
+
+
+def check_tied_as_saved(export_dir: Path) -> LoadReport:
+    """:func:`check_export` on the export as the walkthrough loads it (module docstring): a folder beside
+    ``export_dir`` with links to its shards except the one holding only ``lm_head.weight``, its index
+    without that key, and its config.json with ``tie_word_embeddings: true``; removed afterwards.
+
+    Raises:
+        ValueError: the export has no index naming lm_head.weight in a shard of its own (nothing to untie).
+    """
+    index = json.loads((export_dir / INDEX).read_text())
+    head_shard = index["weight_map"].get("lm_head.weight")
+    if head_shard is None or any(s == head_shard for k, s in index["weight_map"].items() if k != "lm_head.weight"):
+        raise ValueError(f"export: {export_dir / INDEX} names no shard holding lm_head.weight alone; "
+                         "there is no untied head to leave out")
+    with tempfile.TemporaryDirectory(prefix=".tied-as-saved-", dir=export_dir.parent) as folder:
+        tied = Path(folder)
+        for file in export_dir.iterdir():
+            if file.is_file() and file.name not in (head_shard, INDEX, "config.json"):
+                os.symlink(file.resolve(), tied / file.name)
+        weight_map = {k: s for k, s in index["weight_map"].items() if k != "lm_head.weight"}
+        (tied / INDEX).write_text(json.dumps({**index, "weight_map": weight_map}))
+        config = json.loads((export_dir / "config.json").read_text())
+        (tied / "config.json").write_text(json.dumps({**config, "tie_word_embeddings": True}))
+        return check_export(tied)
 
 
 def checkpoint_keys(model) -> set[str]:

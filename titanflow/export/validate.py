@@ -3,6 +3,8 @@
 1. structure (titanflow.export.structure): index, dtypes and config.json from the safetensors headers;
 2. round trip (titanflow.export.roundtrip): HF -> torchtitan -> HF bit-exact, for torchtitan's own models;
 3. load (titanflow.export.load): ``transformers.AutoModelForCausalLM`` loads it, keys, tie, forward;
+   for a tied checkpoint exported untied (hf_backend), also the walkthrough's own check beside it
+   (``walkthrough_tie``: without the trained head, under the tied config, only lm_head.weight missing);
 4. parity (titanflow.export.parity): the export's logits against the trained torchtitan model's.
 
 A check that finds a problem records it and the task fails after summary.json has
@@ -20,7 +22,12 @@ from pydantic import BaseModel, Field, model_validator
 from titan_cfg.job import Job
 from titan_cfg.probe import PROBE_FILE
 from titan_cfg.scenarios import SCENARIOS
-from titanflow.export.load import LoadReport, check_export, load_export
+from titanflow.export.load import (
+    LoadReport,
+    check_export,
+    check_tied_as_saved,
+    load_export,
+)
 from titanflow.export.parity import ParityReport, check_parity
 from titanflow.export.roundtrip import RoundTripReport, check_round_trip
 from titanflow.export.structure import StructureReport, check_structure
@@ -38,6 +45,10 @@ class ValidationReport(BaseModel):
     round_trip: RoundTripReport | None = Field(
         description="level 2; None: the scenario has no torchtitan <-> HF conversion to test")
     load: LoadReport = Field(description="level 3: the load in transformers")
+    walkthrough_tie: LoadReport | None = Field(
+        None, description="level 3 as the walkthrough checks a tied checkpoint's export: without the trained "
+        "head, under the tied config.json, only lm_head.weight missing and tied to the embedding; None unless "
+        "the checkpoint is tied and its export untied (then `load` is the untied export's)")
     parity: ParityReport | None = Field(description="level 4: export against the trained model")
     seconds: dict[str, float] = Field(description="wall seconds per level")
     problems: list[str] = Field(description="every failed check of every level, prefixed by its level")
@@ -80,6 +91,12 @@ def validate_export(export_dir: Path, job: Job, tolerances: Tolerances) -> Valid
     load = check_export(export_dir, loaded)
     seconds["load"] = round(time.monotonic() - start, 3)
     problems += [f"load: {p}" for p in load.problems]
+    walkthrough_tie = None
+    if job.tied and not load.tied:  # hf_backend: the export carries the trained head, untied
+        start = time.monotonic()
+        walkthrough_tie = check_tied_as_saved(export_dir)
+        seconds["walkthrough_tie"] = round(time.monotonic() - start, 3)
+        problems += [f"walkthrough tie: {p}" for p in walkthrough_tie.problems]
     start = time.monotonic()
     parity = check_parity(loaded[0], Path(job.dump_folder) / PROBE_FILE)
     seconds["parity"] = round(time.monotonic() - start, 3)
@@ -90,5 +107,5 @@ def validate_export(export_dir: Path, job: Job, tolerances: Tolerances) -> Valid
     if parity.router_agreement is not None and parity.router_agreement < tolerances.parity_router:
         problems.append(f"parity: router top-k choices agree on {parity.router_agreement:.4f} of (layer, token) "
                         f"pairs (min {tolerances.parity_router:g}) between the trained model and its export")
-    return ValidationReport(structure=structure, round_trip=round_trip, load=load, parity=parity,
-                            seconds=seconds, problems=problems)
+    return ValidationReport(structure=structure, round_trip=round_trip, load=load, walkthrough_tie=walkthrough_tie,
+                            parity=parity, seconds=seconds, problems=problems)
