@@ -27,6 +27,7 @@ from prefect.states import Cancelled, Completed, Failed, State
 from flows.scenario import qwen3_scenario
 from titan_cfg.job import Init
 from titanflow.judge.failures import classify
+from titanflow.prefect_ops.deployments import TARGET_WEIGHTS
 from titanflow.run.params import ScenarioName, ScenarioRun, TargetName, nightly_suite
 from titanflow.run.preflight import new_run_id
 from titanflow.run.summary import cancel_cause, read_summary
@@ -124,6 +125,7 @@ def qwen3_nightly(
     for scenario, init in nightly_suite(scenarios, inits):
         params = {k: v for k, v in dict(scenario=scenario, target=target, init=init, steps=steps, lr=lr,
                                         runs_dir=runs_dir).items() if v is not None}
+        params |= TARGET_WEIGHTS.get(target, {}).get(scenario, {})  # trn2: the walkthrough's models
         run = ScenarioRun(**params)
         run_id = new_run_id(run)
         summary_path = run.runs_root() / run_id / "summary.json"

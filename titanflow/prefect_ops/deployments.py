@@ -1,8 +1,9 @@
 """The deployments ``deployments/prefect.yaml`` must hold, derived from the registries.
 
 One ``qwen3-scenario`` deployment per scenario x target with a work pool x init, named
-``<scenario>-<target>-<init>`` and tagged ``scenario:``, ``target:``, ``init:``; one
-``qwen3-nightly`` deployment per such target, ``nightly-<target>``. The YAML stays the file
+``<scenario>-<target>-<init>`` and tagged ``scenario:``, ``target:``, ``init:``, with the target's
+weights for the scenario (:data:`TARGET_WEIGHTS`); one ``qwen3-nightly`` deployment per such target,
+``nightly-<target>`` (whose runs take the same weights). The YAML stays the file
 Prefect deploys (``prefect deploy`` reads it); :func:`check_prefect_yaml` says where it and
 the registries part, and ``make server`` refuses a file that does not hold them.
 """
@@ -25,6 +26,20 @@ PREFECT_YAML = REPO_ROOT / "deployments" / "prefect.yaml"
 WORK_POOLS = {"cpu": "cpu", "trn2": "trn2"}
 
 
+#: Target -> scenario -> the weights parameters its runs take (none: the embedded tiny models, cpu). trn2
+#: trains the walkthrough's models: scenarios 1 and 2 on Qwen/Qwen3-4B-Instruct-2507, scenario 3 on
+#: Qwen/Qwen3-30B-A3B trimmed to 4 layers, 64 experts, top-4 (the flow's trim_weights step). Hub ids, so the
+#: runs know their weights id (the published 6.54 / 12.43 are keyed by it); the node reads them offline
+#: from $TITANFLOW_WEIGHTS_ROOT/<id> or its HF cache (titanflow.weights.resolve).
+TARGET_WEIGHTS: dict[str, dict[str, dict]] = {
+    "trn2": {
+        "native": {"weights": "Qwen/Qwen3-4B-Instruct-2507"},
+        "hf_backend": {"weights": "Qwen/Qwen3-4B-Instruct-2507"},
+        "moe": {"weights": "Qwen/Qwen3-30B-A3B", "trim": {"layers": 4, "experts": 64, "top_k": 4}},
+    },
+}
+
+
 def expected_deployments() -> dict[str, dict]:
     """{deployment name: {"flow", "work_pool", "parameters", "tags"}} the registries call for."""
     rows = {}
@@ -33,7 +48,8 @@ def expected_deployments() -> dict[str, dict]:
             for init in INITS:
                 rows[f"{scenario}-{target}-{init}"] = {
                     "flow": "flows/scenario.py:qwen3_scenario", "work_pool": pool,
-                    "parameters": {"scenario": scenario, "target": target, "init": init},
+                    "parameters": {"scenario": scenario, "target": target, "init": init,
+                                   **TARGET_WEIGHTS.get(target, {}).get(scenario, {})},
                     "tags": [f"scenario:{scenario}", f"target:{target}", f"init:{init}"]}
         rows[f"nightly-{target}"] = {"flow": "flows/nightly.py:qwen3_nightly", "work_pool": pool,
                                      "parameters": {"target": target}, "tags": ["suite:nightly", f"target:{target}"]}

@@ -1,7 +1,10 @@
 """deployments/prefect.yaml and the flows' signatures against the registries they must follow."""
 
 import inspect
+import logging
 import typing
+
+import pytest
 
 from flows.nightly import qwen3_nightly
 from flows.scenario import qwen3_scenario
@@ -47,3 +50,42 @@ def test_closed_choices_are_the_registries():
     assert set(typing.get_args(typing.get_args(hints["target"])[0])) == set(TARGETS)
     assert set(typing.get_args(typing.get_args(hints["init"])[0])) == set(INITS) == {"random", "pretrained"}
     assert set(typing.get_args(typing.get_type_hints(qwen3_nightly.fn)["target"])) == set(TARGETS)
+
+
+def test_trn2_deployments_train_the_walkthroughs_models():
+    """Scenarios 1 and 2 on the published Qwen3-4B-Instruct-2507 (a Hub id: its weights id keys the
+    walkthrough's 6.54 / 12.43), scenario 3 on Qwen3-30B-A3B trimmed to 4 layers, 64 experts, top-4;
+    every parameter set is one the flow accepts."""
+    import yaml
+
+    from titanflow.prefect_ops.deployments import PREFECT_YAML
+
+    found = {d["name"]: d["parameters"] for d in yaml.safe_load(PREFECT_YAML.read_text())["deployments"]}
+    for init in INITS:
+        for scenario in ("native", "hf_backend"):
+            assert found[f"{scenario}-trn2-{init}"]["weights"] == "Qwen/Qwen3-4B-Instruct-2507"
+        assert found[f"moe-trn2-{init}"]["weights"] == "Qwen/Qwen3-30B-A3B"
+        assert found[f"moe-trn2-{init}"]["trim"] == {"layers": 4, "experts": 64, "top_k": 4}
+        assert "weights" not in found[f"native-cpu-{init}"]  # cpu: the embedded tiny models
+    for name, parameters in found.items():
+        if not name.startswith("nightly-"):
+            ScenarioRun.model_validate(parameters)
+
+
+def test_the_trn2_nightly_runs_take_the_deployments_weights(monkeypatch, tmp_path):
+    """nightly-trn2 passes only the target: each of its scenario runs gets the weights of the scenario's
+    deployment (TARGET_WEIGHTS), not the embedded tiny models."""
+    from flows import nightly
+    from titanflow.prefect_ops.deployments import TARGET_WEIGHTS
+
+    calls = []
+
+    def scenario_run(**params):
+        calls.append(params)
+        raise RuntimeError("stop")  # the suite stops at its first run: its parameters are what is checked
+
+    monkeypatch.setattr(nightly, "qwen3_scenario", scenario_run)
+    monkeypatch.setattr(nightly, "get_run_logger", lambda: logging.getLogger("nightly"))  # no flow run here
+    with pytest.raises(RuntimeError, match="stop"):
+        nightly.qwen3_nightly.fn(target="trn2", scenarios=["moe"], inits=["pretrained"], runs_dir=str(tmp_path))
+    assert calls[0]["weights"] == "Qwen/Qwen3-30B-A3B" and calls[0]["trim"] == TARGET_WEIGHTS["trn2"]["moe"]["trim"]
