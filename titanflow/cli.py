@@ -6,6 +6,7 @@
     titanflow render native --target trn2  write runs/<id>/job/ (command, environment, torchtitan config) only
     titanflow nightly --target cpu         the qwen3-nightly suite: every scenario x init, one report
     titanflow history [--set-aside]        where the run history is; set a corrupt table aside
+    titanflow doctor --target trn2         is this machine ready for a target: one line per check, with its fix
     titanflow trim SOURCE DEST --layers 4 --experts 64 --top-k 4   an MoE folder cut to its first layers/experts
 
 ``run`` executes the flow in this process against the Prefect server named by
@@ -248,6 +249,14 @@ def cmd_history(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    """Check this machine against a target (titanflow.run.doctor): 0 when every check passes, 1 otherwise,
+    2 on bad input."""
+    from titanflow.run.doctor import doctor
+
+    return doctor(args.target, args.scenario, args.init, args.weights, args.nproc, args.runs_dir)
+
+
 def cmd_assets(args: argparse.Namespace) -> int:
     """Build or reuse the offline assets and print where they are.
 
@@ -297,6 +306,18 @@ def main(argv: list[str] | None = None) -> int:
                                       "one, e.g. after a run reported that it cannot be read.")
     hist.add_argument("--set-aside", action="store_true", help="rename the table to runs.parquet.set-aside-<time>")
     hist.add_argument("--history-dir", help="the history folder (default: $TITANFLOW_HISTORY or history/)")
+    doc = sub.add_parser("doctor", help="check this machine against a target, one line per check with its fix",
+                         description="Python and package versions against the target's install profile, the "
+                                     "torchtitan fork (trn2), Neuron devices and LNC (trn2), kernels, the weights "
+                                     "folder, the dataset, the compile cache and free disk (titanflow/run/doctor.py); "
+                                     "exit 0 only when all pass.")
+    doc.add_argument("--target", default="cpu", help="cpu | trn2 | cuda (default: cpu)")
+    doc.add_argument("--scenario", default="native", help="the scenario whose run is checked (default: native)")
+    doc.add_argument("--init", default="random", help="random | pretrained (default: random)")
+    doc.add_argument("--weights", help="HF folder or Hub id (default: the target's deployments': on trn2 the "
+                                       "walkthrough's models, else the embedded tiny model)")
+    doc.add_argument("--nproc", type=int, help="ranks (default: the target's)")
+    doc.add_argument("--runs-dir", help="parent of the runs' folders, where the export's disk is checked")
     trim = sub.add_parser("trim", help="write an MoE checkpoint trimmed to its first layers and experts",
                           description="Copy a Qwen3 MoE Hugging Face folder (or Hub id) keeping the first --layers "
                                       "layers, the first --experts experts of each with the router's rows to match, "
@@ -309,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
     trim.add_argument("--top-k", type=int, required=True, help="experts routed per token (walkthrough: 4)")
     args = parser.parse_args(argv)
     return {"run": cmd_run, "render": cmd_render, "assets": cmd_assets, "nightly": cmd_nightly,
-            "history": cmd_history, "trim": cmd_trim}[args.command](args)
+            "history": cmd_history, "trim": cmd_trim, "doctor": cmd_doctor}[args.command](args)
 
 
 if __name__ == "__main__":

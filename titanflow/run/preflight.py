@@ -77,6 +77,10 @@ def preflight(run: ScenarioRun, *, launch: bool = True) -> Path:
     Raises:
         ValueError: the message starts with the field to change.
     """
+    if launch and run.target == "trn2":  # every missing piece of the node at once: titanflow doctor's checks
+        from titanflow.run.doctor import require_ready
+
+        require_ready(run)
     if launch:
         missing = run.target_spec.missing_runtime()
         if missing:

@@ -1,0 +1,235 @@
+"""``titanflow doctor`` (titanflow/run/doctor.py): each check's pass and fail path, with stand-ins of what this
+machine lacks (tests/stand_ins/: torch-neuronx, nki, nkilib, the torchtitan fork, neuron-ls; .dist-info
+metadata for the trn2 stack's versions), the command's exit codes, and a trn2 run refused before anything runs."""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers.stand_ins import STAND_INS, stand_ins
+
+from titanflow.run import doctor
+from titanflow.run.params import ScenarioRun
+
+#: The walkthrough's stack (profiles/trn2/constraints.txt): torch 2.14.0, torch-neuronx 2.14.3(.0.*), transformers 5.16.0.
+TRN2_STACK = {"torch": "2.14.0", "torch-neuronx": "2.14.3.0.1234", "transformers": "5.16.0"}
+
+
+def _distributions(folder: Path, **versions: str) -> Path:
+    """A folder of .dist-info metadata that importlib.metadata reads as installed distributions."""
+    for name, version in versions.items():
+        info = folder / f"{name.replace('-', '_')}-{version}.dist-info"
+        info.mkdir(parents=True)
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    return folder
+
+
+@pytest.fixture()
+def fork_importable(monkeypatch):
+    """The stand-in fork first on sys.path, and the torchtitan this test process imported set aside, so
+    find_spec answers as a fresh process (a rank) would."""
+    monkeypatch.delitem(sys.modules, "torchtitan", raising=False)
+    with stand_ins("fork") as folder:
+        yield folder
+
+
+@pytest.fixture()
+def no_neuron_tools(monkeypatch, tmp_path):
+    """No neuron-ls on PATH or in the DLAMI's tool folder."""
+    monkeypatch.setenv("PATH", os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep)
+                                               if not (Path(p) / "neuron-ls").exists()))
+    monkeypatch.setattr(doctor, "NEURON_TOOLS", tmp_path / "no-tools")
+
+
+def test_python_against_the_profile():
+    assert doctor.check_python("cpu").ok  # this venv: 3.11
+    failed = doctor.check_python("trn2")
+    assert not failed.ok and "trn2 needs Python 3.12 to 3.14" in failed.detail and "make setup-trn2" in failed.fix
+    assert doctor.check_python("trn2", (3, 12, 3)).ok and not doctor.check_python("trn2", (3, 15, 0)).ok
+
+
+def test_packages_against_the_profile(tmp_path):
+    """cpu: this venv's torch 2.13.0+cpu, torchtitan 0.3.0, transformers 5.23.0 meet profiles/cpu. trn2: they do not,
+    one line each; the walkthrough's versions (as .dist-info) do, torch-neuronx's 2.14.3.0.* included."""
+    assert all(check.ok for check in doctor.check_packages("cpu"))
+    failed = {check.name: check for check in doctor.check_packages("trn2")}
+    assert set(failed) == {"package torch", "package torch-neuronx", "package transformers"}
+    assert not any(check.ok for check in failed.values())
+    assert failed["package torch-neuronx"].detail == "not installed (trn2 pins torch-neuronx==2.14.3.*)"
+    with stand_ins(_distributions(tmp_path / "stack", **TRN2_STACK)):
+        assert all(check.ok for check in doctor.check_packages("trn2"))
+    with stand_ins(_distributions(tmp_path / "old", **{**TRN2_STACK, "transformers": "5.23.0"})):
+        assert [c.name for c in doctor.check_packages("trn2") if not c.ok] == ["package transformers"]
+
+
+def test_a_missing_profile_is_one_failed_line(tmp_path, monkeypatch):
+    monkeypatch.setattr(doctor.paths, "REPO_ROOT", tmp_path)
+    (check,) = doctor.check_packages("cpu")
+    assert not check.ok and "profiles/cpu/constraints.txt" in check.detail
+
+
+def test_the_fork_is_recognised_by_version_and_location(fork_importable, tmp_path):
+    check = doctor.check_fork()
+    assert check.ok, check.line()
+    assert check.detail.startswith(f"torchtitan 0.2.2+neuron.1 at {fork_importable / 'torchtitan'}: the fork")
+    other = tmp_path / "older"
+    shutil.copytree(fork_importable / "torchtitan", other / "torchtitan")
+    with stand_ins(_distributions(other, torchtitan="0.2.1+neuron.3")):
+        assert "another release of the fork" in doctor.check_fork().detail and not doctor.check_fork().ok
+
+
+def test_upstream_torchtitan_is_not_the_fork(monkeypatch):
+    monkeypatch.delitem(sys.modules, "torchtitan", raising=False)
+    check = doctor.check_fork()
+    assert not check.ok and "torchtitan 0.3.0" in check.detail and "not the fork (upstream torchtitan)" in check.detail
+    assert "git clone -b release-2.33 https://github.com/aws-neuron/torchtitan-neuron.git" in check.fix
+
+
+def test_neuron_devices_from_neuron_ls(monkeypatch):
+    """trn2.48xlarge: 16 devices x 8 physical cores = 128 = 64 ranks x LNC 2; neuron-ls sees 64 logical cores."""
+    monkeypatch.setenv("PATH", f"{STAND_INS / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    check = doctor.check_devices(ScenarioRun(target="trn2"))
+    assert check.ok and check.detail == ("16 devices x 8 physical cores = 128 (neuron-ls --json-output); neuron-ls "
+                                         "counts 64 logical cores; 64 ranks x LNC 2 need 128")
+    monkeypatch.setenv("NEURON_LS_STAND_IN_DEVICES", "8")
+    half = doctor.check_devices(ScenarioRun(target="trn2"))
+    assert not half.ok and "8 devices x 8 physical cores = 64" in half.detail and "--nproc 32 or fewer" in half.fix
+    assert doctor.check_devices(ScenarioRun(target="trn2", nproc=32, global_batch_size=32)).ok
+
+
+def test_neuron_devices_from_dev_nodes(no_neuron_tools, tmp_path):
+    """Without neuron-ls, the /dev/neuron<N> nodes: none here (fail), 16 on a node (pass)."""
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    check = doctor.check_devices(ScenarioRun(target="trn2"), dev_dir=dev)
+    assert not check.ok and check.detail.startswith("0 devices x 8 physical cores = 0")
+    for n in range(16):
+        (dev / f"neuron{n}").touch()
+    assert doctor.check_devices(ScenarioRun(target="trn2"), dev_dir=dev).ok
+
+
+def test_lnc_of_the_ranks_the_shell_and_the_compiler_flags(monkeypatch):
+    run = ScenarioRun(target="trn2")
+    monkeypatch.delenv("NEURON_LOGICAL_NC_CONFIG", raising=False)
+    monkeypatch.delenv("NEURON_CC_FLAGS", raising=False)
+    assert doctor.check_lnc(run).ok
+    monkeypatch.setenv("NEURON_LOGICAL_NC_CONFIG", "1")
+    shell = doctor.check_lnc(run)
+    assert not shell.ok and "this shell sets 1, the ranks get 2" in shell.detail
+    monkeypatch.setenv("NEURON_LOGICAL_NC_CONFIG", "2")
+    monkeypatch.setenv("NEURON_CC_FLAGS", "--target trn2 --lnc 1")
+    flags = doctor.check_lnc(run)
+    assert not flags.ok and "NEURON_CC_FLAGS compiles for LNC 1" in flags.detail  # neuronx-cc NCC_EVRF066
+    monkeypatch.setenv("NEURON_CC_FLAGS", "--target trn2 --lnc=2")
+    assert doctor.check_lnc(run).ok
+
+
+def test_the_nki_kernel_importable():
+    """trn2's rope=neuron needs torch-neuronx, nki and nkilib's kernel module; cpu's implementations need nothing."""
+    (failed,) = doctor.check_kernels("trn2")
+    assert (failed.name, failed.ok, failed.detail) == ("kernel rope=neuron", False, "torch_neuronx is not installed")
+    with stand_ins("neuron"):
+        (passed,) = doctor.check_kernels("trn2")
+    assert passed.ok and passed.detail == "torch_neuronx, nki, nkilib.core.embeddings.rope_hf import"
+    assert doctor.check_kernels("cpu") == []
+
+
+def test_weights_complete_or_the_missing_piece_named(tiny_assets, tmp_path, monkeypatch):
+    run = ScenarioRun()
+    check, folder = doctor.check_weights(run, str(tiny_assets.weights_dir))
+    assert check.ok and folder == tiny_assets.weights_dir
+    shards = tmp_path / "no-shards"
+    shutil.copytree(tiny_assets.weights_dir, shards, ignore=shutil.ignore_patterns("*.safetensors"))
+    check, _ = doctor.check_weights(run, str(shards))
+    assert not check.ok and "lacks tensors its config.json's model loads" in check.detail  # check_checkpoint's words
+    check, folder = doctor.check_weights(run, "Qwen/Qwen3-4B-Instruct-2507")
+    assert not check.ok and folder is None and "not on this machine" in check.detail
+    assert check.fix == ("hf download Qwen/Qwen3-4B-Instruct-2507 --local-dir "
+                         "$TITANFLOW_WEIGHTS_ROOT/Qwen/Qwen3-4B-Instruct-2507")
+    root = tmp_path / "weights-root"
+    shutil.copytree(tiny_assets.weights_dir, root / "org" / "tiny")
+    monkeypatch.setenv("TITANFLOW_WEIGHTS_ROOT", str(root))
+    check, folder = doctor.check_weights(run, "org/tiny")
+    assert check.ok and folder == root / "org" / "tiny"
+
+
+def test_dataset_present_or_named(fork_importable, monkeypatch):
+    assert doctor.check_dataset(ScenarioRun()).ok  # cpu: the committed Botchan text
+    trn2 = doctor.check_dataset(ScenarioRun(target="trn2"))
+    assert trn2.ok and trn2.detail.startswith(f"c4_test at {fork_importable / 'tests' / 'assets' / 'c4_test'}")
+
+
+def test_dataset_missing_without_the_fork_checkout(monkeypatch):
+    monkeypatch.delitem(sys.modules, "torchtitan", raising=False)
+    monkeypatch.delenv("TITANFLOW_C4_TEST", raising=False)
+    check = doctor.check_dataset(ScenarioRun(target="trn2"))
+    assert not check.ok and check.detail.endswith(": missing") and "TITANFLOW_C4_TEST" in check.fix
+
+
+def test_compile_cache_writable(tmp_path, monkeypatch):
+    monkeypatch.setenv("TITANFLOW_CACHE", str(tmp_path / "cache"))
+    assert doctor.check_compile_cache().ok and (tmp_path / "cache" / "compile").is_dir()
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("TITANFLOW_CACHE", str(blocker / "cache"))
+    check = doctor.check_compile_cache()
+    assert not check.ok and check.fix == "export TITANFLOW_CACHE=<a writable folder>"
+
+
+def test_disk_for_the_export(tiny_assets, tmp_path, monkeypatch):
+    """The estimate is 2 x parameters x 4 bytes (float32 export); parameters counted here from the tensors."""
+    from safetensors.torch import load_file
+
+    parameters = sum(t.numel() for f in tiny_assets.weights_dir.glob("*.safetensors") for t in load_file(f).values())
+    assert doctor.export_bytes(tiny_assets.weights_dir, "float32") == 2 * parameters * 4
+    run = ScenarioRun(runs_dir=str(tmp_path / "runs"))
+    assert doctor.check_disk(run, tiny_assets.weights_dir).ok
+    monkeypatch.setattr(doctor.shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(10**12, 10**12 - 1, 1))
+    full = doctor.check_disk(run, tiny_assets.weights_dir)
+    assert not full.ok and full.detail.startswith(f"0.0 GiB free at {tmp_path}")
+
+
+def _doctor(*args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("NEURON_LOGICAL_NC_CONFIG", "NEURON_CC_FLAGS")}
+    return subprocess.run([sys.executable, "-m", "titanflow.cli", "doctor", *args], capture_output=True, text=True,
+                          env=env, timeout=300, check=False)
+
+
+def test_doctor_cpu_passes_here():
+    result = _doctor("--target", "cpu")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.splitlines()[-1] == "doctor cpu: 8 checks, 0 failed: ready"
+    assert not [line for line in result.stdout.splitlines() if line.startswith("FAIL")]
+
+
+def test_doctor_trn2_here_fails_one_line_per_missing_piece():
+    """This machine has none of the trn2 stack: Python, torch, torch-neuronx, transformers, the fork, devices,
+    the kernel, the weights and c4_test each get their FAIL line with a fix; what is right passes; exit 1."""
+    result = _doctor("--target", "trn2")
+    assert result.returncode == 1, result.stdout + result.stderr
+    failed = [line.split(":")[0].removeprefix("FAIL").strip() for line in result.stdout.splitlines()
+              if line.startswith("FAIL")]
+    assert failed == ["python", "package torch", "package torch-neuronx", "package transformers", "torchtitan fork",
+                      "neuron devices", "kernel rope=neuron", "weights", "dataset"]
+    assert all(" -> fix: " in line for line in result.stdout.splitlines() if line.startswith("FAIL"))
+    assert result.stdout.splitlines()[-1] == "doctor trn2: 11 checks, 9 failed"
+
+
+def test_doctor_bad_input_exits_2():
+    result = _doctor("--target", "tpu")
+    assert result.returncode == 2 and "target: unknown 'tpu'; known: cpu, trn2, cuda" in result.stderr
+
+
+def test_a_trn2_run_is_refused_before_anything_runs(tmp_path):
+    """titanflow.run.preflight runs the doctor's checks (less the weights) for trn2 launches only."""
+    from titanflow.run.preflight import preflight
+
+    with pytest.raises(ValueError) as refused:
+        preflight(ScenarioRun(target="trn2", runs_dir=str(tmp_path)))
+    message = str(refused.value)
+    assert message.startswith("target: trn2 is not ready on this machine (`titanflow doctor --target trn2`")
+    assert "FAIL  kernel rope=neuron: torch_neuronx is not installed" in message and "FAIL  weights" not in message
+    assert preflight(ScenarioRun(target="trn2", runs_dir=str(tmp_path)), launch=False).parent == tmp_path

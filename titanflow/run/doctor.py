@@ -1,0 +1,400 @@
+"""``titanflow doctor --target trn2|cpu|cuda``: is this machine ready to run a target, in seconds, before anything runs.
+
+    titanflow doctor --target cpu
+    titanflow doctor --target trn2 --scenario hf_backend --init pretrained --weights Qwen/Qwen3-4B-Instruct-2507
+
+One line per check, each failed one with its fix; exit 0 only when all pass. The checks, by target:
+
+| check | cpu, cuda | trn2 |
+|---|---|---|
+| ``python`` | 3.11 (the CPU torch 2.13.0 wheel, CI) | 3.12 to 3.14 (Neuron 2.33: torch-neuronx 2.14.3) |
+| ``package <name>`` | each pin of ``profiles/cpu/constraints.txt`` | each pin of ``profiles/trn2/constraints.txt`` |
+| ``torchtitan fork`` | - | the importable ``torchtitan`` is torchtitan-neuron 0.2.2+neuron.1 (release-2.33): where it lives, its version |
+| ``neuron devices`` | - | ``neuron-ls --json-output`` (else ``/dev/neuron*``): devices x 8 physical cores >= ranks x LNC |
+| ``NEURON_LOGICAL_NC_CONFIG`` | - | the ranks get the target's LNC; nothing in this shell or ``NEURON_CC_FLAGS`` says otherwise |
+| ``kernel <op>=<impl>`` | every implementation registered for the target that needs a package or device has it (``rope=neuron``: nkilib's kernel module imports) |
+| ``weights`` | the run's weights folder (``--weights``; default: the deployments', on trn2 the walkthrough's model) fits the run and is complete: titanflow.run.preflight.check_weights_folder (config.json, tokenizer, the index against the model) and titanflow.weights.check.check_checkpoint (every shard, header and tensor), whatever the init |
+| ``dataset`` | the folder the target trains on (titanflow.launch.dataset: Botchan; trn2: the fork's c4_test) |
+| ``compile cache`` | ``<cache root>/compile`` writable |
+| ``disk`` | free space under the runs folder for the export: 2 x parameters x export dtype bytes (torchtitan's sharded save and the consolidated shards; the export hard-links the latter) |
+
+A scenario run on trn2 runs the same checks first (titanflow.run.preflight, :func:`require_ready`), less
+the weights (checked there and at ``render_config``, after a Hub download).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from titan_cfg import kernels
+from titan_cfg.scenarios import SCENARIOS
+from titan_cfg.targets import TARGETS
+from titanflow import paths
+from titanflow.run.params import ScenarioRun, is_hub_id
+
+#: The install profile whose pins each target checks (profiles/<name>/constraints.txt); cuda runs the cpu
+#: profile's versions (its torch is the CUDA build of the same release).
+PROFILE_OF = {"cpu": "cpu", "cuda": "cpu", "trn2": "trn2"}
+
+#: Python each target supports: cpu/cuda 3.11 (pyproject.toml, the CI machines' torch 2.13.0 wheel); trn2
+#: 3.12-3.14 (Neuron 2.33 release notes: torch-neuronx 2.14.3.0.* for PyTorch 2.14.0 on 3.12, 3.13, 3.14).
+PYTHON = {"cpu": (SpecifierSet("==3.11.*"), "3.11"), "cuda": (SpecifierSet("==3.11.*"), "3.11"),
+          "trn2": (SpecifierSet(">=3.12,<3.15"), "3.12 to 3.14")}
+
+#: The torchtitan fork trn2 runs: aws-neuron/torchtitan-neuron at release-2.33, installed as ``torchtitan``;
+#: its version in Neuron 2.33 is 0.2.2+neuron.1 (Neuron release notes, "TorchTitan Neuron").
+FORK_REPO, FORK_REF, FORK_VERSION = "https://github.com/aws-neuron/torchtitan-neuron.git", "release-2.33", "0.2.2+neuron.1"
+
+#: Physical NeuronCores per Neuron device (a Trainium2 chip; Neuron docs, "Logical NeuronCore configuration").
+PHYSICAL_CORES_PER_DEVICE = {"trn2": 8}
+
+#: Where the Neuron tools live on a Neuron DLAMI when they are not on PATH.
+NEURON_TOOLS = Path("/opt/aws/neuron/bin")
+
+#: The fix that installs the trn2 stack (profiles/trn2/setup.sh).
+SETUP_TRN2 = "make setup-trn2 (profiles/trn2/setup.sh) on the Neuron 2.33 DLAMI"
+
+#: Bytes per element of each export dtype.
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+
+@dataclass(frozen=True)
+class Check:
+    """One check: its ``name``, whether it passed, what was found (``detail``) and, when it failed, the ``fix``."""
+
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+
+    def line(self) -> str:
+        """``ok    <name>: <detail>`` or ``FAIL  <name>: <detail> -> fix: <fix>``."""
+        return f"{'ok' if self.ok else 'FAIL':<6}{self.name}: {self.detail}" + ("" if self.ok else f" -> fix: {self.fix}")
+
+
+def profile_pins(target: str) -> dict[str, Requirement]:
+    """{distribution name: requirement} of ``profiles/<profile>/constraints.txt`` for ``target``.
+
+    Raises:
+        FileNotFoundError: the profile file is missing.
+    """
+    path = paths.REPO_ROOT / "profiles" / PROFILE_OF[target] / "constraints.txt"
+    pins = {}
+    for line in path.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            requirement = Requirement(line)
+            pins[requirement.name] = requirement
+    return pins
+
+
+def check_python(target: str, version: tuple[int, int, int] | None = None) -> Check:
+    """This interpreter (or ``version``) against the Python the target supports."""
+    found = ".".join(map(str, version or sys.version_info[:3]))
+    wanted, words = PYTHON[target]
+    fix = SETUP_TRN2 + " (its venv is Python 3.12)" if target == "trn2" else "make setup (creates .venv with Python 3.11)"
+    return Check("python", found in wanted, f"{found} ({target} needs Python {words})", fix)
+
+
+def check_packages(target: str) -> list[Check]:
+    """One check per pin of the target's install profile: the installed version satisfies it."""
+    try:
+        pins = profile_pins(target)
+    except FileNotFoundError as err:
+        return [Check("packages", False, f"the install profile is missing ({err.filename})", "restore profiles/ "
+                      "from the repository")]
+    fix = SETUP_TRN2 if target == "trn2" else "make setup"
+    checks = []
+    for name, requirement in pins.items():
+        try:
+            version = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            checks.append(Check(f"package {name}", False, f"not installed ({target} pins {requirement})", fix))
+            continue
+        ok = requirement.specifier.contains(version, prereleases=True)
+        checks.append(Check(f"package {name}", ok, f"{version} ({target} pins {requirement.specifier})", fix))
+    return checks
+
+
+def check_fork() -> Check:
+    """The ``torchtitan`` that ranks import (found as ``import torchtitan`` would, without importing it) is the
+    torchtitan-neuron fork: its distribution's version has the ``+neuron`` local label and the release of
+    :data:`FORK_VERSION`."""
+    fix = f"git clone -b {FORK_REF} {FORK_REPO} && pip install -e torchtitan-neuron (or {SETUP_TRN2})"
+    spec = importlib.util.find_spec("torchtitan")
+    if spec is None or not spec.submodule_search_locations:
+        return Check("torchtitan fork", False, "torchtitan is not importable", fix)
+    where = Path(next(iter(spec.submodule_search_locations)))
+    try:
+        version = importlib.metadata.version("torchtitan")
+        parsed = Version(version)
+    except (importlib.metadata.PackageNotFoundError, InvalidVersion):
+        return Check("torchtitan fork", False, f"torchtitan at {where} has no readable version", fix)
+    wanted = Version(FORK_VERSION)
+    ok = (parsed.local or "").startswith("neuron") and parsed.public == wanted.public
+    what = "the fork" if ok else ("another release of the fork" if (parsed.local or "").startswith("neuron")
+                                  else "not the fork (upstream torchtitan)")
+    return Check("torchtitan fork", ok, f"torchtitan {version} at {where}: {what} (needs {FORK_VERSION}, "
+                 f"{FORK_REF})", fix)
+
+
+def neuron_ls() -> Path | None:
+    """The ``neuron-ls`` executable: on PATH, else in :data:`NEURON_TOOLS`; None when absent."""
+    found = shutil.which("neuron-ls") or (NEURON_TOOLS / "neuron-ls" if (NEURON_TOOLS / "neuron-ls").is_file() else None)
+    return Path(found) if found else None
+
+
+def check_devices(run: ScenarioRun, dev_dir: Path = Path("/dev")) -> Check:
+    """Enough Neuron devices for the run's ranks x LNC physical cores: ``neuron-ls --json-output`` (its
+    ``nc_count`` per device are the logical cores the Neuron tools see), else the ``/dev/neuron<N>`` nodes."""
+    target = run.target_spec
+    lnc, ranks = target.lnc or 1, run.world_size
+    per_device = PHYSICAL_CORES_PER_DEVICE[run.target]
+    needed = ranks * lnc
+    tool = neuron_ls()
+    logical = None
+    if tool is not None:
+        try:
+            listed = subprocess.run([str(tool), "--json-output"], check=False, capture_output=True, text=True,
+                                    timeout=60)
+            devices = json.loads(listed.stdout) if listed.returncode == 0 else None
+        except (OSError, subprocess.TimeoutExpired, json.JSONDecodeError):
+            devices = None
+        if not isinstance(devices, list):
+            return Check("neuron devices", False, f"{tool} --json-output lists no devices", "load the Neuron driver "
+                         "(aws-neuronx-dkms) and check `neuron-ls`")
+        count, source = len(devices), f"{tool.name} --json-output"
+        logical = sum(int(device.get("nc_count", 0)) for device in devices)
+    else:
+        count, source = len(list(dev_dir.glob("neuron[0-9]*"))), f"{dev_dir}/neuron* (no neuron-ls)"
+    physical = count * per_device
+    most_ranks = physical // lnc
+    seen = f"; neuron-ls counts {logical} logical cores" if logical is not None else ""
+    fix = "run on a trn2.48xlarge (16 devices) with the Neuron driver loaded" + (
+        f", or pass --nproc {most_ranks} or fewer" if most_ranks else "")
+    return Check("neuron devices", physical >= needed and (logical is None or logical >= ranks),
+                 f"{count} devices x {per_device} physical cores = {physical} ({source}){seen}; {ranks} ranks x "
+                 f"LNC {lnc} need {needed}", fix)
+
+
+#: Compiler flags that set the logical-NeuronCore degree (neuronx-cc: --lnc, -lnc, --logical-nc-config).
+LNC_FLAG = re.compile(r"(?:^|\s)(?:--lnc|-lnc|--logical-nc-config)[=\s]+(\d+)")
+
+
+def check_lnc(run: ScenarioRun) -> Check:
+    """The ranks' ``NEURON_LOGICAL_NC_CONFIG`` (the target's env) is the target's LNC, and this shell sets no
+    other degree in it or in ``NEURON_CC_FLAGS`` (a kernel and the compiler at different degrees fail to
+    compile: neuronx-cc NCC_EVRF066)."""
+    target = run.target_spec
+    ranks_value = target.env.get("NEURON_LOGICAL_NC_CONFIG")
+    if ranks_value != str(target.lnc):
+        return Check("NEURON_LOGICAL_NC_CONFIG", False, f"the {run.target} target gives its ranks {ranks_value!r}, "
+                     f"its LNC is {target.lnc}", "set env NEURON_LOGICAL_NC_CONFIG to the target's lnc in "
+                     "titan_cfg/targets.py")
+    shell = os.environ.get("NEURON_LOGICAL_NC_CONFIG")
+    if shell is not None and shell != ranks_value:
+        return Check("NEURON_LOGICAL_NC_CONFIG", False, f"this shell sets {shell}, the ranks get {ranks_value}: tools "
+                     "run by hand (neuron-ls, python -m titan_cfg.kernels.check) see another degree",
+                     f"export NEURON_LOGICAL_NC_CONFIG={ranks_value} or unset it")
+    flags = LNC_FLAG.search(os.environ.get("NEURON_CC_FLAGS", ""))
+    if flags and flags.group(1) != ranks_value:
+        return Check("NEURON_LOGICAL_NC_CONFIG", False, f"NEURON_CC_FLAGS compiles for LNC {flags.group(1)}, the "
+                     f"ranks run at {ranks_value}", f"drop the LNC flag from NEURON_CC_FLAGS or set it to {ranks_value}")
+    return Check("NEURON_LOGICAL_NC_CONFIG", True, f"the ranks get {ranks_value} ({run.target} target)"
+                 + ("; this shell agrees" if shell else ""))
+
+
+def check_kernels(target: str) -> list[Check]:
+    """Every implementation registered for ``target`` that needs a package or a device can run here (its
+    modules import: for ``rope=neuron`` nkilib's kernel module itself)."""
+    checks = []
+    for op in kernels.OPS.values():
+        for impl in op.implementations.values():
+            if target not in impl.targets or not (impl.requires or impl.device):  # nothing to be missing
+                continue
+            missing = impl.unavailable()
+            modules = ", ".join(impl.requires)
+            checks.append(Check(f"kernel {op.name}={impl.name}", missing is None, missing or f"{modules} import",
+                                SETUP_TRN2 + " (torch-neuronx, neuronx-cc with nki and nkilib)"
+                                if target == "trn2" else f"install {modules}"))
+    return checks
+
+
+def resolve_local(weights: str | None, init: str, model_type: str) -> Path:
+    """The weights folder a run of ``weights`` would use, found without downloading or building anything:
+    the embedded tiny model for None (its pretrained checkpoint is built from it on first use), a local
+    folder, or a Hub id under ``$TITANFLOW_WEIGHTS_ROOT`` or in the Hugging Face cache.
+
+    Raises:
+        ValueError: the folder is not on this machine (naming the fix).
+    """
+    from titanflow.weights.resolve import WEIGHTS_ROOT_ENV
+
+    if weights is None:
+        from titanflow.assets import TINY_SPECS, ensure_assets
+
+        return ensure_assets(spec=TINY_SPECS[model_type]).weights_dir
+    if not is_hub_id(weights):
+        folder = Path(weights).expanduser().resolve()
+        if not (folder / "config.json").is_file():
+            raise ValueError(f"{folder} has no config.json; fix: pass a Hugging Face model folder")
+        return folder
+    root = os.environ.get(WEIGHTS_ROOT_ENV)
+    if root and (Path(root) / weights / "config.json").is_file():
+        return (Path(root) / weights).resolve()
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    try:
+        return Path(snapshot_download(weights, local_files_only=True))
+    except LocalEntryNotFoundError:
+        raise ValueError(f"not on this machine (not under ${WEIGHTS_ROOT_ENV}, not in the Hugging Face cache); fix: "
+                         f"hf download {weights} --local-dir ${WEIGHTS_ROOT_ENV}/{weights}") from None
+
+
+def check_weights(run: ScenarioRun, weights: str | None) -> tuple[Check, Path | None]:
+    """The run's weights folder fits the run (titanflow.run.preflight.check_weights_folder: config.json,
+    tokenizer, the index against the model) and is complete whatever the init (titanflow.weights.check.
+    check_checkpoint: every shard, header and tensor); returns the check and the folder (None when it is not here)."""
+    from titanflow.run.preflight import check_weights_folder
+    from titanflow.weights.check import check_checkpoint
+
+    name = weights or f"embedded tiny {SCENARIOS[run.scenario].model_type}"
+    try:
+        folder = resolve_local(weights, run.init, SCENARIOS[run.scenario].model_type)
+    except ValueError as err:
+        detail, _, fix = str(err).partition("; fix: ")
+        return Check("weights", False, f"{name}: {detail}", fix or "pass --weights with a Hugging Face folder"), None
+    try:
+        check_weights_folder(run, folder)
+        if run.init != "pretrained":  # complete whatever the init (pretrained: checked just above)
+            check_checkpoint(folder)
+    except ValueError as err:
+        return Check("weights", False, f"{name} at {folder}: {err}", "complete the folder (the message says what "
+                     "is missing) or pass another --weights"), folder
+    return Check("weights", True, f"{name} at {folder}: complete for {run.scenario}, init {run.init}"), folder
+
+
+def check_dataset(run: ScenarioRun) -> Check:
+    """The folder of the text the target trains on is there (titanflow.launch.dataset.locate)."""
+    from titanflow.launch.dataset import C4_TEST_ENV, locate
+
+    found = locate(run.target_spec.dataset)
+    fix = (f"install the fork from its checkout ({SETUP_TRN2}), or export {C4_TEST_ENV}=<folder of c4_test>"
+           if found.name == "c4_test" else "restore assets/botchan_c4/ from the repository")
+    return Check("dataset", found.present, f"{found.name} at {found.path} ({found.located_by})"
+                 + ("" if found.present else ": missing"), fix)
+
+
+def check_compile_cache() -> Check:
+    """A file can be created and removed under ``<cache root>/compile`` (the compile caches' parent)."""
+    folder = paths.cache_root() / "compile"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".doctor-"):
+            pass
+    except OSError as err:
+        return Check("compile cache", False, f"{folder} is not writable ({err.strerror})",
+                     "export TITANFLOW_CACHE=<a writable folder>")
+    return Check("compile cache", True, f"{folder} is writable")
+
+
+def export_bytes(folder: Path, export_dtype: str) -> int:
+    """Bytes the run's export needs on disk: 2 x parameters x bytes of ``export_dtype`` (module docstring),
+    parameters counted from the folder's safetensors headers."""
+    from titanflow.export.structure import read_headers
+
+    parameters = 0
+    for tensors in read_headers(folder).values():
+        for _, shape in tensors.values():
+            count = 1
+            for size in shape:
+                count *= size
+            parameters += count
+    return 2 * parameters * DTYPE_BYTES[export_dtype]
+
+
+def check_disk(run: ScenarioRun, folder: Path) -> Check:
+    """Free space under the runs folder (its nearest existing parent) for the export of ``folder``'s model."""
+    try:
+        needed = export_bytes(folder, run.export_dtype)
+    except ValueError as err:
+        return Check("disk", False, f"the weights cannot be sized: {err}", "complete the weights folder")
+    root = run.runs_root()
+    existing = next(p for p in (root, *root.parents) if p.exists())
+    free = shutil.disk_usage(existing).free
+    gib = 2**30
+    return Check("disk", free >= needed, f"{free / gib:.1f} GiB free at {existing}, the export needs "
+                 f"{needed / gib:.2f} GiB ({run.export_dtype})", "free space there, or pass --runs-dir on a larger disk")
+
+
+def default_weights(target: str, scenario: str) -> str | None:
+    """The weights the target's deployments train the scenario on (titanflow.prefect_ops.deployments.
+    TARGET_WEIGHTS: on trn2 the walkthrough's Hub ids, found under $TITANFLOW_WEIGHTS_ROOT or in the HF
+    cache; for moe the full Qwen3-30B-A3B the flow trims); None elsewhere (the embedded tiny model)."""
+    from titanflow.prefect_ops.deployments import TARGET_WEIGHTS
+
+    return TARGET_WEIGHTS.get(target, {}).get(scenario, {}).get("weights")
+
+
+def run_checks(run: ScenarioRun, weights: str | None, *, with_weights: bool = True) -> list[Check]:
+    """Every check of the module docstring for ``run`` (its target, scenario, init, ranks, runs folder) and
+    ``weights``; ``with_weights=False`` leaves out the weights and the disk (sized from them)."""
+    target = run.target
+    checks = [check_python(target), *check_packages(target)]
+    if target == "trn2":
+        checks += [check_fork(), check_devices(run), check_lnc(run)]
+    checks += check_kernels(target)
+    if with_weights:
+        weights_check, folder = check_weights(run, weights)
+        checks.append(weights_check)
+    checks += [check_dataset(run), check_compile_cache()]
+    if with_weights and folder is not None:
+        checks.append(check_disk(run, folder))
+    return checks
+
+
+def require_ready(run: ScenarioRun) -> None:
+    """The checks of a scenario run on trn2 before anything else (titanflow.run.preflight), less the weights.
+
+    Raises:
+        ValueError: ``target: ...`` with one line per failed check and its fix.
+    """
+    failed = [check for check in run_checks(run, run.weights, with_weights=False) if not check.ok]
+    if failed:
+        raise ValueError(f"target: {run.target} is not ready on this machine (`titanflow doctor --target {run.target}` "
+                         f"shows every check; `titanflow render {run.scenario} --target {run.target}` writes the job "
+                         "files anywhere):\n" + "\n".join(check.line() for check in failed))
+
+
+def doctor(target: str, scenario: str = "native", init: str = "random", weights: str | None = None,
+           nproc: int | None = None, runs_dir: str | None = None) -> int:
+    """Print every check for ``target`` and a summary line; 0 when all pass, 1 otherwise, 2 on bad input."""
+    if target not in TARGETS:
+        print(f"titanflow: bad input:\ntarget: unknown {target!r}; known: {', '.join(TARGETS)}", file=sys.stderr)
+        return 2
+    try:  # the weights are checked as a line of their own, not as input
+        run = ScenarioRun(scenario=scenario, target=target, init=init, nproc=nproc, runs_dir=runs_dir)
+    except ValueError as err:
+        print(f"titanflow: bad input:\n{err}", file=sys.stderr)
+        return 2
+    checks = run_checks(run, weights or default_weights(target, scenario))
+    for check in checks:
+        print(check.line())
+    failed = sum(not check.ok for check in checks)
+    print(f"doctor {target}: {len(checks)} checks, {failed} failed" + ("" if failed else ": ready"))
+    return 1 if failed else 0
