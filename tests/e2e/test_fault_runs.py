@@ -22,6 +22,7 @@ from helpers.run_processes import (
     rank_process,
     run_processes,
     train_run_count,
+    wait_until,
 )
 
 from titanflow.launch.process import KILL_GRACE_S, KILL_WAIT_S
@@ -34,14 +35,6 @@ HANG_TIMEOUT_S = 90
 #: After the timeout the watchdog sends SIGTERM (and SIGCONT, for a stopped rank), SIGKILL after KILL_GRACE_S,
 #: then waits KILL_WAIT_S: every process of the launch is gone this long after the launch started.
 HANG_GONE_S = HANG_TIMEOUT_S + KILL_GRACE_S + KILL_WAIT_S
-
-
-def _wait(condition, seconds: float, what: str) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what}: not within {seconds:.0f} s")
-        time.sleep(0.2)
 
 
 class FaultInjector(threading.Thread):
@@ -60,7 +53,7 @@ class FaultInjector(threading.Thread):
 
     def _first_step_of_next_launch(self, steps_before: int) -> psutil.Process:
         log = self.run_dir / "train.log"
-        _wait(lambda: len(logged_steps(log)) > steps_before, 300, "a launch's first step")
+        wait_until(lambda: len(logged_steps(log)) > steps_before, 300, "a launch's first step")
         rank = rank_process(self.run_dir, 1)
         assert rank is not None, "rank 1 is not running after its first step"
         return rank
@@ -70,13 +63,13 @@ class FaultInjector(threading.Thread):
         launch_started = min(p.create_time() for p in run_processes(self.run_dir))
         rank.suspend()  # SIGSTOP: the rank hangs; torchrun started it in a process group of its own
         self.seen["stopped_pid"] = rank.pid
-        _wait(lambda: not run_processes(self.run_dir), HANG_GONE_S + 60, "the hung launch's end")
+        wait_until(lambda: not run_processes(self.run_dir), HANG_GONE_S + 60, "the hung launch's end")
         self.seen["hang_gone_s"] = time.time() - launch_started
         rank = self._first_step_of_next_launch(len(logged_steps(self.run_dir / "train.log")))
         rank.kill()  # SIGKILL, mid-run
         killed = time.time()
         self.seen["killed_pid"] = rank.pid
-        _wait(lambda: not run_processes(self.run_dir), 60, "the launch with a killed rank's end")
+        wait_until(lambda: not run_processes(self.run_dir), 60, "the launch with a killed rank's end")
         self.seen["kill_gone_s"] = time.time() - killed
 
 
@@ -170,14 +163,14 @@ def test_ctrl_c_of_titanflow_run_while_training_ends_everything_and_records_canc
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                                start_new_session=True)
     try:
-        _wait(lambda: len(logged_steps(run_dir / "train.log")) >= 2, 300, "2 logged steps")
+        wait_until(lambda: len(logged_steps(run_dir / "train.log")) >= 2, 300, "2 logged steps")
         tree = [psutil.Process(command.pid), *psutil.Process(command.pid).children(recursive=True)]
         os.killpg(command.pid, signal.SIGINT)
         output, _ = command.communicate(timeout=120)
     finally:
         if command.poll() is None:
             os.killpg(command.pid, signal.SIGKILL)
-    _wait(lambda: not [p for p in tree if p.is_running() and p.status() != psutil.STATUS_ZOMBIE], 30,
+    wait_until(lambda: not [p for p in tree if p.is_running() and p.status() != psutil.STATUS_ZOMBIE], 30,
           "every process the command started to end")
     assert command.returncode == 130, output[-3000:]
     assert "run cancelled, not failed" in output

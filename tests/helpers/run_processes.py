@@ -65,3 +65,18 @@ def changed_history_cells(before, after) -> dict:
     return {(run_id, column): (row.get(column), new.get(run_id, {}).get(column))
             for run_id, row in old.items() for column in set(row) | set(new.get(run_id, {}))
             if row.get(column) != new.get(run_id, {}).get(column)}
+
+
+def wait_until(condition, seconds: float, what: str) -> None:
+    """Poll ``condition()`` every 0.2 s until it is true.
+
+    Raises:
+        TimeoutError: not true within ``seconds`` (the message names ``what``).
+    """
+    import time
+
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: not within {seconds:.0f} s")
+        time.sleep(0.2)
