@@ -203,12 +203,17 @@ def cmd_render(args: argparse.Namespace) -> int:
         return 2
     run, _, run_dir = checked
     from titan_cfg.scenarios import SCENARIOS
+    from titanflow import paths
     from titanflow.launch.render import render
+    from titanflow.weights.identity import weights_id
     from titanflow.weights.resolve import resolve_weights
+    from titanflow.weights.trim import ensure_trimmed
 
     run_dir.mkdir(parents=True)
-    rendered = render(run, resolve_weights(run.weights, run.init, SCENARIOS[run.scenario].model_type), run_dir,
-                      files_only=True)  # to be read: the weights folder needs only config.json
+    weights_dir = resolve_weights(run.weights, run.init, SCENARIOS[run.scenario].model_type)
+    if run.trim is not None:  # as the flow's trim_weights step: the trim kept in the cache
+        weights_dir = ensure_trimmed(weights_dir, run.trim, weights_id(run.weights, weights_dir), paths.cache_root())
+    rendered = render(run, weights_dir, run_dir, files_only=True)  # to be read: config.json is enough
     print(Path(rendered.job_path).parent)
     return 0
 

@@ -4,6 +4,7 @@ source's own values, gives a finite loss, round-trips through torchtitan, and pa
 the published Qwen3-30B-A3B config trims to the walkthrough's."""
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -157,3 +158,17 @@ def test_titanflow_trim_writes_the_folder_and_refuses_bad_input_with_exit_2(tiny
     assert main(["trim", str(tiny_moe), str(tmp_path / "again"), "--layers", "9", "--experts", "4",
                  "--top-k", "1"]) == 2
     assert "trim: layers 9 > 4" in capsys.readouterr().err and not (tmp_path / "again").exists()
+
+
+def test_titanflow_render_trims_as_the_flow_does(tmp_path, capsys, monkeypatch):
+    """``titanflow render moe --target trn2 --trim ...`` of the published 30B-A3B config: the job is the
+    walkthrough's trimmed model (4 layers, 64 experts, top-4), rendered from the trim kept in the cache."""
+    from titan_cfg.job import Job
+    from titanflow.cli import main
+
+    monkeypatch.setenv("TITANFLOW_CACHE", str(tmp_path / "cache"))
+    assert main(["render", "moe", "--target", "trn2", "--weights", str(FIXTURES / "qwen3-30b-a3b"),
+                 "--trim", "layers=4,experts=64,top_k=4", "--runs-dir", str(tmp_path / "runs")]) == 0
+    job = Job.read(Path(capsys.readouterr().out.strip()) / "job.json")
+    assert (job.shape.num_hidden_layers, job.shape.num_experts, job.shape.num_experts_per_tok) == (4, 64, 4)
+    assert Path(job.weights_dir).parent == tmp_path / "cache" / "trimmed"
