@@ -12,6 +12,7 @@ from helpers.run_processes import (
     rank_process,
     run_processes,
     train_run_count,
+    wait_until,
 )
 
 from titanflow.launch.metrics import log_lines, parse_launch_line, parse_step_line
@@ -22,14 +23,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.fault]
 #: is logged, during step 6 (a step takes 2.5-10 s on 2 busy cores, a save about 1 s), so step 3 is the newest
 #: complete checkpoint.
 INTERVAL, KILL_AFTER_STEP = 3, 5
-
-
-def _wait(condition, seconds: float, what: str) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what}: not within {seconds:.0f} s")
-        time.sleep(0.2)
 
 
 class KillRankAfterStep(threading.Thread):
@@ -44,13 +37,13 @@ class KillRankAfterStep(threading.Thread):
     def run(self) -> None:
         try:
             log = self.run_dir / "train.log"
-            _wait(lambda: len(logged_steps(log)) >= KILL_AFTER_STEP, 600, f"step {KILL_AFTER_STEP}")
+            wait_until(lambda: len(logged_steps(log)) >= KILL_AFTER_STEP, 600, f"step {KILL_AFTER_STEP}")
             rank = rank_process(self.run_dir, 1)
             assert rank is not None, f"rank 1 is not running after step {KILL_AFTER_STEP}"
             rank.kill()
             self.seen.update(killed_pid=rank.pid, killed_at=time.monotonic(),
                              steps_seen_at_kill=len(logged_steps(log)))
-            _wait(lambda: not run_processes(self.run_dir), 60, "the launch with a killed rank's end")
+            wait_until(lambda: not run_processes(self.run_dir), 60, "the launch with a killed rank's end")
             self.seen["launch_gone_s"] = time.monotonic() - self.seen["killed_at"]
             checkpoint = self.run_dir / "train" / "checkpoint"
             self.seen["folders_after_kill"] = sorted(p.name for p in checkpoint.iterdir())
