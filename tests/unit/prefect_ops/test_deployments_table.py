@@ -89,3 +89,20 @@ def test_the_trn2_nightly_runs_take_the_deployments_weights(monkeypatch, tmp_pat
     with pytest.raises(RuntimeError, match="stop"):
         nightly.qwen3_nightly.fn(target="trn2", scenarios=["moe"], inits=["pretrained"], runs_dir=str(tmp_path))
     assert calls[0]["weights"] == "Qwen/Qwen3-30B-A3B" and calls[0]["trim"] == TARGET_WEIGHTS["trn2"]["moe"]["trim"]
+
+
+def test_every_trn2_deployment_installs_the_trn2_profile_before_it_runs_and_no_cpu_one_does():
+    """The trn2 pool's pull step runs make setup-trn2 (profiles/trn2/setup.sh, which ends with titanflow
+    doctor --target trn2); cpu deployments only set the working directory (the CI machine's venv is set)."""
+    import yaml
+
+    from titanflow.prefect_ops.deployments import PREFECT_YAML
+
+    config = yaml.safe_load(PREFECT_YAML.read_text())
+    for deployment in config["deployments"]:
+        steps = deployment.get("pull", config["pull"])
+        scripts = [s["prefect.deployments.steps.run_shell_script"]["script"] for s in steps
+                   if "prefect.deployments.steps.run_shell_script" in s]
+        assert scripts == (["make setup-trn2"] if deployment["work_pool"]["name"] == "trn2" else []), \
+            deployment["name"]
+        assert "prefect.deployments.steps.set_working_directory" in steps[0]
