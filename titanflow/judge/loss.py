@@ -121,10 +121,11 @@ def judge(losses: list[float], shape: Qwen3Shape, run: ScenarioRun, golden_dir: 
                                    f"random-init {random_expected:.4f}: were the weights loaded?")
     elif run.init == "pretrained" and golden is None and independent is None and not published_decides:
         verdict, reason = "pass", f"{first:.4f} <= {bound:.4f} (no golden for these weights: the gap alone)"
-    elif abs(first - expected) <= tol:
-        verdict, reason = "pass", f"|{first:.4f} - {expected:.4f}| = {abs(first - expected):.4f} <= {tol}"
     else:
-        verdict, reason = "fail", f"|{first:.4f} - {expected:.4f}| = {abs(first - expected):.4f} > {tol}"
+        places = 4 if tol >= 1e-3 else 6  # a 5e-5 tolerance needs the digits that show it
+        gap, holds = abs(first - expected), abs(first - expected) <= tol
+        verdict = "pass" if holds else "fail"
+        reason = f"|{first:.{places}f} - {expected:.{places}f}| = {gap:.{places}f} {'<=' if holds else '>'} {tol}"
     return LossVerdict(first_step_loss=first, expected_first_step_loss=expected, tolerance=tol,
                        expectation_source=source, verdict=verdict, reason=reason, independent=independent,
                        golden_first_step_loss=golden.first_step_loss if golden and run.init == "pretrained" else None,
