@@ -31,3 +31,13 @@ def stand_ins(name: str | Path):
             if str(getattr(module, "__file__", None) or "").startswith(str(folder)):
                 del sys.modules[module_name]
         importlib.invalidate_caches()
+
+
+def installed_distributions(folder: Path, **versions: str) -> Path:
+    """``folder`` filled with ``.dist-info`` metadata that importlib.metadata reads as installed
+    distributions ``{name: version}`` once the folder is on ``sys.path`` (:func:`stand_ins`); returns it."""
+    for name, version in versions.items():
+        info = folder / f"{name.replace('-', '_')}-{version}.dist-info"
+        info.mkdir(parents=True)
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    return folder

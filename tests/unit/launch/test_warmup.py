@@ -5,7 +5,7 @@ and a folder is warm only when the compiler's entries are there, not on a marker
 from pathlib import Path
 
 import pytest
-from helpers.stand_ins import stand_ins
+from helpers.stand_ins import installed_distributions, stand_ins
 
 from titan_cfg.compile_cache import (
     cache_entries,
@@ -37,15 +37,6 @@ def _neuron_job(rendered) -> Job:
     return Job.read(Path(rendered.job_path)).model_copy(update={"target": "trn2", "compile_backend": "neuron"})
 
 
-def _distributions(folder: Path, **versions: str) -> Path:
-    """A folder of .dist-info metadata that importlib.metadata reads as installed distributions."""
-    for name, version in versions.items():
-        info = folder / f"{name.replace('-', '_')}-{version}.dist-info"
-        info.mkdir(parents=True)
-        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
-    return folder
-
-
 def test_neuron_jobs_point_torch_neuronx_variables_into_the_keyed_folder(rendered, tmp_path):
     """Every TorchNeuron cache variable lands in a subfolder of one keyed folder; the XLA-era
     NEURON_COMPILE_CACHE_URL, which TorchNeuron does not read, is gone."""
@@ -67,7 +58,7 @@ def test_the_neuron_key_covers_torch_neuronx_and_neuronx_cc(rendered, tmp_path):
     for label, versions in {"base": {"torch-neuronx": "2.14.3.0", "neuronx-cc": "2.33.1.0"},
                             "framework": {"torch-neuronx": "2.14.4.0", "neuronx-cc": "2.33.1.0"},
                             "compiler": {"torch-neuronx": "2.14.3.0", "neuronx-cc": "2.33.2.0"}}.items():
-        with stand_ins(_distributions(tmp_path / label, **versions)):
+        with stand_ins(installed_distributions(tmp_path / label, **versions)):
             keys[label] = cache_key(job, target, {})
             if label == "base":
                 assert compiler_version("neuron") == "torch-neuronx==2.14.3.0;neuronx-cc==2.33.1.0"

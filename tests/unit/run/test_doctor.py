@@ -9,22 +9,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers.stand_ins import STAND_INS, stand_ins
+from helpers.stand_ins import STAND_INS, installed_distributions, stand_ins
 
 from titanflow.run import doctor
 from titanflow.run.params import ScenarioRun
 
 #: The walkthrough's stack (profiles/trn2/constraints.txt): torch 2.14.0, torch-neuronx 2.14.3(.0.*), transformers 5.16.0.
 TRN2_STACK = {"torch": "2.14.0", "torch-neuronx": "2.14.3.0.1234", "transformers": "5.16.0"}
-
-
-def _distributions(folder: Path, **versions: str) -> Path:
-    """A folder of .dist-info metadata that importlib.metadata reads as installed distributions."""
-    for name, version in versions.items():
-        info = folder / f"{name.replace('-', '_')}-{version}.dist-info"
-        info.mkdir(parents=True)
-        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
-    return folder
 
 
 @pytest.fixture()
@@ -59,9 +50,9 @@ def test_packages_against_the_profile(tmp_path):
     assert set(failed) == {"package torch", "package torch-neuronx", "package transformers"}
     assert not any(check.ok for check in failed.values())
     assert failed["package torch-neuronx"].detail == "not installed (trn2 pins torch-neuronx==2.14.3.*)"
-    with stand_ins(_distributions(tmp_path / "stack", **TRN2_STACK)):
+    with stand_ins(installed_distributions(tmp_path / "stack", **TRN2_STACK)):
         assert all(check.ok for check in doctor.check_packages("trn2"))
-    with stand_ins(_distributions(tmp_path / "old", **{**TRN2_STACK, "transformers": "5.23.0"})):
+    with stand_ins(installed_distributions(tmp_path / "old", **{**TRN2_STACK, "transformers": "5.23.0"})):
         assert [c.name for c in doctor.check_packages("trn2") if not c.ok] == ["package transformers"]
 
 
@@ -77,7 +68,7 @@ def test_the_fork_is_recognised_by_version_and_location(fork_importable, tmp_pat
     assert check.detail.startswith(f"torchtitan 0.2.2+neuron.1 at {fork_importable / 'torchtitan'}: the fork")
     other = tmp_path / "older"
     shutil.copytree(fork_importable / "torchtitan", other / "torchtitan")
-    with stand_ins(_distributions(other, torchtitan="0.2.1+neuron.3")):
+    with stand_ins(installed_distributions(other, torchtitan="0.2.1+neuron.3")):
         assert "another release of the fork" in doctor.check_fork().detail and not doctor.check_fork().ok
 
 
