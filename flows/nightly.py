@@ -27,6 +27,7 @@ from prefect.states import Cancelled, Completed, Failed, State
 from flows.scenario import qwen3_scenario
 from titan_cfg.job import Init
 from titanflow.judge.failures import classify
+from titanflow.prefect_ops.alerts import emit_regression_alert
 from titanflow.prefect_ops.deployments import TARGET_WEIGHTS
 from titanflow.run.params import ScenarioName, ScenarioRun, TargetName, nightly_suite
 from titanflow.run.preflight import new_run_id
@@ -99,6 +100,14 @@ def suite_state(rows: list[dict]) -> State:
     return Completed(message=f"{len(rows)} of {len(rows)} scenario runs passed; {flagged} regressions flagged{history}")
 
 
+def conclude(target: str, rows: list[dict]) -> State:
+    """The suite's final state (:func:`suite_state`); a suite that flagged regressions without failing
+    first emits the event of the regression alert (titanflow.prefect_ops.alerts)."""
+    state = suite_state(rows)
+    emit_regression_alert(target, state, flagged=sum(r["flagged"] for r in rows))
+    return state
+
+
 @flow(name="qwen3-nightly")
 def qwen3_nightly(
     target: TargetName = "cpu",
@@ -143,4 +152,4 @@ def qwen3_nightly(
         logger.info("%s/%s: %s %s", scenario, init, row["verdict"], row["failure_class"] or "")
         rows.append(row)
     publish()
-    return suite_state(rows)
+    return conclude(target, rows)
