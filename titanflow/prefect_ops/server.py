@@ -4,15 +4,17 @@
     python -m titanflow.prefect_ops.server status    # what is running, and the URLs
     python -m titanflow.prefect_ops.server stop      # `make stop`: ends exactly what `start` started
 
-``start`` runs Prefect's own pieces, in order: ``prefect server start --host 127.0.0.1``
-(SQLite under the project folder ``.prefect/``, the UI included), the work pools of
+``start`` runs Prefect's own pieces, in order: ``prefect server start --host 127.0.0.1`` (SQLite
+under the project folder ``.prefect/``, the UI included), the work pools of
 ``deployments/prefect.yaml`` (type ``process``, created when missing), ``prefect --no-prompt
-deploy`` of that file, and ``prefect worker start --pool cpu``. The server and the worker each
-run in a session of their own (a worker started with ``&`` from a non-interactive shell would
-ignore SIGINT/SIGTERM), and their PIDs and start times are recorded in
-``.prefect/titanflow-server.json``. ``stop`` signals those process groups, then every process
-they had started (flow runs and their torchrun ranks run in sessions of their own), so nothing
-is left behind. Startup is idempotent: a second ``start`` reports the running one.
+deploy`` of that file, the alert automations (titanflow.prefect_ops.alerts: on when
+``TITANFLOW_ALERT_WEBHOOK_URL`` or ``TITANFLOW_ALERT_BLOCK`` is set), and ``prefect worker start
+--pool cpu``. The server and the worker each run in a session of their own (a worker started with
+``&`` from a non-interactive shell would ignore SIGINT/SIGTERM), and their PIDs and start times
+are recorded in ``.prefect/titanflow-server.json``. ``stop`` signals those process groups, then
+every process they had started (flow runs and their torchrun ranks run in sessions of their own),
+so nothing is left behind. Startup is idempotent: a second ``start`` reports the running one
+(after setting its alerts up again, as the environment now says).
 
 Each stage's seconds are measured at every start and kept in the record (``ServerState.timings_s``);
 ``make server`` and ``status`` print them.
@@ -35,6 +37,7 @@ import yaml
 
 from titanflow.prefect_ops.local_server import ServerError, free_port, api_healthy
 from titanflow.launch.process import stop_group
+from titanflow.prefect_ops.alerts import alert_setting, ensure_alerts
 from titanflow.prefect_ops.deployments import PREFECT_YAML, check_prefect_yaml
 from titanflow.paths import REPO_ROOT, write_atomic
 from titanflow.launch.slot import release_stale_slots
@@ -65,8 +68,9 @@ class ServerState:
     """What ``start`` set up, as recorded in ``<home>/titanflow-server.json``.
 
     ``timings_s`` holds measured seconds: ``server_health`` (start to /api/health answering),
-    ``work_pools``, ``deploy``, ``worker_ready`` (worker start to its first heartbeat);
-    ``released_slots`` the training slots found still taken at start and freed.
+    ``work_pools``, ``deploy``, ``alerts``, ``worker_ready`` (worker start to its first heartbeat);
+    ``released_slots`` the training slots found still taken at start and freed; ``alerts`` where the
+    nightly's alerts go, or that they are off (titanflow.prefect_ops.alerts.ensure_alerts).
     """
 
     api_url: str
@@ -75,6 +79,7 @@ class ServerState:
     deployments: list[str] = field(default_factory=list)
     timings_s: dict[str, float] = field(default_factory=dict)
     released_slots: list[str] = field(default_factory=list)
+    alerts: str = ""
 
     @property
     def ui_url(self) -> str:
@@ -212,6 +217,14 @@ def _worker_registered(api_url: str, pool: str) -> bool:
         return len(client.read_workers_for_work_pool(pool)) > 0
 
 
+def _alerts(api_url: str) -> str:
+    """titanflow.prefect_ops.alerts.ensure_alerts on ``api_url``; a bad setting raises ServerError."""
+    try:
+        return ensure_alerts(api_url)
+    except ValueError as err:
+        raise ServerError(f"alerts: {err}") from None
+
+
 def _port_taken(port: int) -> bool:
     """True when something accepts connections on 127.0.0.1:``port``."""
     with socket.socket() as sock:
@@ -226,10 +239,15 @@ def start(home: Path = DEFAULT_HOME, port: int = DEFAULT_PORT, startup_timeout_s
 
     Raises:
         ServerError: deployments/prefect.yaml lacks a deployment of the registries (names each), the
-            port is taken by something else (pass another ``--port``), or a step failed; whatever had
-            been started is stopped again before raising.
+            port is taken by something else (pass another ``--port``), an alert setting is refused
+            (names the variable), or a step failed; whatever had been started is stopped again before
+            raising (a server already running is left running).
     """
     home = Path(home).resolve()
+    try:
+        alert_setting()  # refused before anything starts
+    except ValueError as err:
+        raise ServerError(f"alerts: {err}") from None
     stale = check_prefect_yaml()
     if stale:
         raise ServerError(f"{PREFECT_YAML} does not hold the deployments of the registries "
@@ -237,6 +255,8 @@ def start(home: Path = DEFAULT_HOME, port: int = DEFAULT_PORT, startup_timeout_s
     home.mkdir(parents=True, exist_ok=True)
     previous = ServerState.load(home)
     if previous and all(_alive(p) for p in previous.processes) and api_healthy(previous.api_url):
+        previous.alerts = _alerts(previous.api_url)
+        previous.save()
         return previous
     if previous:
         stop(home)  # a partial or stale start: end what is left of it
@@ -266,6 +286,9 @@ def start(home: Path = DEFAULT_HOME, port: int = DEFAULT_PORT, startup_timeout_s
         deploy(api_url, names, env)
         state.deployments = names
         state.timings_s["deploy"] = time.monotonic() - t0
+        t0 = time.monotonic()
+        state.alerts = _alerts(api_url)
+        state.timings_s["alerts"] = time.monotonic() - t0
 
         t0 = time.monotonic()
         worker = _spawn("worker", [str(PREFECT_CLI), "worker", "start", "--pool", LOCAL_POOL, "--type", "process"],
@@ -311,6 +334,7 @@ def describe(state: ServerState) -> str:
              f"Prefect API     {state.api_url}",
              f"deployments     {len(state.deployments)} (flow runs start with: prefect deployment run "
              f"'qwen3-scenario/native-cpu-random' --watch)"]
+    lines += [f"alerts          {state.alerts}"] if state.alerts else []
     lines += [f"{p.role:<15} pid {p.pid}, log {p.log}" for p in state.processes]
     lines += [f"timing          {k} {v:.1f} s" for k, v in state.timings_s.items()]
     lines += ["", "Point the prefect command line at this server:", f"export PREFECT_API_URL={state.api_url}"]

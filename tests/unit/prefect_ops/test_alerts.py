@@ -170,3 +170,13 @@ def test_a_webhook_or_a_block_is_the_setting_and_is_described_without_the_webhoo
 def test_bad_settings_are_refused_naming_the_variable(environ, refusal):
     with pytest.raises(ValueError, match=refusal):
         alerts.alert_setting(environ)
+
+
+def test_make_server_refuses_a_bad_alert_setting_before_starting_anything(tmp_path, monkeypatch):
+    from titanflow.prefect_ops import server
+    from titanflow.prefect_ops.local_server import ServerError
+
+    monkeypatch.setenv(alerts.WEBHOOK_ENV, "hooks.example.com/nightly")
+    with pytest.raises(ServerError, match="alerts: TITANFLOW_ALERT_WEBHOOK_URL='hooks.example.com/nightly': not an"):
+        server.start(tmp_path, port=0)
+    assert server.ServerState.load(tmp_path) is None and not (tmp_path / "server.log").exists()
