@@ -6,6 +6,7 @@
     titanflow render native --target trn2  write runs/<id>/job/ (command, environment, torchtitan config) only
     titanflow nightly --target cpu         the qwen3-nightly suite: every scenario x init, one report
     titanflow history [--set-aside]        where the run history is; set a corrupt table aside
+    titanflow compare RUN_A RUN_B          run B against run A: curves, where they part, metrics, what differs
     titanflow doctor --target trn2         is this machine ready for a target: one line per check, with its fix
     titanflow trim SOURCE DEST --layers 4 --experts 64 --top-k 4   an MoE folder cut to its first layers/experts
 
@@ -254,6 +255,29 @@ def cmd_history(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    """Print run B against run A (titanflow.judge.run_compare) and write the PNG of both curves; 0 on
+    success, 1 when the history cannot be read, 2 when a run is not found."""
+    from titanflow.judge import history, run_compare
+    from titanflow.report import compare as report
+
+    try:
+        runs = history.read_history(history_dir=args.history_dir)
+    except history.HistoryError as err:
+        print(f"titanflow: {err}", file=sys.stderr)
+        return 1
+    try:
+        a, b = (run_compare.find_run(ref, runs, Path(args.runs_dir) if args.runs_dir else None)
+                for ref in (args.run_a, args.run_b))
+    except LookupError as err:
+        print(f"titanflow: bad input:\n{err.args[0]}", file=sys.stderr)
+        return 2
+    comparison = run_compare.compare(a, b)
+    png = report.write_comparison_png(comparison, Path(args.png) if args.png else report.default_png(comparison))
+    print(report.comparison_text(comparison, png), end="")
+    return 0
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
     """Check this machine against a target (titanflow.run.doctor): 0 when every check passes, 1 otherwise,
     2 on bad input."""
@@ -311,6 +335,18 @@ def main(argv: list[str] | None = None) -> int:
                                       "one, e.g. after a run reported that it cannot be read.")
     hist.add_argument("--set-aside", action="store_true", help="rename the table to runs.parquet.set-aside-<time>")
     hist.add_argument("--history-dir", help="the history folder (default: $TITANFLOW_HISTORY or history/)")
+    comp = sub.add_parser("compare", help="run B against run A: loss curves, where they part, metrics, what differs",
+                          description="Both loss curves step by step with their difference and the first step "
+                                      "where they part by more than the golden_curve rule's margin (0.02 nats), "
+                                      "tokens/s, memory and task times side by side, the parameters and versions "
+                                      "that differ, and a PNG of both curves (titanflow/judge/run_compare.py).")
+    comp.add_argument("run_a", help="the reference run (e.g. the last passing one): a run_id of the history, "
+                                    "or a run folder")
+    comp.add_argument("run_b", help="the run under scrutiny: a run_id of the history, or a run folder")
+    comp.add_argument("--png", help="where to write the plot (default: <run B's folder>/compare-<run A>.png)")
+    comp.add_argument("--history-dir", help="the history folder (default: $TITANFLOW_HISTORY or history/)")
+    comp.add_argument("--runs-dir", help="where run folders not in the history are looked for (default: "
+                                         "$TITANFLOW_RUNS or runs/)")
     doc = sub.add_parser("doctor", help="check this machine against a target, one line per check with its fix",
                          description="Python and package versions against the target's install profile, the "
                                      "torchtitan fork (trn2), Neuron devices and LNC (trn2), kernels, the weights "
@@ -335,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
     trim.add_argument("--top-k", type=int, required=True, help="experts routed per token (walkthrough: 4)")
     args = parser.parse_args(argv)
     return {"run": cmd_run, "render": cmd_render, "assets": cmd_assets, "nightly": cmd_nightly,
-            "history": cmd_history, "trim": cmd_trim, "doctor": cmd_doctor}[args.command](args)
+            "history": cmd_history, "compare": cmd_compare, "trim": cmd_trim, "doctor": cmd_doctor}[args.command](args)
 
 
 if __name__ == "__main__":

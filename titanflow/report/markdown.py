@@ -24,6 +24,22 @@ def fenced(text: str) -> str:
     return f"{fence}text\n{text}\n{fence}"
 
 
+def markdown_table(rows: list[dict]) -> str:
+    """``rows`` (one dict per row, the first row's keys as the header) as a GitHub markdown table; a
+    ``|`` inside a cell is escaped. Written here because pandas' ``DataFrame.to_markdown`` needs
+    tabulate, which titanflow does not otherwise depend on."""
+    if not rows:
+        return ""
+    header = list(rows[0])
+
+    def cell(value) -> str:
+        return "" if value is None else str(value).replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cell(row.get(k)) for k in header) + " |" for row in rows]
+    return "\n".join(lines)
+
+
 def summary_markdown(summary: RunSummary, *, loss_curve: Path | None = None, log: str | None = None,
                      findings: list[Finding] | None = None) -> str:
     """The run's summary as a short markdown report.

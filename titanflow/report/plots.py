@@ -1,6 +1,8 @@
-"""Loss-curve plot of a run: its per-step loss against the golden curve and the last passing runs.
+"""Loss-curve plots: a run's per-step loss against the golden curve and the last passing runs, and
+two runs against each other with their difference.
 
     write_loss_curve(run_dir / "loss_curve.png", losses, golden=read_curve(path).losses, history={"run-a": [...]})
+    write_pair_curves(path, losses_a, losses_b, labels=("run-a", "run-b"), margin=0.02, divergence_step=3)
 
 Drawn with matplotlib's object API on the Agg canvas (no pyplot, so no global backend
 state and no display needed). The figure is small (640 x 360 px, 100 dpi; about 25-40 kB
@@ -107,4 +109,55 @@ def write_loss_curve(path: Path, losses: Curve, *, golden: Curve | None = None,
     """Draw :func:`loss_curve_figure` and save it as PNG at ``path``; returns ``path``."""
     fig = loss_curve_figure(losses, golden=golden, history=history, title=title)
     fig.savefig(path, format="png")
+    return path
+
+
+def pair_figure(losses_a: Curve, losses_b: Curve, *, labels: tuple[str, str], margin: float,
+                divergence_step: int | None = None, title: str = "") -> Figure:
+    """Figure of two runs (titanflow.judge.run_compare): on top both losses (nats) per step, A grey and
+    B blue; below, B - A per step (nats) with the band +-``margin`` shaded. A red dotted vertical line
+    on both marks ``divergence_step``, the first step where they part by more than ``margin``.
+    Non-finite losses are gaps, as in :func:`loss_curve_figure`. 6.4 x 4.8 in at :data:`DPI`.
+
+    Raises:
+        ValueError: both curves are empty (nothing to plot).
+    """
+    steps_a, values_a = _finite_points(losses_a)
+    steps_b, values_b = _finite_points(losses_b)
+    if not steps_a and not steps_b:
+        raise ValueError("losses_a and losses_b are empty: neither run logged a training step")
+    fig = Figure(figsize=(FIGSIZE_IN[0], 4.8), dpi=DPI, layout="constrained")
+    FigureCanvasAgg(fig)
+    top, bottom = fig.subplots(2, 1, sharex=True, height_ratios=(2, 1))
+    marker = "o" if max(len(steps_a), len(steps_b)) <= 30 else None
+    top.plot(steps_a, values_a, color="0.45", linewidth=2, marker=marker, markersize=3, label=f"A {labels[0]}")
+    top.plot(steps_b, values_b, color="tab:blue", linewidth=1.5, marker=marker, markersize=3, label=f"B {labels[1]}")
+    b_of = dict(zip(steps_b, values_b))
+    shared = [s for s in steps_a if s in b_of]
+    a_of = dict(zip(steps_a, values_a))
+    bottom.axhspan(-margin, margin, color="0.85", label=f"+-{margin} nats")
+    bottom.axhline(0, color="0.45", linewidth=1)
+    bottom.plot(shared, [b_of[s] - a_of[s] for s in shared], color="tab:blue", marker=marker, markersize=3,
+                label="B - A")
+    for ax in (top, bottom):
+        if divergence_step is not None:
+            ax.axvline(divergence_step, color="tab:red", linestyle=":", linewidth=1.5,
+                       label=f"part at step {divergence_step}" if ax is top else "_nolegend_")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="upper right")
+    top.set_ylabel("loss (nats)")
+    bottom.set_ylabel("B - A (nats)")
+    bottom.set_xlabel("step")
+    last = max(steps_a + steps_b)
+    if last <= 20:
+        bottom.set_xticks(range(1, last + 1))
+    top.set_title(title, fontsize=9)
+    return fig
+
+
+def write_pair_curves(path: Path, losses_a: Curve, losses_b: Curve, *, labels: tuple[str, str], margin: float,
+                      divergence_step: int | None = None, title: str = "") -> Path:
+    """Draw :func:`pair_figure` and save it as PNG at ``path``; returns ``path``."""
+    pair_figure(losses_a, losses_b, labels=labels, margin=margin, divergence_step=divergence_step,
+                title=title).savefig(path, format="png")
     return path

@@ -1,0 +1,114 @@
+"""titanflow compare: two runs side by side, from the committed run fixtures (tests/fixtures/README.md) and
+history rows built by hand (tests/helpers/history_rows.py). The divergence of two real runs with different
+learning rates is tests/e2e/test_compare_runs.py."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from helpers import FIXTURES
+from helpers.history_rows import history_row
+
+from titanflow.judge.history import append_rows, read_history
+from titanflow.judge.run_compare import (
+    compare,
+    curve_margin,
+    find_run,
+    last_passing,
+    step_pairs,
+)
+from titanflow.report.compare import comparison_markdown, comparison_text
+
+LEGACY = FIXTURES / "legacy_run"  # runs.parquet: the row of run base-native (native cpu random, 10 steps)
+RANDOM_RUN = FIXTURES / "run_folders" / "native-cpu-random"  # run native-a1: the same workload, not in a history
+NAN_RUN = FIXTURES / "run_folders" / "native-cpu-nan"  # run native-nan2: lr 1e6, 4 steps, 2 logged
+
+
+def test_margin_is_the_golden_curve_rules():
+    assert curve_margin() == 0.02  # titanflow/judge/regression_rules.toml, metric losses
+
+
+def test_a_history_run_against_a_run_folder_of_the_same_workload():
+    runs = read_history(history_dir=LEGACY)
+    a, b = find_run("base-native", runs), find_run(str(RANDOM_RUN), runs)
+    assert (a["source"], b["source"]) == ("history", "run folder")
+    c = compare(a, b)
+    # both were `titanflow run native --target cpu` with default parameters: the same config_key and, on
+    # one machine, the same curve bit for bit (11.94006 ... 11.62677)
+    assert c.comparable and c.workload_a == c.workload_b == "native-cpu-random/efe6ba4c830a"
+    assert c.divergence_step is None and c.largest_gap == 0.0
+    assert [p.parted for p in c.steps] == [False] * 10
+    metrics = {m.metric: m for m in c.metrics}
+    assert (metrics["tokens_per_s"].a, metrics["tokens_per_s"].b) == (602.0, 454.0)  # each summary's
+    assert metrics["tokens_per_s"].change == pytest.approx((454 - 602) / 602)
+    assert (metrics["seconds_train"].a, metrics["seconds_train"].b) == (54.898, 41.505)
+    # the legacy row was written before runs_dir was recorded and with a parity_router tolerance
+    assert [(d.name, d.a, d.b) for d in c.parameters] == [("runs_dir", None, "/tmp/a-work/runs"),
+                                                          ("tolerances.parity_router", 1.0, None)]
+    # a run folder's summary of that age records no numerics environment: its versions are unknown
+    assert [(d.name, d.a, d.b) for d in c.provenance][:3] == [("torch_version", "2.13.0+cpu", None),
+                                                              ("torchtitan_version", "0.3.0", None),
+                                                              ("transformers_version", "5.23.0", None)]
+    assert c.headline().startswith("native-a1 (pass) vs base-native (pass): curves within 0.02 nats over 10 "
+                                   "common steps (largest gap 0 nats)")
+
+
+def test_a_nan_run_against_a_passing_one_lists_the_changed_parameters():
+    runs = read_history(history_dir=LEGACY)
+    c = compare(find_run("base-native", runs), find_run(str(NAN_RUN), runs))
+    assert not c.comparable  # 4 steps against 10: another workload
+    assert (c.verdict_b, c.failure_class_b) == ("fail", "numerics")
+    assert [(d.name, d.a, d.b) for d in c.parameters] == [
+        ("lr", 0.0008, 1e6), ("runs_dir", None, "/tmp/a-work/runs"), ("steps", 10, 4),
+        ("tolerances.parity_router", 1.0, None)]
+    assert c.steps[1].difference == pytest.approx(11.93121 - 11.93394)  # both metrics.csv files, step 2
+    assert [p.parted for p in c.steps] == [False, False] + [None] * 8  # the NaN run logged 2 steps
+    markdown = comparison_markdown(c)
+    assert "| 2 | 11.93394 | 11.93121 | -0.00273 |  |" in markdown
+    assert "| parameter | lr | 0.0008 | 1000000.0 |" in markdown
+    assert "not comparable: A is native-cpu-random/efe6ba4c830a, B is native-cpu-random/" in comparison_text(c)
+
+
+def test_curves_part_at_the_first_step_beyond_the_margin():
+    a = [11.94, 11.90, 11.85, 11.80, 11.75, math.nan, 11.70]
+    b = [11.94, 11.91, 11.88, 11.70, math.nan, math.nan]
+    pairs = step_pairs(a, b, 0.02)
+    # step 2 differs by 0.01 (within), step 3 by 0.03 (out), 5: one loss not finite, 6: neither, 7: b has none
+    assert [p.parted for p in pairs] == [False, False, True, True, True, False, None]
+    c = compare(history_row("a", 1, losses=a), history_row("b", 2, losses=b))
+    assert c.divergence_step == 3 and c.largest_gap == pytest.approx(0.1)  # step 4, the largest finite gap
+    assert c.headline().startswith("b (pass) vs a (pass): curves part at step 3 (11.88 vs 11.85, |difference| > "
+                                   "0.02 nats)")
+    with pytest.raises(ValueError, match="margin: -1 nats"):
+        compare(history_row("a", 1), history_row("b", 2), margin=-1)
+
+
+def test_last_passing_is_the_latest_passing_run_of_the_same_workload_before_it(tmp_path):
+    rows = [history_row("p1", 1), history_row("p2", 2), history_row("f0", 2, hour=12, verdict="fail"),
+            history_row("other-steps", 2, hour=14, config_key="k3"),
+            history_row("moe", 2, hour=16, scenario="moe"),
+            history_row("f", 3, verdict="fail", failure_class="numerics", lr=3e-3, torch_version="2.14.0+cpu"),
+            history_row("p3", 4)]
+    append_rows(rows, tmp_path)
+    runs = read_history(history_dir=tmp_path)
+    assert last_passing(find_run("f", runs), runs)["run_id"] == "p2"
+    assert last_passing(find_run("p1", runs), runs) is None
+    c = compare(last_passing(find_run("f", runs), runs), find_run("f", runs))
+    assert [(d.name, d.a, d.b) for d in c.parameters] == [("lr", 8e-4, 3e-3)]
+    assert [(d.name, d.a, d.b) for d in c.provenance] == [("torch_version", "2.13.0+cpu", "2.14.0+cpu")]
+    with pytest.raises(LookupError, match=r"run: 'nope' is neither a run_id of the history \(7 run\(s\)\) nor"):
+        find_run("nope", runs, tmp_path / "runs")
+
+
+def test_compare_command_prints_the_tables_and_writes_the_png(tmp_path, capsys):
+    from titanflow.cli import main
+
+    png = tmp_path / "pair.png"
+    assert main(["compare", "base-native", str(NAN_RUN), "--history-dir", str(LEGACY), "--png", str(png)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("native-nan2 (fail) vs base-native (pass): curves within 0.02 nats over 2 common steps")
+    assert "loss per step (nats):" in out and f"plot: {png}" in out
+    assert png.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+    assert main(["compare", "base-native", "nope", "--history-dir", str(LEGACY), "--runs-dir", str(tmp_path)]) == 2
+    assert "run: 'nope' is neither a run_id of the history (1 run(s))" in capsys.readouterr().err
