@@ -6,6 +6,7 @@
     titanflow render native --target trn2  write runs/<id>/job/ (command, environment, torchtitan config) only
     titanflow nightly --target cpu         the qwen3-nightly suite: every scenario x init, one report
     titanflow history [--set-aside]        where the run history is; set a corrupt table aside
+    titanflow history --last 20            the last 20 nights of each scenario x init, regressions marked
     titanflow compare RUN_A RUN_B          run B against run A: curves, where they part, metrics, what differs
     titanflow doctor --target trn2         is this machine ready for a target: one line per check, with its fix
     titanflow trim SOURCE DEST --layers 4 --experts 64 --top-k 4   an MoE folder cut to its first layers/experts
@@ -237,8 +238,9 @@ def cmd_trim(args: argparse.Namespace) -> int:
 
 
 def cmd_history(args: argparse.Namespace) -> int:
-    """Show where the run history is and how many runs it holds; with ``--set-aside``, rename the table
-    (kept) so the next run starts a new one. 0 on success, 1 when the table cannot be read."""
+    """Show where the run history is and how many runs it holds; with ``--last N``, also the trend table
+    of the last N nights (titanflow.judge.trends); with ``--set-aside``, rename the table (kept) so the next
+    run starts a new one. 0 on success, 1 when the table cannot be read, 2 on bad input."""
     from titanflow.judge import history
 
     if args.set_aside:
@@ -252,6 +254,14 @@ def cmd_history(args: argparse.Namespace) -> int:
         print(f"titanflow: {err}", file=sys.stderr)
         return 1
     print(f"history: {history.history_file(args.history_dir)}, {len(table)} run(s)")
+    if args.last is not None:
+        from titanflow.judge.trends import trend_table
+        from titanflow.report.trends import trend_text
+
+        if args.last < 1:
+            print(f"titanflow: bad input:\nlast: {args.last}; pass a number of nights, at least 1", file=sys.stderr)
+            return 2
+        print(trend_text(trend_table(table, target=args.target, nights=args.last)), end="")
     return 0
 
 
@@ -335,6 +345,9 @@ def main(argv: list[str] | None = None) -> int:
                                       "one, e.g. after a run reported that it cannot be read.")
     hist.add_argument("--set-aside", action="store_true", help="rename the table to runs.parquet.set-aside-<time>")
     hist.add_argument("--history-dir", help="the history folder (default: $TITANFLOW_HISTORY or history/)")
+    hist.add_argument("--last", type=int, help="print the last N nights of each scenario x init: first-step and "
+                                               "final loss, tokens/s, peak memory, total time, regressions marked")
+    hist.add_argument("--target", help="with --last: only this target's runs (default: every target)")
     comp = sub.add_parser("compare", help="run B against run A: loss curves, where they part, metrics, what differs",
                           description="Both loss curves step by step with their difference and the first step "
                                       "where they part by more than the golden_curve rule's margin (0.02 nats), "
