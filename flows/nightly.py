@@ -12,7 +12,10 @@ pass were cancelled ends Cancelled. Cancelling the suite itself cancels the run 
 publishes the report of the runs so far. Regressions that do not fail a run (slower, larger) are
 counted as flagged, and so are runs whose history could not be recorded.
 The markdown artifact ``nightly-<target>``
-keeps one version per night.
+keeps one version per night. Each failed run is then compared with the last passing run of its
+workload (tasks/compare.py: artifact ``<scenario>-<target>-<init>-compare``, a line in the report),
+and the last 14 nights are drawn in the artifact ``trends-<target>`` (tasks/trends.py); either
+failing is logged, never the suite's failure.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ from prefect.logging import get_run_logger
 from prefect.states import Cancelled, Completed, Failed, State
 
 from flows.scenario import qwen3_scenario
+from tasks.compare import compare_last_pass
+from tasks.trends import trends
 from titan_cfg.job import Init
 from titanflow.judge.failures import classify
 from titanflow.prefect_ops.alerts import emit_regression_alert
@@ -73,6 +78,8 @@ def suite_markdown(target: str, rows: list[dict]) -> str:
                      f"{r['flagged']} | {r['run_id']} |")
     for r in failed:
         lines += ["", f"- **{r['scenario']} / {r['init']}** ({r['failure_class']}): {str(r['reason'])[:500]}"]
+        if r.get("compared"):
+            lines.append(f"  - against the last passing run: {r['compared']}")
     for r in cancelled:
         lines += ["", f"- **{r['scenario']} / {r['init']}** cancelled, not failed: {str(r['reason'])[:500]}"]
     for r in rows:
@@ -98,6 +105,16 @@ def suite_state(rows: list[dict]) -> State:
         return Cancelled(message=f"{passed} of {len(rows)} scenario runs passed{apart}; {flagged} regressions "
                                  f"flagged{history}")
     return Completed(message=f"{len(rows)} of {len(rows)} scenario runs passed; {flagged} regressions flagged{history}")
+
+
+def _report_task(task, *args):
+    """Run a reporting task (compare, trends) of the suite: its result, or None after logging why it
+    failed; a report that cannot be made never fails the suite."""
+    state = task(*args, return_state=True)
+    if state.is_completed():
+        return state.result()
+    get_run_logger().warning("%s: %s", task.name, state.message)
+    return None
 
 
 def conclude(target: str, rows: list[dict]) -> State:
@@ -151,5 +168,9 @@ def qwen3_nightly(
         row = {"scenario": scenario, "init": init, "run_id": run_id, **outcome(summary_path, state)}
         logger.info("%s/%s: %s %s", scenario, init, row["verdict"], row["failure_class"] or "")
         rows.append(row)
+    for row in rows:
+        if row["verdict"] == "fail":
+            row["compared"] = _report_task(compare_last_pass, row["run_id"])
     publish()
+    _report_task(trends, target, [r["run_id"] for r in rows])
     return conclude(target, rows)

@@ -24,3 +24,6 @@ class TaskName(StrEnum):
     compare_history = "compare_history"
     append_history = "append_history"
     report = "report"
+    # the qwen3-nightly's own tasks, after its scenario runs
+    compare_runs = "compare_runs"  # each failed run against the last passing comparable run
+    trends = "trends"  # the trends-<target> artifact
