@@ -16,6 +16,8 @@ import os
 import shlex
 import subprocess
 import sys
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from pydantic import BaseModel
@@ -146,9 +148,50 @@ def build_trainer_config(job_path: Path, out_path: Path, env: dict[str, str]) ->
         raise RenderError(f"torchtitan rejected the rendered config:\n{tail}")
 
 
-def render(run: ScenarioRun, weights_dir: Path, run_dir: Path, files_only: bool = False) -> RenderedJob:
+#: The run folder in a torchtitan config built for a job without its run (:func:`without_run`): a path no run has.
+RUN_PLACEHOLDER = "/titanflow-run-folder"
+
+
+def without_run(job: Job) -> Job:
+    """``job`` as every run of it has it: the run id and the run folder replaced by :data:`RUN_PLACEHOLDER`
+    (torchtitan's config of it is the same for every run id, then :func:`placed` in a run's folder)."""
+    return job.model_copy(update={"run_id": "run", "dump_folder": f"{RUN_PLACEHOLDER}/train"})
+
+
+def build_config(job: Job, env: dict[str, str]) -> dict:
+    """torchtitan's config of ``job`` (:func:`build_trainer_config`, from a temporary copy of the job file).
+
+    Raises:
+        RenderError: torchtitan rejected the config.
+    """
+    with tempfile.TemporaryDirectory(prefix="titanflow-config-") as tmp:
+        out = Path(tmp) / "trainer_config.json"
+        build_trainer_config(job.write(Path(tmp) / JOB_FILE), out, env)
+        return json.loads(out.read_text())
+
+
+def placed(config: dict, job: Job) -> dict:
+    """A config built for :func:`without_run` of ``job`` with the run's own folder: every string that starts with
+    ``<RUN_PLACEHOLDER>/train`` starts with the job's ``dump_folder`` instead (today only ``dump_folder`` does)."""
+    placeholder = f"{RUN_PLACEHOLDER}/train"
+
+    def put(value):
+        if isinstance(value, dict):
+            return {k: put(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [put(v) for v in value]
+        if isinstance(value, str) and (value == placeholder or value.startswith(placeholder + "/")):
+            return job.dump_folder + value[len(placeholder):]
+        return value
+
+    return put(config)
+
+
+def render(run: ScenarioRun, weights_dir: Path, run_dir: Path, files_only: bool = False,
+           trainer_config: Callable[[Job, dict[str, str]], dict] | None = None) -> RenderedJob:
     """Write ``run_dir/job/`` (module docstring) and return where everything is; ``files_only``: see
-    :func:`make_job`."""
+    :func:`make_job`. ``trainer_config(job, env)``: torchtitan's config of :func:`without_run` of the job, e.g.
+    a cached :func:`build_config` (tasks.render), placed in the run's folder; None: built here for the job."""
     job_dir = run_dir / "job"
     job_dir.mkdir(parents=True, exist_ok=True)
     job = make_job(run, weights_dir, run_dir, files_only)
@@ -158,7 +201,11 @@ def render(run: ScenarioRun, weights_dir: Path, run_dir: Path, files_only: bool 
     (job_dir / "launch.json").write_text(json.dumps({"argv": argv, "env": env}, indent=2, sort_keys=True) + "\n")
     exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in sorted(env.items()))
     (job_dir / "launch.sh").write_text(f"#!/usr/bin/env bash\nset -euo pipefail\n{exports}exec {shlex.join(argv)}\n")
-    trainer_config = job_dir / "trainer_config.json"
-    build_trainer_config(job_path, trainer_config, env)
+    config_path = job_dir / "trainer_config.json"
+    if trainer_config is None:
+        build_trainer_config(job_path, config_path, env)
+    else:
+        config = placed(trainer_config(without_run(job), env), job)
+        config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
     return RenderedJob(run_dir=str(run_dir), job_path=str(job_path), argv=argv, env=env,
-                       trainer_config_path=str(trainer_config), dataset=job.dataset)
+                       trainer_config_path=str(config_path), dataset=job.dataset)

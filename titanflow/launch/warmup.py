@@ -35,6 +35,14 @@ class WarmupResult(BaseModel):
     seconds: float = Field(description="wall seconds of the one-step compile run (0 unless warmed)")
     cache_dir: str | None = Field(description="the keyed compile-cache folder, when compile is on")
 
+    def from_cache(self) -> WarmupResult:
+        """This result as a later run of the same job gets it from Prefect's cache (tasks.warmup): it compiled
+        nothing, so a ``warmed`` result reads ``reused`` and 0 s, its reason kept."""
+        if self.status != "warmed":
+            return self
+        return self.model_copy(update={"status": "reused", "seconds": 0.0,
+                                       "reason": f"Prefect's cache: an earlier run of this job warmed it ({self.reason})"})
+
 
 def is_warm(folder: Path, backend: str) -> bool:
     """An earlier warm-up completed in ``folder`` (its marker) and the ``backend``'s compiler has entries there."""

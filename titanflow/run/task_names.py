@@ -11,11 +11,15 @@ from enum import StrEnum
 
 
 class TaskName(StrEnum):
-    """One member per task of ``qwen3-scenario``, in the order the flow runs them."""
+    """One member per task of ``qwen3-scenario``, in the order the flow runs them (a task another task calls
+    follows its caller)."""
 
     pull_weights = "pull_weights"
+    build_tiny_weights = "build_tiny_weights"  # inside pull_weights, for the embedded weights
+    build_pretrained_weights = "build_pretrained_weights"  # inside pull_weights, for their pretrained checkpoint
     trim_weights = "trim_weights"
     render_config = "render_config"
+    torchtitan_config = "torchtitan_config"  # inside render_config
     compile_warmup = "compile_warmup"
     train = "train"
     export = "export"

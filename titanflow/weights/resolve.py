@@ -165,6 +165,17 @@ def download(repo_id: str, token: HubToken | None = None) -> Path:
     raise error  # raised outside the except block: no chained exception carrying the raw text
 
 
+def local_folder(weights: str) -> Path | None:
+    """The folder ``weights`` names on this machine, absolute, without downloading anything: a Hub id's copy under
+    ``$TITANFLOW_WEIGHTS_ROOT`` (when it holds a config.json) or the local path itself (which may not exist);
+    None for a Hub id to download."""
+    root = os.environ.get(WEIGHTS_ROOT_ENV)
+    if is_hub_id(weights):
+        copy = Path(root) / weights if root else None
+        return copy.resolve() if copy is not None and (copy / "config.json").is_file() else None
+    return Path(weights).expanduser().resolve()
+
+
 def resolve_weights(weights: str | None, init: str = "random", model_type: str = "qwen3",
                     token: HubToken | None = None) -> Path:
     """The local weights folder for ``weights`` (see module docstring); absolute. With no
@@ -184,15 +195,11 @@ def resolve_weights(weights: str | None, init: str = "random", model_type: str =
         from titanflow.assets import TINY_SPECS, ensure_assets
 
         return ensure_assets(spec=TINY_SPECS[model_type]).weights_dir.resolve()
-    root = os.environ.get(WEIGHTS_ROOT_ENV)
-    if is_hub_id(weights) and root and (Path(root) / weights / "config.json").is_file():
-        folder = (Path(root) / weights).resolve()
-    elif is_hub_id(weights):
+    folder = local_folder(weights)
+    if folder is None:
         folder = download(weights, token or hub_token())
-    else:
-        folder = Path(weights).expanduser().resolve()
-        if not folder.is_dir():
-            raise WeightsError(f"weights: folder {folder} does not exist")
+    elif not folder.is_dir():
+        raise WeightsError(f"weights: folder {folder} does not exist")
     if not (folder / "config.json").is_file():
         raise WeightsError(f"weights: {folder} has no config.json; it is not a Hugging Face model folder")
     return folder
