@@ -4,8 +4,11 @@
     -> compare_loss -> compare_history -> append_history -> report
 
 Parameters left ``None`` take :class:`titanflow.run.params.ScenarioRun`'s defaults;
-the resolved parameters are logged and written to ``summary.json``. Bad
-parameters fail here, before any task runs. Rendering, the compile warm-up and
+the resolved parameters are logged and written to ``summary.json`` as the run starts. Bad
+parameters fail here, before any task runs. ``resume`` continues a failed, cancelled or killed run
+in its own folder, and a retried flow run continues the folder it made (titanflow.run.resume); the
+tasks before training answer from Prefect's cache when nothing that decides them changed
+(titanflow.prefect_ops.caching), and the summary names those that did. Rendering, the compile warm-up and
 training hold this node's slot of a Prefect concurrency limit (titanflow.launch.slot),
 so no other run's training slows them down. Every run, passed or failed,
 is judged against the run history, appended to it and reported; the verdict is
@@ -41,20 +44,32 @@ from titanflow.launch.slot import training_slot
 from titanflow.report.artifacts import artifact_key, waiting_progress
 from titanflow.run.params import ScenarioName, ScenarioRun, TargetName, Trim
 from titanflow.run.preflight import preflight
+from titanflow.run.resume import Resumption, own_run_folder, resumed_run
 from titanflow.run.summary import RunRecorder, RunSummary
+from titanflow.run.task_names import TaskName
 from titanflow.weights.digest import weights_digest
 
 
-def prepare(params: dict) -> tuple[ScenarioRun, Path]:
+def prepare(params: dict) -> tuple[ScenarioRun, Path, Resumption | None]:
     """Validate parameters (titanflow.run.preflight) and create ``runs/<run-id>/``; nothing else is written.
+    With ``resume``, or in a retried flow run whose earlier attempt made a run folder, the run to continue
+    instead, checked (titanflow.run.resume.resumed_run); nothing is created then.
 
     Raises:
         pydantic.ValidationError / ValueError: a bad field (the message names it).
     """
-    run = ScenarioRun.model_validate({k: v for k, v in params.items() if v is not None})
+    given = {k: v for k, v in params.items() if v is not None}
+    if "resume" not in given and (runtime.flow_run.run_count or 1) > 1:
+        folder = own_run_folder(ScenarioRun.model_validate(given), str(runtime.flow_run.id))
+        if folder is not None:
+            given |= {"resume": folder.name, "runs_dir": str(folder.parent)}
+    if "resume" in given:
+        resumption = resumed_run(given)
+        return resumption.run, resumption.run_dir, resumption
+    run = ScenarioRun.model_validate(given)
     run_dir = preflight(run)
     run_dir.mkdir(parents=True)
-    return run, run_dir
+    return run, run_dir, None
 
 
 def judge_against_history(record: RunRecorder) -> Path:
@@ -100,6 +115,7 @@ def qwen3_scenario(
     timeout_s: float | None = None,
     runs_dir: str | None = None,
     run_id: str | None = None,
+    resume: str | None = None,
 ) -> dict:
     """Run one Qwen3 scenario; returns the summary (``runs/<id>/summary.json``) as a dict, plus its path
     under ``summary``.
@@ -109,15 +125,29 @@ def qwen3_scenario(
         after summary.json names that task; a cancel (TerminationSignal, KeyboardInterrupt) after
         summary.json records it.
     """
-    run, run_dir = prepare(dict(locals()))  # first line: locals() is exactly the parameters
+    run, run_dir, resumption = prepare(dict(locals()))  # first line: locals() is exactly the parameters
     logger = get_run_logger()
     logger.info("run %s with %s", run_dir.name, run.model_dump_json())
     logger.info("kernels: %s", run.kernels_resolved)
+    flow_run_id = str(runtime.flow_run.id)
+    resumed = [*resumption.previous.resumed, resumption.continuation(flow_run_id)] if resumption else []
     record = RunRecorder(run_dir, RunSummary(
-        run_id=run_dir.name, flow_run_id=str(runtime.flow_run.id), scenario=run.scenario, target=run.target,
+        run_id=run_dir.name, flow_run_id=flow_run_id, scenario=run.scenario, target=run.target,
         init=run.init, steps=run.steps, kernels=run.kernels_resolved, parameters=run.model_dump(),
-        environment=numerics_environment()))
+        environment=numerics_environment(), resumed=resumed))
     summary = record.summary
+    record.write()  # from the start: a run killed before its end keeps its parameters, to be resumed
+    if resumption:
+        logger.info("resuming run %s (time %d; it ended %s) from step %s", run_dir.name, len(resumed),
+                    resumed[-1].previous_verdict or "without a verdict (killed)", resumption.from_step or "1: "
+                    "no complete step checkpoint")
+
+    def call(task, *args):
+        """``task(*args)``'s result; one that Prefect's cache gave is named in the summary's ``cached_tasks``."""
+        state = task(*args, return_state=True)
+        if state.name == "Cached":
+            summary.cached_tasks.append(task.name)
+        return state.result()
 
     def slot():
         """The node's training slot; waiting for it is logged and shown on the progress artifact."""
@@ -138,7 +168,7 @@ def qwen3_scenario(
             with record.task(pull_weights) as timing:
                 if run.init == "pretrained" and run.weights is None:  # may pretrain the embedded checkpoint
                     hold_node(timing)
-                weights_dir = pull_weights(run.weights, run.init, SCENARIOS[run.scenario].model_type)
+                weights_dir = call(pull_weights, run.weights, run.init, SCENARIOS[run.scenario].model_type)
                 if run.init == "pretrained" and run.trim is None:  # names the checkpoint loaded, whichever
                     summary.weights_digest = weights_digest(Path(weights_dir))  # machine built it
             if run.trim is not None:  # moe on trn2: the published weights, trimmed (cached after the first run)
@@ -148,10 +178,14 @@ def qwen3_scenario(
                         summary.weights_digest = weights_digest(Path(weights_dir))
             with record.task(render_config) as timing:  # builds torchtitan's config: compute, like training
                 hold_node(timing)
-                rendered = render_config(run, weights_dir, str(run_dir))
+                if resumption:  # the same job, before its files are written again
+                    resumption.check_job(Path(weights_dir), summary.weights_digest)
+                rendered = call(render_config, run, weights_dir, str(run_dir))
                 summary.dataset = rendered.dataset
             with record.task(compile_warmup):
-                summary.compile_warmup = compile_warmup(rendered, run.timeout_s)
+                summary.compile_warmup = call(compile_warmup, rendered, run.timeout_s)
+                if TaskName.compile_warmup in summary.cached_tasks:  # it compiled nothing this time
+                    summary.compile_warmup = summary.compile_warmup.from_cache()
             with record.task(train):
                 logger.info("holding the training slot %s", held.name)
                 summary.train = train(rendered, run.timeout_s)

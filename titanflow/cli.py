@@ -3,6 +3,7 @@
     titanflow assets                       build (or reuse) the offline tokenizer and tiny weights
     titanflow assets --regenerate-dataset  rebuild assets/botchan_c4/ from the sentencepiece sdist
     titanflow run native --target cpu      run a scenario flow, print its summary, exit 0 only on pass
+    titanflow run --resume RUN_ID          continue a failed, cancelled or killed run in its own folder
     titanflow render native --target trn2  write runs/<id>/job/ (command, environment, torchtitan config) only
     titanflow nightly --target cpu         the qwen3-nightly suite: every scenario x init, one report
     titanflow history [--set-aside]        where the run history is; set a corrupt table aside
@@ -37,13 +38,15 @@ PREFECT_DEFAULTS = {
 }
 
 
-def _add_run_options(parser: argparse.ArgumentParser) -> None:
-    """One ``--option`` per ScenarioRun field (values are validated by pydantic, not argparse)."""
+def _add_run_options(parser: argparse.ArgumentParser, *, resumable: bool = False) -> None:
+    """One ``--option`` per ScenarioRun field (values are validated by pydantic, not argparse); ``resumable``:
+    with ``--resume``, which makes the scenario optional (the resumed run's)."""
     from titanflow.run.params import ScenarioRun
 
-    parser.add_argument("scenario", help=ScenarioRun.model_fields["scenario"].description)
+    parser.add_argument("scenario", nargs="?" if resumable else None,
+                        help=ScenarioRun.model_fields["scenario"].description)
     for name, field in ScenarioRun.model_fields.items():
-        if name in ("scenario", "tolerances"):
+        if name in ("scenario", "tolerances") or name == "resume" and not resumable:
             continue
         default = f" (default: {field.default})" if field.default is not None else ""
         parser.add_argument(f"--{name.replace('_', '-')}", dest=name, help=(field.description or "") + default)
@@ -59,6 +62,13 @@ def _preflighted(args: argparse.Namespace, *, launch: bool):
 
     given = {k: v for k, v in vars(args).items() if k != "command" and v is not None}
     try:
+        if given.get("resume"):  # the run it names, with its own checks (titanflow.run.resume)
+            from titanflow.run.resume import resumed_run
+
+            resumption = resumed_run(given)
+            return resumption.run, given, resumption.run_dir
+        if "scenario" not in given:
+            raise ValueError("scenario: missing; name one (titanflow run --help), or continue a run with --resume RUN_ID")
         run = ScenarioRun.model_validate(given)
         return run, given, preflight(run, launch=launch)
     except ValidationError as err:
@@ -91,6 +101,10 @@ def print_summary(summary: RunSummary) -> None:
         rows += [("export", summary.export.export_dir)]
     if summary.history_error:
         rows += [("HISTORY", f"not recorded: {summary.history_error}")]
+    if summary.resumed:
+        rows += [("resumed", f"{summary.resumes} time(s), last from step {summary.resumed[-1].from_step or 0}")]
+    if summary.cached_tasks:
+        rows += [("cached", ", ".join(summary.cached_tasks))]
     width = max(len(k) for k, _ in rows)
     for key, value in rows:
         print(f"{key:<{width}}  {value}")
@@ -325,7 +339,9 @@ def main(argv: list[str] | None = None) -> int:
     _add_run_options(sub.add_parser(
         "run", help="run one scenario flow",
         description="Run one scenario as the Prefect flow qwen3-scenario; writes runs/<run-id>/ "
-                    "(summary.json, train.log, metrics.csv, job/, export/). Exit 0 only on a pass verdict."))
+                    "(summary.json, train.log, metrics.csv, job/, export/). Exit 0 only on a pass verdict. "
+                    "--resume RUN_ID continues a failed, cancelled or killed run in its own folder."),
+        resumable=True)
     _add_run_options(sub.add_parser(
         "render", help="render a scenario's job files without running it",
         description="Write runs/<run-id>/job/ (job.json, launch.json, launch.sh, trainer_config.json) "

@@ -181,6 +181,9 @@ class HistoryRow(BaseModel):
                                           "resumed from (titanflow.launch.resume); None: it started at step 1")
     attempts: int | None = Field(None, description="training launches of the run (train.log's launch lines); "
                                  "None: it never launched, or before they were counted")
+    resumes: int | None = Field(None, description="times the run was continued in its own folder (titanflow run "
+                                "--resume, the resume parameter, a retried flow run: summary.json resumed); None: "
+                                "before they were counted")
 
     def as_record(self) -> dict:
         """The row as the table stores it: the columns in table order, ``seconds_<task>`` after
@@ -245,6 +248,7 @@ def row_from_summary(summary_path: Path | str, summary: RunSummary | None = None
         environment_key=environment_key(summary.environment), weights_digest=summary.weights_digest,
         resumed_from_step=train.resumed_from_step if train else (launched[-1][1] if launched else None),
         attempts=train.attempts if train else (len(launched) or None),
+        resumes=summary.resumes,
     )
 
 
@@ -272,7 +276,7 @@ def _read_table(table: Path) -> pd.DataFrame:
 def _frame(rows: list[dict]) -> pd.DataFrame:
     """Rows as a DataFrame with stable dtypes (nullable integers, UTC timestamps)."""
     df = pd.DataFrame(rows)
-    for column in ("peak_rss_bytes", "nproc", "steps", "resumed_from_step", "attempts"):
+    for column in ("peak_rss_bytes", "nproc", "steps", "resumed_from_step", "attempts", "resumes"):
         if column in df:
             df[column] = df[column].astype("Int64")
     return df

@@ -126,6 +126,9 @@ class ScenarioRun(BaseModel):
                              "an infrastructure failure is retried twice)")
     runs_dir: str | None = Field(None, description="parent of runs/<run-id>; None: $TITANFLOW_RUNS or <repo>/runs")
     run_id: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    resume: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", description="the id of a failed, "
+                               "cancelled or killed run to continue in its own folder, from its newest complete step "
+                               "checkpoint (titanflow.run.resume); its parameters are kept: give none that change the job")
     tolerances: Tolerances = Tolerances()
 
     @field_validator("kernels", mode="before")
@@ -171,6 +174,9 @@ class ScenarioRun(BaseModel):
         if self.checkpoint_interval is not None and self.checkpoint_interval > self.steps:
             raise ValueError(f"checkpoint_interval: {self.checkpoint_interval} exceeds steps {self.steps}; pass at "
                              f"most {self.steps} (then only the final export is saved)")
+        if self.resume is not None and self.run_id is not None and self.run_id != self.resume:
+            raise ValueError(f"run_id: {self.run_id} is not the resumed run {self.resume}; a resumed run keeps its id "
+                             "(drop --run-id)")
         if self.warmup_steps is not None and self.warmup_steps > self.steps:
             raise ValueError(f"warmup_steps: {self.warmup_steps} exceeds steps {self.steps}; pass at most {self.steps}")
         for op, name in self.kernels_resolved.items():  # KernelChoiceError (a ValueError) names the op and the fix

@@ -70,7 +70,8 @@ def check_weights_folder(run: ScenarioRun, folder: Path, complete: bool = True) 
 
 
 def preflight(run: ScenarioRun, *, launch: bool = True) -> Path:
-    """Check everything checkable without compute; return the (not yet created) run folder.
+    """Check everything checkable without compute; return the (not yet created) run folder, or for
+    ``run.resume`` the resumed run's folder, which must exist (titanflow.run.resume checks the rest).
 
     ``launch=False`` (rendering only) skips the check that this machine can run the target.
 
@@ -88,9 +89,13 @@ def preflight(run: ScenarioRun, *, launch: bool = True) -> Path:
                              f"`titanflow render {run.scenario} --target {run.target}` writes its job files")
     root = run.runs_root()
     check_runs_dir_writable(root)
-    run_dir = root / (run.run_id or new_run_id(run))
-    if run_dir.exists():
-        raise ValueError(f"run_id: {run_dir} already exists; pass another run id, or none for a fresh one")
+    run_dir = root / (run.resume or run.run_id or new_run_id(run))
+    if run.resume is not None and not run_dir.is_dir():
+        raise ValueError(f"resume: no run folder {run_dir}; pass the id of a run under {root} (--runs-dir names "
+                         "another parent)")
+    if run_dir.exists() and run.resume is None:
+        raise ValueError(f"run_id: {run_dir} already exists; pass another run id, or none for a fresh one "
+                         f"(--resume {run_dir.name} continues it)")
     if run.weights is None and run.init == "random":  # the embedded tiny model: built once (seconds)
         from titanflow.assets import TINY_SPECS, ensure_assets
 

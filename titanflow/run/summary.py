@@ -90,6 +90,20 @@ class Cancellation(BaseModel):
         return f"{self.cause}{where} after {len(self.losses)} logged step(s)"
 
 
+class Continuation(BaseModel):
+    """One time a run was continued in its own folder (titanflow.run.resume): ``titanflow run --resume``, the flow's
+    ``resume`` parameter, or a retried flow run."""
+
+    flow_run_id: str | None = Field(description="the flow run that continued it")
+    previous_flow_run_id: str | None = Field(description="the flow run whose end it continued")
+    previous_verdict: Verdict | None = Field(description="how that one ended: fail, cancelled, or None when it was "
+                                             "killed before it wrote a verdict")
+    previous_reason: str | None = Field(None, description="its reason or error, cut to 500 characters")
+    from_step: int | None = Field(description="the newest complete step checkpoint when it was continued: training "
+                                  "goes on after it; None: no step checkpoint, training starts at step 1")
+    at: datetime.datetime = Field(description="UTC, when it was continued")
+
+
 class RunSummary(BaseModel):
     """Everything a run produced and how it ended; ``None`` parts were not reached."""
 
@@ -129,6 +143,15 @@ class RunSummary(BaseModel):
                                      "instruction set, versions: titanflow.judge.environment)")
     weights_digest: str | None = Field(None, description="pretrained init: content hash of the checkpoint "
                                        "loaded (titanflow.weights.digest)")
+    resumed: list[Continuation] = Field(default_factory=list, description="each time the run was continued in its "
+                                        "own folder, oldest first (titanflow.run.resume); [] for a run never resumed")
+    cached_tasks: list[str] = Field(default_factory=list, description="tasks whose result Prefect's cache gave, "
+                                    "without running (titanflow.prefect_ops.caching)")
+
+    @computed_field(description="how many times the run was continued in its own folder (len(resumed))")
+    @property
+    def resumes(self) -> int:
+        return len(self.resumed)
 
     @computed_field(description="sum of timings_s (s)")
     @property

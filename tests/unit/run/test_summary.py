@@ -58,7 +58,8 @@ def test_a_history_table_of_the_previous_layout_is_read_and_appended_to(tmp_path
     table = pd.read_parquet(tmp_path / "runs.parquet")
     # the same columns in the same order, and the columns added since after them
     assert list(table.columns) == [*pd.read_parquet(LEGACY / "runs.parquet").columns, "slot_wait_s",
-                                   "environment_key", "weights_digest", "resumed_from_step", "attempts"]
+                                   "environment_key", "weights_digest", "resumed_from_step", "attempts",
+                                   "resumes"]
     assert list(table.columns) == list(row.as_record())
     legacy = pd.read_parquet(LEGACY / "runs.parquet").iloc[0]
     same = [c for c in legacy.index if c not in ("started_at", "finished_at", "run_dir", "git_commit", "git_dirty",
