@@ -169,3 +169,41 @@ def test_an_identical_rerun_answers_the_tasks_before_training_from_the_cache(tmp
     assert warm.timings_s["render_config"] < 0.5 * cold.timings_s["render_config"]
     assert json.loads((runs / warm.run_id / "job" / "trainer_config.json").read_text())["dump_folder"] == str(
         runs / warm.run_id / "train")
+
+
+def test_a_retried_flow_run_continues_its_own_run_folder(tmp_path, monkeypatch):
+    """A flow run retried in place (same flow run, run count 2: what the UI's Retry of a failed flow run does; here
+    through the flow's own retries) continues the run folder its first attempt made: its export fails once, the
+    retry resumes that run (one folder, resumed once, from the flow run itself), answers pull_weights,
+    render_config and compile_warmup from the cache, and passes."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    import tasks.export
+    from flows.scenario import qwen3_scenario
+    from titanflow.export.assemble import ExportError
+    from titanflow.run.summary import read_summary
+
+    real, calls = tasks.export.export_run, []
+
+    def export_failing_once(job, run_dir):
+        calls.append(run_dir)
+        if len(calls) == 1:
+            raise ExportError("export: planted failure of the first attempt")
+        return real(job, run_dir)
+
+    monkeypatch.setattr(tasks.export, "export_run", export_failing_once)
+    with prefect_test_harness(server_startup_timeout=90):
+        state = qwen3_scenario.with_options(retries=1, retry_delay_seconds=1)(
+            steps=3, runs_dir=str(tmp_path), run_id="retried", return_state=True)
+        flow_run_id = str(state.state_details.flow_run_id)
+    assert state.is_completed(), state
+    assert [p.name for p in tmp_path.iterdir()] == ["retried"] and len(calls) == 2
+    summary = read_summary(tmp_path / "retried" / "summary.json")
+    print(f"\nretried flow run: cached {summary.cached_tasks}, timings {json.dumps(summary.timings_s)}")
+    assert summary.verdict == "pass" and summary.flow_run_id == flow_run_id
+    (continued,) = summary.resumed
+    assert (continued.flow_run_id, continued.previous_flow_run_id, continued.previous_verdict) == (
+        flow_run_id, flow_run_id, "fail")
+    assert "planted failure" in (continued.previous_reason or "")
+    assert summary.cached_tasks == ["pull_weights", "render_config", "compile_warmup"]
+    assert len(summary.losses) == 3
