@@ -1,7 +1,7 @@
 """titanflow.prefect_ops.alerts without a server: which events the automations match (Prefect's own
 server-side trigger matching), what the message says (the server's own template rendering), when the
 nightly emits its regression event, and which settings are refused. The delivery through a real
-server to a webhook is tests/e2e/test_alerts.py."""
+server to a webhook is tests/e2e/test_alert_runs.py."""
 
 from __future__ import annotations
 
