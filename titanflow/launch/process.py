@@ -112,8 +112,8 @@ def run_streaming(
         output = _Output(log, tail_lines, on_line)
         proc = subprocess.Popen(
             argv, env={**env, LAUNCH_ENV: launch_id}, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            # preexec_fn in a threaded process: safe for this one, see _dies_with_this_thread
-            start_new_session=True, preexec_fn=_dies_with_this_thread(),  # noqa: PLW1509
+            # preexec_fn in a threaded process: safe for this one, see dies_with_this_thread
+            start_new_session=True, preexec_fn=dies_with_this_thread(),  # noqa: PLW1509
         )
         readers = [threading.Thread(target=_drain, args=(s, output), daemon=True) for s in (proc.stdout, proc.stderr)]
         for reader in readers:
@@ -250,7 +250,7 @@ def _libc() -> ctypes.CDLL:
     return ctypes.CDLL(None, use_errno=True)
 
 
-def _dies_with_this_thread() -> Callable[[], None] | None:
+def dies_with_this_thread() -> Callable[[], None] | None:
     """A ``preexec_fn`` that makes the child get SIGTERM when the calling thread dies (None off Linux).
 
     The standard library cannot do this: ``subprocess`` has no parent-death option and ``os`` has no

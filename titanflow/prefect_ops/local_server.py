@@ -22,7 +22,7 @@ from typing import Iterator
 
 import httpx
 
-from titanflow.launch.process import stop_group
+from titanflow.launch.process import dies_with_this_thread, stop_group
 
 
 class ServerError(RuntimeError):
@@ -74,6 +74,7 @@ def temporary_server(log_path: Path, startup_timeout_s: float = 90.0) -> Iterato
             [str(prefect_cli), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
             env={**os.environ, "PREFECT_API_URL": api_url},
+            preexec_fn=dies_with_this_thread(),  # a SIGTERM or SIGKILL of this process skips the finally below
         )
     try:
         deadline = time.monotonic() + startup_timeout_s

@@ -69,3 +69,35 @@ def test_deployment_plan_reads_pools_and_entrypoints_from_prefect_yaml(tmp_path)
         "  - {name: a, entrypoint: flows/scenario.py:qwen3_scenario, work_pool: {name: cpu}}\n"
         "  - {name: b, entrypoint: flows/absent.py:nothing, work_pool: {name: trn2}}\n")
     assert server.deployment_plan(tmp_path / "prefect.yaml") == (["cpu", "trn2"], ["a"], ["b"])
+
+
+@pytest.mark.fault
+def test_the_temporary_server_ends_with_the_process_that_started_it(tmp_path):
+    """SIGKILL (or an unhandled SIGTERM) of `titanflow run` skips its `finally`: the temporary server it
+    started must still end (PR_SET_PDEATHSIG), not stay up under init."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    script = ("import sys, time\nfrom pathlib import Path\nfrom titanflow.prefect_ops.local_server import "
+              "temporary_server\nwith temporary_server(Path(sys.argv[1])) as url:\n    print(url, flush=True)\n"
+              "    time.sleep(600)\n")
+    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "home")}
+    runner = subprocess.Popen([sys.executable, "-c", script, str(tmp_path / "server.log")], stdout=subprocess.PIPE,
+                              text=True, env=env)
+    try:
+        runner.stdout.readline()  # the server answered
+        (server,) = psutil.Process(runner.pid).children()
+        os.kill(runner.pid, signal.SIGKILL)
+        runner.wait()
+        deadline = time.monotonic() + 20
+        while server.is_running() and server.status() != psutil.STATUS_ZOMBIE and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not server.is_running() or server.status() == psutil.STATUS_ZOMBIE
+    finally:
+        if runner.poll() is None:
+            runner.kill()
