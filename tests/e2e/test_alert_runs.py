@@ -53,6 +53,7 @@ def test_a_failed_nightly_alerts_once_a_passing_one_never_and_a_flagged_regressi
     from helpers.run_processes import wait_until
     from prefect import flow
     from prefect.client.orchestration import SyncPrefectClient
+    from prefect.events.worker import EventsWorker
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     from flows.nightly import conclude
@@ -102,6 +103,9 @@ def test_a_failed_nightly_alerts_once_a_passing_one_never_and_a_flagged_regressi
             with temporary_settings({PREFECT_API_URL: api}):
                 passed = nightly_ending(0, return_state=True)
                 flagged = nightly_ending(2, return_state=True)
+                # the in-process flows started Prefect's events worker on this server's URL; drain and stop it,
+                # or later in-process flows of the session send their events (task runs included) here
+                EventsWorker.drain_all()
             assert passed.is_completed() and flagged.is_completed()
             wait_until(lambda: len(received) >= 2, 60, "the flagged nightly's alert")
             time.sleep(max(5.0, 3 * latency_s))  # a message for the passing run would have come by now
