@@ -76,3 +76,14 @@ def prefect_api():
 
 def pytest_sessionfinish(session, exitstatus):
     shutil.rmtree(_SESSION_DIR, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def prefect_server():
+    """A temporary Prefect server (SQLite in a temporary folder) for the module, heartbeats off."""
+    from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=90), \
+            temporary_settings({PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
+        yield

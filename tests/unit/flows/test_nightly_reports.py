@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from helpers.prefect_harness import artifacts_of
 from helpers.history_rows import NATIVE_CPU_RANDOM_LOSSES, history_row
 
 from titanflow.judge.history import append_rows
@@ -15,25 +16,6 @@ from titanflow.judge.history import append_rows
 FAILED_LOSSES = NATIVE_CPU_RANDOM_LOSSES[:3] + [x + 0.05 for x in NATIVE_CPU_RANDOM_LOSSES[3:]]
 
 
-@pytest.fixture(scope="module")
-def prefect_server():
-    """A temporary Prefect server (SQLite in a temporary folder) for this module, heartbeats off."""
-    from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
-    from prefect.testing.utilities import prefect_test_harness
-
-    with prefect_test_harness(server_startup_timeout=90), \
-            temporary_settings({PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
-        yield
-
-
-def _artifacts(flow_run_id) -> dict:
-    """{key: artifact} of the flow run, read back through the Prefect client."""
-    from prefect import get_client
-    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
-
-    with get_client(sync_client=True) as client:
-        found = client.read_artifacts(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
-    return {a.key: a for a in found}
 
 
 def test_failed_run_compared_and_trends_published(prefect_server, tmp_path, monkeypatch):
@@ -62,7 +44,7 @@ def test_failed_run_compared_and_trends_published(prefect_server, tmp_path, monk
     assert compared.startswith("n4 (fail) vs n3 (pass): curves part at step 4 ")  # 0.05 > 0.02 from step 4
     assert missing is None
     assert png == str(tmp_path / "history" / "trends-cpu.png")
-    artifacts = _artifacts(state.state_details.flow_run_id)
+    artifacts = artifacts_of(state.state_details.flow_run_id)
     assert set(artifacts) == {"native-cpu-random-compare", "native-cpu-random-compare-steps", "trends-cpu"}
     steps = json.loads(artifacts["native-cpu-random-compare-steps"].data)
     assert [r["parted"] for r in steps] == [False] * 3 + [True] * 7

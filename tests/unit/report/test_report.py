@@ -14,6 +14,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from helpers.prefect_harness import artifacts_of
 from matplotlib.image import imread
 
 from helpers import FIXTURES
@@ -149,25 +150,6 @@ def test_findings_rows_are_one_table_row_per_finding_with_a_class_column():
 
 # --- against a Prefect server ------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def prefect_server():
-    """A temporary Prefect server (SQLite in a temporary folder) for this module, heartbeats off."""
-    from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
-    from prefect.testing.utilities import prefect_test_harness
-
-    with prefect_test_harness(server_startup_timeout=90), \
-            temporary_settings({PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
-        yield
-
-
-def _artifacts(flow_run_id) -> dict:
-    """{key: artifact} of the flow run, read back through the Prefect client."""
-    from prefect import get_client
-    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
-
-    with get_client(sync_client=True) as client:
-        found = client.read_artifacts(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
-    return {a.key: a for a in found}
 
 
 def test_report_task_publishes_keyed_artifacts(prefect_server, tmp_path):
@@ -181,7 +163,7 @@ def test_report_task_publishes_keyed_artifacts(prefect_server, tmp_path):
 
     state = publish(return_state=True)
     assert state.is_completed()
-    artifacts = _artifacts(state.state_details.flow_run_id)
+    artifacts = artifacts_of(state.state_details.flow_run_id)
     key = artifact_key(FIELDS)
     assert key == "native-cpu-random"
     assert set(artifacts) == {f"{key}-metrics", f"{key}-summary", f"{key}-baselines"}
@@ -230,7 +212,7 @@ def test_progress_artifact_advances_once_per_step_from_reader_threads(prefect_se
 
     state = run(return_state=True)
     assert state.result() == (3, 0, 3)  # updates, failed updates, last step
-    (artifact,) = _artifacts(state.state_details.flow_run_id).values()
+    (artifact,) = artifacts_of(state.state_details.flow_run_id).values()
     assert artifact.key == "native-cpu-random-progress" and artifact.type == "progress"
     assert artifact.data == 100.0  # 3 of 3 steps
     assert artifact.description == "run r1: step 3/3, loss 11.8989"
