@@ -3,12 +3,16 @@ timed-out launch is infrastructure and retried twice, its logs kept. On the depl
 tests/e2e/conftest.py: a deployment run cancelled while it trains ends its ranks and is recorded as
 cancelled, not as a failure."""
 
-import json
 import shutil
 import time
 
 import pytest
-from helpers.run_processes import logged_steps, run_processes, train_run_count
+from helpers.run_processes import (
+    changed_history_cells,
+    logged_steps,
+    run_processes,
+    train_run_count,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.fault]
 
@@ -47,11 +51,6 @@ CANCEL_STEPS = 40
 #: ends its ranks with SIGTERM, SIGKILL after titanflow.launch.process.KILL_GRACE_S (10 s), gone
 #: within KILL_WAIT_S (5 s) more: 15 s at worst, and 6.5 s measured by the user who reported the issue.
 RANKS_GONE_S = 20.0
-
-
-def _records(table) -> list[dict]:
-    """History rows as JSON values (a missing value reads None in object and string columns alike)."""
-    return json.loads(table.to_json(orient="records", date_format="iso"))
 
 
 def test_a_deployment_run_cancelled_while_training_ends_its_ranks_and_is_recorded_cancelled(deployed, tmp_path):
@@ -111,5 +110,5 @@ def test_a_deployment_run_cancelled_while_training_ends_its_ranks_and_is_recorde
     row = table[table.run_id == "deploy-cancel"]
     assert len(row) == 1 and row.verdict.iloc[0] == "cancelled" and row.failure_class.isna().all()
     assert list(row.losses.iloc[0]) == logged
-    assert _records(table[table.run_id.isin(before.run_id)]) == _records(before)  # earlier rows untouched
+    assert changed_history_cells(before, table) == {}  # earlier rows untouched
     assert (run_dir / "train.log").stat().st_size and any((run_dir / "train" / "ranks").rglob("*"))
