@@ -16,6 +16,12 @@ Bounds (one line of a child's output can be megabytes, a grandchild can hold the
   (at most :data:`LOG_HOLD_BYTES`, so lines of stdout and stderr reach the log whole up to that
   length) and the line's first :data:`LINE_BYTES`; the tail holds at most
   ``tail_lines`` x :data:`LINE_BYTES`.
+- A slow callback: ``on_line`` runs on a thread of its own, fed through a queue of at most
+  :data:`CALLBACK_QUEUE_LINES` lines, so the pipe readers only ever wait on the log file. When the
+  callback falls that far behind (a Prefect API call retrying while the server is down), the lines it
+  has no room for skip it (the log and the tail keep them) and the log says how many; an exception
+  of the callback is written to the log once and the launch goes on. At the end the callback gets
+  :data:`CALLBACK_DRAIN_S` to catch up; a callback still blocked then is abandoned (it is called no more).
 - Time: once the launched process exits, its output gets :data:`EXIT_GRACE_S` to end; then its
   group and every process of the launch still running are ended (SIGTERM, SIGKILL after
   :data:`LEFTOVER_GRACE_S`), and the call returns.
@@ -31,6 +37,7 @@ import collections
 import ctypes
 import functools
 import os
+import queue
 import signal
 import subprocess
 import sys
@@ -61,6 +68,10 @@ READ_BYTES = 64 * 1024
 #: Most bytes of an unfinished line held back from the log file, so that a line of stdout and one
 #: of stderr do not interleave in it; a longer line is written in pieces as it arrives.
 LOG_HOLD_BYTES = 256 * 1024
+#: Most lines waiting for the callback; further lines skip it while it is this far behind.
+CALLBACK_QUEUE_LINES = 10_000
+#: Seconds the callback gets, once the launch ended, to take the lines still queued for it.
+CALLBACK_DRAIN_S = 5.0
 #: Environment variable every process of a launch inherits: ``<runner pid>:<runner start time>:<launch id>``.
 LAUNCH_ENV = "TITANFLOW_LAUNCH"
 
@@ -93,7 +104,8 @@ def run_streaming(
     """Run ``argv``; append all its output to ``log_path`` and pass each line to ``on_line``.
 
     ``on_line`` and the result's ``tail`` get each line without its newline, cut to
-    :data:`LINE_BYTES`; the log file gets every byte. After ``timeout_s`` seconds, or when this
+    :data:`LINE_BYTES`; the log file gets every byte. ``on_line`` runs on a thread of its own and never
+    holds up the log (module docstring: a slow callback); an exception it raises is logged, not raised. After ``timeout_s`` seconds, or when this
     call is interrupted, the process group and the launch's other processes get SIGTERM, then
     SIGKILL after :data:`KILL_GRACE_S`. Once the launched process exits, this call returns within
     :data:`EXIT_GRACE_S` + :data:`LEFTOVER_GRACE_S` (+ :data:`KILL_WAIT_S` for a process that
@@ -144,6 +156,7 @@ def run_streaming(
         except BaseException:  # Ctrl-C or any error here: never leave the job running
             watchdog.cancel()
             stop_job()
+            output.close()
             raise
         proc.returncode = os.waitstatus_to_exitcode(status)
         if timed_out.is_set():
@@ -160,13 +173,21 @@ def run_streaming(
 
 class _Output:
     """Where a launch's output goes, shared by the two pipe readers: the log file (every byte),
-    and per line the tail and the callback (at most :data:`LINE_BYTES` each)."""
+    and per line the tail and, through a bounded queue and a thread of its own, the callback (at most
+    :data:`LINE_BYTES` each)."""
+
+    _END = object()
 
     def __init__(self, log: BinaryIO, tail_lines: int, on_line: Callable[[str], None]):
         self._log, self._on_line = log, on_line
         self._tail: collections.deque[str] = collections.deque(maxlen=tail_lines)
         self._lock = threading.Lock()
         self._closed = False
+        self._queue: queue.Queue = queue.Queue(maxsize=CALLBACK_QUEUE_LINES)
+        self.skipped = 0  # lines the callback had no room for
+        self.callback_error: str | None = None
+        self._forwarder = threading.Thread(target=self._forward, daemon=True)
+        self._forwarder.start()
 
     def write(self, *pieces: bytes) -> None:
         with self._lock:  # the pieces of one call reach the log together
@@ -179,13 +200,42 @@ class _Output:
             if self._closed:
                 return
             self._tail.append(text)
-        self._on_line(text)
+            try:
+                self._queue.put_nowait(text)
+            except queue.Full:
+                self.skipped += 1
+
+    def _forward(self) -> None:
+        while (text := self._queue.get()) is not self._END:
+            if self._closed:
+                return
+            try:
+                self._on_line(text)
+            except Exception as err:  # noqa: BLE001 - the callback (a log, an artifact) must not stop the launch
+                if self.callback_error is None:
+                    self.callback_error = f"{type(err).__name__}: {err}"
+                    self.write(f"titanflow: the output callback failed, the launch goes on: "
+                               f"{self.callback_error}\n".encode())
 
     def tail_now(self) -> list[str]:
         with self._lock:
             return list(self._tail)
 
     def close(self) -> None:
+        """Let the callback take what is queued for it (up to :data:`CALLBACK_DRAIN_S`), note skipped lines
+        in the log, then take no more output; a callback still blocked is called no more."""
+        deadline = time.monotonic() + CALLBACK_DRAIN_S
+        try:  # the readers are done (or abandoned): only the forwarder takes from the queue now
+            self._queue.put(self._END, timeout=CALLBACK_DRAIN_S)
+            self._forwarder.join(max(0.0, deadline - time.monotonic()))
+        except queue.Full:
+            pass
+        if self._forwarder.is_alive():
+            self.write(f"titanflow: the output callback was still busy {CALLBACK_DRAIN_S:.0f} s after the launch "
+                       "ended and gets no more lines; this file has every line\n".encode())
+        if self.skipped:
+            self.write(f"titanflow: {self.skipped} output lines skipped the run log while it was "
+                       f"{CALLBACK_QUEUE_LINES} lines behind; this file has every line\n".encode())
         with self._lock:
             self._closed = True
 

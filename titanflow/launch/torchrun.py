@@ -70,6 +70,17 @@ class TrainResult(BaseModel):
                                  "relaunches); None: a summary written before launches were counted")
 
 
+def _spans(steps: list[int]) -> str:
+    """``[3, 4, 5, 9]`` -> ``"3-5, 9"`` (sorted, distinct steps)."""
+    spans: list[list[int]] = []
+    for step in steps:
+        if spans and step == spans[-1][-1] + 1:
+            spans[-1][-1] = step
+        else:
+            spans.append([step, step])
+    return ", ".join(f"{a}-{b}" if a != b else f"{a}" for a, b in spans)
+
+
 def ranks_dir(rendered: RenderedJob) -> Path:
     """Where torchrun writes every rank's own log (its ``--log-dir``)."""
     return Path(rendered.argv[rendered.argv.index("--log-dir") + 1])
@@ -100,39 +111,35 @@ def run_training(rendered: RenderedJob, *, timeout_s: float, on_line=lambda _: N
     (module docstring). A NaN or infinite loss fails (a diverged model is not exported).
 
     Raises:
-        TrainingError: non-zero exit, timeout, no step line logged (message has the log tail),
-            or a non-finite loss (torchtitan stops at one on the steps it logs, "Loss is not finite").
+        TrainingError: non-zero exit, timeout, no step line logged, a step of 1..steps missing from the
+            log after exit 0 (message has the log tail), or a non-finite loss (torchtitan stops at one
+            on the steps it logs, "Loss is not finite").
         OSError: an incomplete step checkpoint could not be removed (nothing was launched).
     """
     log_path = Path(rendered.run_dir) / "train.log"
-    resume = resume or prepare(Job.read(Path(rendered.job_path)), log_path)
-    # the earlier launches' step and launch lines, then this launch's: held for the table, the rest of the
-    # output only streams by
-    lines = [line for line in log_lines(log_path) if parse_step_line(line) or parse_launch_line(line)]
-    lines.append(resume.line)
+    job = Job.read(Path(rendered.job_path))
+    resume = resume or prepare(job, log_path)
     metrics_path = Path(rendered.run_dir) / "metrics.csv"
     with open(log_path, "a") as log:
         log.write(resume.line + "\n")
     on_line(resume.line)
-
-    def keep(line: str) -> None:
-        if parse_step_line(line) is not None:
-            lines.append(line)
-        on_line(line)
-
     try:
-        result, log_path = launch(rendered, timeout_s=timeout_s, on_line=keep)
-    finally:  # interrupted or not, the steps that ran are kept
-        table = metrics_table(lines)
+        result, log_path = launch(rendered, timeout_s=timeout_s, on_line=on_line)
+    finally:  # interrupted or not, the steps that ran are kept; the log file has every line the launch printed
+        table = metrics_table([line for line in log_lines(log_path) if parse_step_line(line) or parse_launch_line(line)])
         table.to_csv(metrics_path, index=False)
     if result.timed_out or result.returncode != 0 or table.empty:
         why = (f"timed out after {timeout_s:.0f} s" if result.timed_out
                else f"torchrun exited {result.returncode}" if result.returncode else "no training step was logged")
         raise launch_error("train", why, result, log_path, ranks_dir(rendered))
+    missing = sorted(set(range(1, job.steps + 1)) - set(table.step))
+    if missing:  # exit 0 with steps unlogged: the log lost output; a curve with holes is never judged
+        raise launch_error("train", f"torchrun exited 0 but steps {_spans(missing)} of 1-{job.steps} were not "
+                           "logged", result, log_path, ranks_dir(rendered))
     bad_steps = non_finite_steps([float(x) for x in table.loss])
     if bad_steps:
         raise TrainingError(f"train: non-finite loss at steps {bad_steps}; full log {log_path}")
-    world_size = Job.read(Path(rendered.job_path)).world_size
+    world_size = job.world_size
     later = table[table.step >= 2].tps
     per_rank_tps = float(later.median()) if len(later) else float(table.tps.iloc[0])
     return TrainResult(

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import tracemalloc
 from pathlib import Path
@@ -15,6 +16,8 @@ import psutil
 import pytest
 
 from titanflow.launch.process import (
+    CALLBACK_DRAIN_S,
+    CALLBACK_QUEUE_LINES,
     EXIT_GRACE_S,
     LEFTOVER_GRACE_S,
     LINE_BYTES,
@@ -39,6 +42,50 @@ def test_lines_stream_to_callback_and_log_from_both_pipes(tmp_path):
     assert len(seen) == 40000 and "out 19999" in seen and "err 19999" in seen
     assert (tmp_path / "log").read_text().count("\n") == 40000
     assert result.peak_rss_bytes > 1_000_000  # a Python interpreter is several MB
+
+
+@pytest.mark.fault
+def test_a_blocked_callback_holds_up_neither_the_log_nor_the_launch(tmp_path):
+    """The callback blocks on its first line (a Prefect API call while the server is down): the log still gets
+    every line, the callback's queue fills and the rest skip it, and the call returns
+    CALLBACK_DRAIN_S after the launch ended, saying both in the log."""
+    release = threading.Event()
+    seen = []
+
+    def blocked(line: str) -> None:
+        seen.append(line)
+        release.wait(600)
+
+    lines = CALLBACK_QUEUE_LINES + 5000
+    t0 = time.monotonic()
+    result = run_streaming(_python(f"""
+        for i in range({lines}):
+            print(f"line {{i}}")
+    """), env=dict(os.environ), log_path=tmp_path / "log", timeout_s=60, on_line=blocked)
+    wall_s = time.monotonic() - t0
+    release.set()
+    assert result.returncode == 0 and result.tail[-1] == f"line {lines - 1}"
+    log = (tmp_path / "log").read_text().splitlines()
+    assert log[:lines] == [f"line {i}" for i in range(lines)]
+    # the blocked line took a place in the queue first: the queue holds CALLBACK_QUEUE_LINES after it
+    assert f"titanflow: {lines - 1 - CALLBACK_QUEUE_LINES} output lines skipped the run log" in log[-1]
+    assert "the output callback was still busy" in log[-2]
+    assert seen == ["line 0"]
+    assert CALLBACK_DRAIN_S <= wall_s < CALLBACK_DRAIN_S + 30
+
+
+def test_a_callback_that_raises_is_noted_once_and_the_launch_goes_on(tmp_path):
+    def failing(line: str) -> None:
+        raise ConnectionError("the Prefect API is not answering")
+
+    result = run_streaming(_python("""
+        for i in range(100):
+            print(f"line {i}")
+    """), env=dict(os.environ), log_path=tmp_path / "log", timeout_s=60, on_line=failing)
+    log = (tmp_path / "log").read_text()
+    assert result.returncode == 0 and log.count("line ") == 100
+    assert log.count("titanflow: the output callback failed, the launch goes on: ConnectionError: the Prefect "
+                     "API is not answering") == 1
 
 
 @pytest.mark.fault
@@ -262,14 +309,17 @@ TORCHRUN_STOP_S = 15.0
 @pytest.mark.fault
 def test_torchrun_and_its_ranks_die_with_a_runner_killed_by_sigkill(tmp_path):
     sleeper = tmp_path / "sleeper.py"
-    sleeper.write_text("import os, time\nprint('rank', os.environ['RANK'], os.getpid(), flush=True)\ntime.sleep(600)\n")
+    # each rank names itself in a file of its own: two ranks printing at once interleave on the shared pipe
+    sleeper.write_text(f"import os, time\nfrom pathlib import Path\nPath({str(tmp_path)!r}, 'rank' + os.environ['RANK'])"
+                       ".write_text(str(os.getpid()))\ntime.sleep(600)\n")
     torchrun = str(Path(sys.executable).parent / "torchrun")
-    runner, log = _start_runner(tmp_path, [torchrun, "--standalone", "--nproc_per_node=2", str(sleeper)])
+    runner, _ = _start_runner(tmp_path, [torchrun, "--standalone", "--nproc_per_node=2", str(sleeper)])
     deadline = time.monotonic() + 120
-    ranks: list[int] = []
-    while len(ranks) < 2 and time.monotonic() < deadline:
-        ranks = [int(line.split()[2]) for line in _wait_for_lines(log, 1, 120) if line.startswith("rank ")]
+    found = []
+    while len(found) < 2 and time.monotonic() < deadline:
+        found = [f for f in (tmp_path / "rank0", tmp_path / "rank1") if f.is_file() and f.read_text()]
         time.sleep(0.2)
+    ranks = [int(f.read_text()) for f in found]
     launcher = [p.pid for p in psutil.Process(runner.pid).children()]
     assert len(ranks) == 2 and len(launcher) == 1, (ranks, launcher)
     assert all(os.getpgid(rank) == rank for rank in ranks)  # torchrun puts each rank in a group of its own

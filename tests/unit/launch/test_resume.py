@@ -7,6 +7,7 @@ The folder layouts are torchtitan 0.3.0's: a full training-state save is ``check
 
 import json
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,7 @@ from titanflow.launch.metrics import (
 )
 from titanflow.launch.render import RenderedJob, make_job, render
 from titanflow.launch.resume import launches, prepare
-from titanflow.launch.torchrun import run_training
+from titanflow.launch.torchrun import TrainingError, run_training
 from titanflow.run.params import ScenarioRun
 
 
@@ -184,6 +185,36 @@ def test_a_retried_launch_appends_to_the_log_and_the_metrics_go_on_from_the_resu
     metrics = (run_dir / "metrics.csv").read_text().splitlines()
     assert metrics[0] == "step,loss,grad_norm,memory_gib,tps" and len(metrics) == 1 + 10
     assert metrics[4].startswith("4,30.04,")
+
+
+def _fake_launch(tmp_path: Path, run_dir: Path, steps: range) -> RenderedJob:
+    """A stand-in for torchrun that prints torchtitan's rank-0 step lines for ``steps`` (loss 20 + step / 100)
+    and exits 0."""
+    script = tmp_path / "fake_torchrun.py"
+    lines = [step_line(s, 20 + s / 100) for s in steps]
+    script.write_text(f"for line in {lines!r}:\n    print(line, flush=True)\n")
+    return RenderedJob(run_dir=str(run_dir), job_path=str(run_dir / "job" / "job.json"), env={},
+                       argv=[sys.executable, str(script), "--log-dir", str(tmp_path / "ranks")],
+                       trainer_config_path=str(run_dir / "job" / "trainer_config.json"))
+
+
+def test_a_callback_that_blocks_loses_no_step_of_the_curve(job, tmp_path):
+    """The Prefect API down mid-training (a server restart) leaves the progress artifact's update blocked in
+    the callback; the curve is read from train.log, which the callback never holds up: all 10 steps."""
+    run_dir = tmp_path / "run"
+    rendered = _fake_launch(tmp_path, run_dir, range(1, 11))
+    never = threading.Event()
+    result = run_training(rendered, timeout_s=60, on_line=lambda line: "step:" in line and never.wait(600))
+    assert result.losses == [20 + s / 100 for s in range(1, 11)]
+    assert "the output callback was still busy" in (run_dir / "train.log").read_text()
+
+
+@pytest.mark.fault
+def test_exit_0_with_steps_missing_from_the_log_fails_naming_them(job, tmp_path):
+    """A launch that exits 0 having logged steps 1-2 and 5 of the job's 10 is no finished training."""
+    rendered = _fake_launch(tmp_path, tmp_path / "run", [1, 2, 5])
+    with pytest.raises(TrainingError, match=r"torchrun exited 0 but steps 3-4, 6-10 of 1-10 were not logged"):
+        run_training(rendered, timeout_s=60)
 
 
 @pytest.mark.fault
