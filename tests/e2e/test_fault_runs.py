@@ -25,21 +25,38 @@ from helpers.run_processes import (
     wait_until,
 )
 
+from titanflow.launch.metrics import log_lines, parse_launch_line, parse_step_line
 from titanflow.launch.process import KILL_GRACE_S, KILL_WAIT_S
 
 pytestmark = [pytest.mark.e2e, pytest.mark.fault]
 
-#: The launch timeout of the hung run (s): long enough for a launch to log its first step on two busy cores
-#: (20-40 s measured), and for the last launch to train its 3 steps.
+#: The launch timeout of the hung run (s): long enough for a launch to log its first 4 steps on two busy cores
+#: (20-40 s to the first step, 2.5-10 s a step, measured), and for each later launch to train its 4 steps.
 HANG_TIMEOUT_S = 90
 #: After the timeout the watchdog sends SIGTERM (and SIGCONT, for a stopped rank), SIGKILL after KILL_GRACE_S,
 #: then waits KILL_WAIT_S: every process of the launch is gone this long after the launch started.
 HANG_GONE_S = HANG_TIMEOUT_S + KILL_GRACE_S + KILL_WAIT_S
+#: Steps between full-state saves of the 10-step run (the golden workload): saves at 3, 6 and 9. A save comes
+#: after its step's line, so once step k + 1 is logged the save of step k is complete.
+INTERVAL = 3
+
+
+def launch_curves(train_log: Path) -> list[dict[int, float]]:
+    """{step: loss} of each launch in train.log so far, in launch order (a launch starts at its launch line)."""
+    curves: list[dict[int, float]] = []
+    for line in log_lines(train_log):
+        if parse_launch_line(line):
+            curves.append({})
+        elif (row := parse_step_line(line)) is not None and curves:
+            curves[-1][row["step"]] = row["loss"]
+    return curves
 
 
 class FaultInjector(threading.Thread):
-    """Beside a running flow: stops rank 1 of the first launch after its first step (a hang), then kills
-    rank 1 of the second launch after its first step; records what it saw in ``seen``."""
+    """Beside a running flow: stops rank 1 of launch 1 once step INTERVAL + 1 is logged (a hang, after the save of
+    step INTERVAL); kills rank 1 of launch 2 once step 2 x INTERVAL + 1 is logged (after the save of 2 x INTERVAL)
+    and, once that launch is gone, leaves a save of step 3 x INTERVAL cut short (rank 0's data half copied, no
+    DCP .metadata), as a kill during that save would. Records what it saw in ``seen``."""
 
     def __init__(self, run_dir: Path):
         super().__init__(daemon=True)
@@ -51,26 +68,34 @@ class FaultInjector(threading.Thread):
         except Exception as err:  # noqa: BLE001 - reported by the test
             self.error = err
 
-    def _first_step_of_next_launch(self, steps_before: int) -> psutil.Process:
+    def _rank_1_once_logged(self, launch: int, step: int) -> psutil.Process:
         log = self.run_dir / "train.log"
-        wait_until(lambda: len(logged_steps(log)) > steps_before, 300, "a launch's first step")
+        wait_until(lambda: len(curves := launch_curves(log)) >= launch and step in curves[launch - 1], 300,
+                   f"launch {launch}'s step {step}")
         rank = rank_process(self.run_dir, 1)
-        assert rank is not None, "rank 1 is not running after its first step"
+        assert rank is not None, f"rank 1 is not running after launch {launch}'s step {step}"
         return rank
 
     def _inject(self) -> None:
-        rank = self._first_step_of_next_launch(0)
+        rank = self._rank_1_once_logged(1, INTERVAL + 1)
         launch_started = min(p.create_time() for p in run_processes(self.run_dir))
         rank.suspend()  # SIGSTOP: the rank hangs; torchrun started it in a process group of its own
         self.seen["stopped_pid"] = rank.pid
         wait_until(lambda: not run_processes(self.run_dir), HANG_GONE_S + 60, "the hung launch's end")
         self.seen["hang_gone_s"] = time.time() - launch_started
-        rank = self._first_step_of_next_launch(len(logged_steps(self.run_dir / "train.log")))
+        rank = self._rank_1_once_logged(2, 2 * INTERVAL + 1)
         rank.kill()  # SIGKILL, mid-run
         killed = time.time()
         self.seen["killed_pid"] = rank.pid
         wait_until(lambda: not run_processes(self.run_dir), 60, "the launch with a killed rank's end")
         self.seen["kill_gone_s"] = time.time() - killed
+        checkpoint = self.run_dir / "train" / "checkpoint"
+        self.seen["folders_after_kill"] = sorted(p.name for p in checkpoint.iterdir())
+        cut_short = checkpoint / f"step-{3 * INTERVAL}"
+        if not cut_short.exists():
+            cut_short.mkdir()
+            data = (checkpoint / f"step-{2 * INTERVAL}" / "__0_0.distcp").read_bytes()
+            (cut_short / "__0_0.distcp").write_bytes(data[: len(data) // 2])
 
 
 def _flow_run_logs(flow_run_id) -> str:
@@ -87,16 +112,26 @@ def _flow_run_logs(flow_run_id) -> str:
                 return "\n".join(messages)
 
 
-def test_a_hung_rank_then_a_killed_rank_are_ended_retried_and_the_third_launch_passes(tmp_path):
-    """Launch 1: rank 1 SIGSTOPped after step 1, so the launch hangs until its HANG_TIMEOUT_S timeout; every
+def test_a_hung_rank_then_a_killed_rank_are_ended_and_each_retry_resumes_with_the_curve_unbroken(tmp_path):
+    """The native cpu scenario's golden workload (10 steps), a full-state save every INTERVAL = 3 steps.
+
+    Launch 1: rank 1 SIGSTOPped once step 4 is logged, so the launch hangs until its HANG_TIMEOUT_S timeout; every
     process of it (the stopped rank in its own group included) is gone within HANG_GONE_S of its start.
-    Launch 2 (first retry): rank 1 SIGKILLed after step 1; the launch ends within 60 s. Both are
-    infrastructure, so train runs a third time and the run passes: 3 runs of train, nothing left running,
-    train.log holds all three launches, the history rows already there are untouched."""
+    Launch 2 (first retry) resumes from step 3; rank 1 SIGKILLed once step 7 is logged, and a save of step 9 left
+    cut short; the launch ends within 60 s. Both are infrastructure, so train runs a third time: launch 3 removes
+    the save cut short, resumes from step 6 (train.log and the Prefect log say so and why) and passes.
+    The curve is every step once, from the launch that trained it last: steps both launches trained are equal,
+    and the 10 losses equal the uninterrupted golden (goldens/loss_curves/native-cpu-random.curve.csv) at
+    torchtitan's 5 decimals where the numerics are the golden's (else within golden_curve's band). The summary
+    and the history row say resumed from step 6, 3 attempts; the history rows already there are untouched;
+    disk stays bounded (keep_latest_k = 2 saves and the export); nothing is left running."""
     from prefect.testing.utilities import prefect_test_harness
 
     from flows.scenario import qwen3_scenario
     from titanflow.judge import history
+    from titanflow.judge.environment import environment_key
+    from titanflow.judge.goldens import curve_path, read_curve
+    from titanflow.judge.regression import load_rules
     from titanflow.run.summary import read_summary
 
     shutil.copytree(FIXTURES / "run_folders" / "native-cpu-nan", tmp_path / "earlier")
@@ -105,33 +140,65 @@ def test_a_hung_rank_then_a_killed_rank_are_ended_retried_and_the_third_launch_p
     run_dir = tmp_path / "faults"
     injector = FaultInjector(run_dir)
     injector.start()
+    started = time.monotonic()
     with prefect_test_harness(server_startup_timeout=90):
-        state = qwen3_scenario(steps=3, timeout_s=HANG_TIMEOUT_S, runs_dir=str(tmp_path), run_id="faults",
-                               return_state=True)
+        state = qwen3_scenario(timeout_s=HANG_TIMEOUT_S, checkpoint_interval=INTERVAL, runs_dir=str(tmp_path),
+                               run_id="faults", return_state=True)
+        flow_s = time.monotonic() - started
         runs_of_train = train_run_count(state.state_details.flow_run_id)
         logs = _flow_run_logs(state.state_details.flow_run_id)
     injector.join(timeout=30)
-    print(f"\nfaults: {injector.seen}")
+    print(f"\nfaults: flow {flow_s:.0f} s; {injector.seen}")
     assert injector.error is None, injector.error
     assert not run_processes(run_dir)
     assert not psutil.pid_exists(injector.seen["stopped_pid"]) or \
         psutil.Process(injector.seen["stopped_pid"]).status() == psutil.STATUS_ZOMBIE
     assert injector.seen["hang_gone_s"] <= HANG_GONE_S + 5  # 5 s: the poll and process-start slack
     assert injector.seen["kill_gone_s"] <= 60
+    assert injector.seen["folders_after_kill"] == [f"step-{INTERVAL}", f"step-{2 * INTERVAL}"]
 
     assert state.is_completed(), state
     assert runs_of_train == 3
     assert f"timed out after {HANG_TIMEOUT_S} s" in logs  # launch 1's error, as the retry saw it
     # launch 2's root cause: rank 1, killed by signal 9 (tests/unit/launch/test_root_cause.py, ranks_killed)
     assert f"root cause (rank 1): Signal 9 (SIGKILL) received by PID {injector.seen['killed_pid']}" in logs
+    assert f"titanflow: launch 2 resumes from step {INTERVAL}" in logs
+    assert f"titanflow: launch 3 resumes from step {2 * INTERVAL}" in logs
+    train_log = run_dir / "train.log"
+    assert f"killed after the {HANG_TIMEOUT_S} s timeout" in train_log.read_text(errors="replace")
+    lines = list(log_lines(train_log))
+    opened = [line for line in lines if parse_launch_line(line)]
+    assert [parse_launch_line(line) for line in opened] == [(1, None), (2, INTERVAL), (3, 2 * INTERVAL)]
+    assert (f"checkpoint/step-{2 * INTERVAL} is the newest complete step checkpoint (DCP .metadata written)"
+            in opened[2])
+    assert f"removed checkpoint/step-{3 * INTERVAL} (no DCP .metadata: a save cut short)" in opened[2]
+
+    first, second, third = launch_curves(train_log)
+    assert min(second) == INTERVAL + 1 and min(third) == 2 * INTERVAL + 1 and sorted(third) == list(range(7, 11))
+    assert second[INTERVAL + 1] == first[INTERVAL + 1]  # a step both launches trained: the same loss
+    assert third[2 * INTERVAL + 1] == second[2 * INTERVAL + 1]
     summary = read_summary(run_dir / "summary.json")
-    assert summary.verdict == "pass" and len(summary.losses) == 3
-    train_log = (run_dir / "train.log").read_text(errors="replace")
-    assert f"killed after the {HANG_TIMEOUT_S} s timeout" in train_log
-    assert len(logged_steps(run_dir / "train.log")) >= 1 + 1 + 3  # every launch's steps, none overwritten
+    assert summary.verdict == "pass", summary.reason
+    curve = [f"{x:.5f}" for x in summary.losses]
+    assert curve == [f"{({**first, **second, **third})[s]:.5f}" for s in range(1, 11)]
+    golden = read_curve(curve_path("native", "cpu", "random"))
+    if golden.same_numerics(environment_key(summary.environment), None):
+        assert curve == [f"{golden.losses[s]:.5f}" for s in range(1, 11)]
+    else:
+        print(f"faults: numerics other than the golden's ({golden.environment}); held to golden_curve's band")
+        (band,) = [r.band for r in load_rules().rules if r.kind == "golden_curve"]
+        assert max(abs(float(c) - golden.losses[s]) for s, c in enumerate(curve, 1)) <= band
+    assert (summary.train.resumed_from_step, summary.train.attempts) == (2 * INTERVAL, 3)
+    metrics = (run_dir / "metrics.csv").read_text().splitlines()
+    assert [line.split(",")[0] for line in metrics[1:]] == [str(s) for s in range(1, 11)]
+
     table = history.read_history()
     assert changed_history_cells(before, table) == {}
-    assert table[table.run_id == "faults"].verdict.tolist() == ["pass"]
+    row = table[table.run_id == "faults"]
+    assert (row.verdict.tolist(), row.resumed_from_step.tolist(), row.attempts.tolist()) == (
+        ["pass"], [2 * INTERVAL], [3])
+    # disk stays bounded: the newest 2 full-state saves (keep_latest_k) and the export
+    assert sorted(p.name for p in (run_dir / "train" / "checkpoint").iterdir()) == ["step-10", "step-6", "step-9"]
 
 
 def test_ctrl_c_of_titanflow_run_while_training_ends_everything_and_records_cancelled(tmp_path, tiny_assets):
