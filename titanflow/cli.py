@@ -9,6 +9,7 @@
     titanflow history [--set-aside]        where the run history is; set a corrupt table aside
     titanflow history --last 20            the last 20 nights of each scenario x init, regressions marked
     titanflow compare RUN_A RUN_B          run B against run A: curves, where they part, metrics, what differs
+    titanflow bisect --good REV --bad REV native   the first revision whose run fails the check bad fails
     titanflow doctor --target trn2         is this machine ready for a target: one line per check, with its fix
     titanflow trim SOURCE DEST --layers 4 --experts 64 --top-k 4   an MoE folder cut to its first layers/experts
 
@@ -177,21 +178,26 @@ def cmd_nightly(args: argparse.Namespace) -> int:
     def call():
         from flows.nightly import qwen3_nightly
 
-        from prefect.events.worker import EventsWorker
-        from prefect.logging.handlers import APILogWorker
+        return qwen3_nightly(target=args.target, scenarios=args.scenarios, inits=args.inits, steps=args.steps,
+                             lr=args.lr, runs_dir=args.runs_dir, return_state=True)
 
-        try:
-            return qwen3_nightly(target=args.target, scenarios=args.scenarios, inits=args.inits, steps=args.steps,
-                                 lr=args.lr, runs_dir=args.runs_dir, return_state=True)
-        finally:
-            APILogWorker.drain_all(timeout=10)
-            EventsWorker.drain_all(timeout=10)
-
-    reached, state = _with_api(call)
+    reached, state = _with_api(lambda: _drained(call))
     if not reached:
         return 2
     print(f"nightly on {args.target}, {len(pairs)} scenario runs: {state.name}: {state.message}")
     return 0 if state.is_completed() else 1
+
+
+def _drained(call):
+    """``call()``, then the Prefect logs and events it buffered are sent while the server is still up."""
+    from prefect.events.worker import EventsWorker
+    from prefect.logging.handlers import APILogWorker
+
+    try:
+        return call()
+    finally:
+        APILogWorker.drain_all(timeout=10)
+        EventsWorker.drain_all(timeout=10)
 
 
 def _run_flow(given: dict, run_dir: Path):
@@ -302,6 +308,58 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bisect(args: argparse.Namespace) -> int:
+    """Bisect ``--good``..``--bad`` with the flow qwen3-bisect (flows/bisection.py) and print its probe table;
+    0 when the first bad commit is found, 1 otherwise (refused, ambiguous, stopped), 2 on bad input, 130 after
+    Ctrl-C."""
+    from titanflow.bisect.search import check_inputs, new_bisect_id
+
+    parameters = {"scenario": args.scenario, "target": args.target, "init": args.init, "steps": args.steps}
+    try:
+        inputs = check_inputs(args.repo or Path.cwd(), args.good, args.bad, parameters)
+        if args.probe_timeout_s is not None and args.probe_timeout_s <= 0:
+            raise ValueError(f"probe_timeout_s: {args.probe_timeout_s}; pass a number of seconds above 0")
+    except ValueError as err:
+        print(f"titanflow: bad input:\n{err}", file=sys.stderr)
+        return 2
+    from titanflow.paths import runs_root
+
+    bisect_id = new_bisect_id(inputs.parameters)
+    folder = Path(args.runs_dir).resolve() if args.runs_dir else runs_root()
+    print(f"bisect {inputs.good[:12]}..{inputs.bad[:12]} of {inputs.repo}: {inputs.commits} commits; folder "
+          f"{folder / bisect_id}", flush=True)
+
+    def call():
+        from flows.bisection import qwen3_bisect
+
+        options = {"probe_timeout_s": args.probe_timeout_s} if args.probe_timeout_s is not None else {}
+        try:
+            return qwen3_bisect(good=inputs.good, bad=inputs.bad, repo=inputs.repo, runs_dir=str(folder),
+                                bisect_id=bisect_id, **inputs.parameters, **options, return_state=True)
+        except KeyboardInterrupt:
+            print(f"titanflow: interrupted; what ran is kept in {folder / bisect_id}", file=sys.stderr)
+            return None
+
+    reached, state = _with_api(lambda: _drained(call))
+    if not reached:
+        return 2
+    from flows.bisection import RESULT_FILE
+    from titanflow.bisect.search import BisectResult
+    from titanflow.report.bisect import bisect_text
+
+    record = folder / bisect_id / RESULT_FILE
+    if not record.is_file():
+        print(f"titanflow: the bisect ended before writing {record}: {state.message if state else 'interrupted'}",
+              file=sys.stderr)
+        return 130 if state is None else 1
+    result = BisectResult.model_validate_json(record.read_text())
+    print(bisect_text(result), end="")
+    print(f"prefect flow run {result.flow_run_id}: {state.name if state else 'interrupted (Ctrl-C)'}")
+    if state is None:
+        return 130
+    return 0 if result.status == "found" else 1
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
     """Check this machine against a target (titanflow.run.doctor): 0 when every check passes, 1 otherwise,
     2 on bad input."""
@@ -376,6 +434,23 @@ def main(argv: list[str] | None = None) -> int:
     comp.add_argument("--history-dir", help="the history folder (default: $TITANFLOW_HISTORY or history/)")
     comp.add_argument("--runs-dir", help="where run folders not in the history are looked for (default: "
                                          "$TITANFLOW_RUNS or runs/)")
+    bis = sub.add_parser("bisect", help="the first revision whose scenario run fails the check the bad revision fails",
+                         description="git bisect run on a scenario: the bad revision's run names the check it fails "
+                                     "(failure class and check), the good revision's must pass, then git bisect "
+                                     "picks each revision to probe: a qwen3-scenario run of that revision's code in "
+                                     "a worktree of its own, good when it passes, bad when it fails that check, skip "
+                                     "otherwise (flow qwen3-bisect, flows/bisection.py). Prints the probe table; exit "
+                                     "0 only when the first bad commit is found.")
+    bis.add_argument("scenario", help="the scenario every probe runs (native, hf_backend, moe)")
+    bis.add_argument("--good", required=True, help="a revision whose run passes (hash, tag, branch): an ancestor of bad")
+    bis.add_argument("--bad", required=True, help="a revision whose run fails (hash, tag, branch)")
+    bis.add_argument("--target", default="cpu", help="the probes' target (default: cpu)")
+    bis.add_argument("--init", default="random", help="random | pretrained (default: random)")
+    bis.add_argument("--steps", type=int, help="training steps of each probe (default: ScenarioRun's, 10: the "
+                                               "golden loss curves' workload, so the golden_curve rule applies)")
+    bis.add_argument("--repo", help="the git checkout to bisect (default: the current folder's)")
+    bis.add_argument("--runs-dir", help="parent of the bisect's folder (default: $TITANFLOW_RUNS or runs/)")
+    bis.add_argument("--probe-timeout-s", type=float, help="seconds one probe may take (default: 7200)")
     doc = sub.add_parser("doctor", help="check this machine against a target, one line per check with its fix",
                          description="Python and package versions against the target's install profile, the "
                                      "torchtitan fork (trn2), Neuron devices and LNC (trn2), kernels, the weights "
@@ -400,7 +475,8 @@ def main(argv: list[str] | None = None) -> int:
     trim.add_argument("--top-k", type=int, required=True, help="experts routed per token (walkthrough: 4)")
     args = parser.parse_args(argv)
     return {"run": cmd_run, "render": cmd_render, "assets": cmd_assets, "nightly": cmd_nightly,
-            "history": cmd_history, "compare": cmd_compare, "trim": cmd_trim, "doctor": cmd_doctor}[args.command](args)
+            "history": cmd_history, "compare": cmd_compare, "trim": cmd_trim, "doctor": cmd_doctor,
+            "bisect": cmd_bisect}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -59,9 +59,9 @@ CONFIG_KEY_FIELDS = ("weights", "steps", "global_batch_size", "seq_len", "nproc"
 LOG_TAIL_LINES = 60
 
 
-def history_file(history_dir: Path | str | None = None) -> Path:
-    """``<history_dir>/runs.parquet``; ``None``: :func:`titanflow.paths.history_root`."""
-    return Path(history_dir).resolve() / HISTORY_FILE if history_dir else paths.history_root() / HISTORY_FILE
+def history_file(history_dir: Path | str | None = None, name: str = HISTORY_FILE) -> Path:
+    """``<history_dir>/<name>`` (default ``runs.parquet``); ``None``: :func:`titanflow.paths.history_root`."""
+    return (Path(history_dir).resolve() if history_dir else paths.history_root()) / name
 
 
 def config_key(parameters: dict) -> str:
@@ -268,9 +268,10 @@ def _read_table(table: Path) -> pd.DataFrame:
         try:
             return pd.read_parquet(handle)
         except (OSError, ValueError) as err:  # pyarrow's ArrowInvalid is a ValueError
+            fix = ("titanflow history --set-aside" if table.name == HISTORY_FILE
+                   else f"rename {table.name} to {table.name}.set-aside-<UTC time>")
             raise HistoryError(f"history: {table} cannot be read ({err}); nothing was appended to it. "
-                               "Set it aside (kept, renamed) and start a new one: titanflow history "
-                               "--set-aside") from err
+                               f"Set it aside (kept, renamed) and start a new one: {fix}") from err
 
 
 def _frame(rows: list[dict]) -> pd.DataFrame:
@@ -282,21 +283,24 @@ def _frame(rows: list[dict]) -> pd.DataFrame:
     return df
 
 
-def append_rows(rows: list[dict], history_dir: Path | str | None = None) -> Path:
-    """Add ``rows`` to the history table under the lock (module docstring); returns the table's path.
+def append_rows(rows: list[dict], history_dir: Path | str | None = None, name: str = HISTORY_FILE,
+                key: str = "run_id") -> Path:
+    """Add ``rows`` to the history table (``name``: another table of the history folder, such as the bisects')
+    under the lock (module docstring); returns the table's path.
 
-    A row whose run_id is already in the table replaces it.
+    A row whose ``key`` is already in the table replaces it.
 
     Raises:
         filelock.Timeout: another append held the lock for :data:`LOCK_TIMEOUT_S`.
+        HistoryError: the table exists but cannot be read.
     """
-    table = history_file(history_dir)
+    table = history_file(history_dir, name)
     table.parent.mkdir(parents=True, exist_ok=True)
     new = _frame(rows)
     with FileLock(str(table.with_name(f".{table.name}.lock")), timeout=LOCK_TIMEOUT_S):
         if table.is_file():
             old = _read_table(table)
-            kept = old[~old.run_id.isin(new.run_id)]
+            kept = old[~old[key].isin(new[key])]
             new = pd.concat([kept, new], ignore_index=True) if len(kept) else new
         paths.write_atomic(table, new.to_parquet(index=False))
     return table
@@ -323,6 +327,17 @@ def set_aside(history_dir: Path | str | None = None) -> Path | None:
         kept = table.with_name(f"{table.name}.set-aside-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}")
         table.rename(kept)
     return kept
+
+
+def read_table(name: str, history_dir: Path | str | None = None) -> pd.DataFrame:
+    """The table ``name`` of the history folder as written (no lock needed: it is only ever replaced whole);
+    empty (no columns) when there is none.
+
+    Raises:
+        HistoryError: the table exists but cannot be read.
+    """
+    table = history_file(history_dir, name)
+    return _read_table(table) if table.is_file() else pd.DataFrame()
 
 
 def read_history(scenario: str | None = None, target: str | None = None, init: str | None = None,

@@ -3,7 +3,8 @@
 One ``qwen3-scenario`` deployment per scenario x target with a work pool x init, named
 ``<scenario>-<target>-<init>`` and tagged ``scenario:``, ``target:``, ``init:``, with the target's
 weights for the scenario (:data:`TARGET_WEIGHTS`); one ``qwen3-nightly`` deployment per such target,
-``nightly-<target>`` (whose runs take the same weights). The YAML stays the file
+``nightly-<target>`` (whose runs take the same weights); one ``qwen3-bisect`` deployment per target in
+:data:`BISECT_TARGETS`, ``bisect-<target>``, run on demand with the revisions as parameters. The YAML stays the file
 Prefect deploys (``prefect deploy`` reads it); :func:`check_prefect_yaml` says where it and
 the registries part, and ``make server`` refuses a file that does not hold them.
 """
@@ -40,6 +41,11 @@ TARGET_WEIGHTS: dict[str, dict[str, dict]] = {
 }
 
 
+#: Targets with a ``qwen3-bisect`` deployment: those whose environment a bisect can build for a revision whose
+#: dependencies differ (titanflow.bisect.environment: the cpu install profile's Makefile target).
+BISECT_TARGETS = ("cpu",)
+
+
 def expected_deployments() -> dict[str, dict]:
     """{deployment name: {"flow", "work_pool", "parameters", "tags"}} the registries call for."""
     rows = {}
@@ -53,6 +59,9 @@ def expected_deployments() -> dict[str, dict]:
                     "tags": [f"scenario:{scenario}", f"target:{target}", f"init:{init}"]}
         rows[f"nightly-{target}"] = {"flow": "flows/nightly.py:qwen3_nightly", "work_pool": pool,
                                      "parameters": {"target": target}, "tags": ["suite:nightly", f"target:{target}"]}
+        if target in BISECT_TARGETS:
+            rows[f"bisect-{target}"] = {"flow": "flows/bisection.py:qwen3_bisect", "work_pool": pool,
+                                        "parameters": {"target": target}, "tags": ["bisect", f"target:{target}"]}
     return rows
 
 

@@ -31,3 +31,5 @@ class TaskName(StrEnum):
     # the qwen3-nightly's own tasks, after its scenario runs
     compare_runs = "compare_runs"  # each failed run against the last passing comparable run
     trends = "trends"  # the trends-<target> artifact
+    # the qwen3-bisect's own task
+    probe = "probe"  # one revision's qwen3-scenario run, in its own worktree

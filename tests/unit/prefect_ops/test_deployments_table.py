@@ -6,20 +6,23 @@ import typing
 
 import pytest
 
+from flows.bisection import qwen3_bisect
 from flows.nightly import qwen3_nightly
 from flows.scenario import qwen3_scenario
 from titan_cfg.scenarios import SCENARIOS
 from titan_cfg.targets import TARGETS
-from titanflow.prefect_ops.deployments import WORK_POOLS, check_prefect_yaml, expected_deployments
+from titanflow.prefect_ops.deployments import BISECT_TARGETS, WORK_POOLS, check_prefect_yaml, expected_deployments
 from titanflow.run.params import INITS, ScenarioRun
 
 
 def test_prefect_yaml_holds_every_scenario_x_target_x_init_and_a_nightly_per_target():
     assert check_prefect_yaml() == []
     rows = expected_deployments()
-    # 3 scenarios x 2 targets with a work pool x 2 inits, plus nightly-cpu and nightly-trn2
-    assert len(rows) == len(SCENARIOS) * len(WORK_POOLS) * len(INITS) + len(WORK_POOLS) == 14
-    assert set(WORK_POOLS) <= set(TARGETS)
+    # 3 scenarios x 2 targets with a work pool x 2 inits, plus nightly-cpu and nightly-trn2, plus bisect-cpu
+    assert len(rows) == len(SCENARIOS) * len(WORK_POOLS) * len(INITS) + len(WORK_POOLS) + len(BISECT_TARGETS) == 15
+    assert set(WORK_POOLS) <= set(TARGETS) and set(BISECT_TARGETS) <= set(WORK_POOLS)
+    assert rows["bisect-cpu"] == {"flow": "flows/bisection.py:qwen3_bisect", "work_pool": "cpu",
+                                  "parameters": {"target": "cpu"}, "tags": ["bisect", "target:cpu"]}
 
 
 def test_a_deployment_missing_from_the_yaml_is_named(tmp_path):
@@ -50,6 +53,17 @@ def test_closed_choices_are_the_registries():
     assert set(typing.get_args(typing.get_args(hints["target"])[0])) == set(TARGETS)
     assert set(typing.get_args(typing.get_args(hints["init"])[0])) == set(INITS) == {"random", "pretrained"}
     assert set(typing.get_args(typing.get_type_hints(qwen3_nightly.fn)["target"])) == set(TARGETS)
+    bisect = typing.get_type_hints(qwen3_bisect.fn)
+    assert (set(typing.get_args(bisect["scenario"])), set(typing.get_args(bisect["target"])),
+            set(typing.get_args(bisect["init"]))) == (set(SCENARIOS), set(TARGETS), set(INITS))
+
+
+def test_the_bisect_flow_needs_its_revisions_and_takes_the_rest_from_defaults():
+    """good and bad have no default: a deployment run without them is refused by the server's parameter schema."""
+    parameters = inspect.signature(qwen3_bisect.fn).parameters
+    assert [n for n, p in parameters.items() if p.default is inspect.Parameter.empty] == ["good", "bad"]
+    assert {n: parameters[n].default for n in ("scenario", "target", "init", "steps")} == {
+        "scenario": "native", "target": "cpu", "init": "random", "steps": None}
 
 
 def test_trn2_deployments_train_the_walkthroughs_models():

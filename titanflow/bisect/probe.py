@@ -1,0 +1,131 @@
+"""One probe: a ``qwen3-scenario`` run of one revision, with that revision's own code, in a worktree of its own.
+
+    folder = BisectFolder(Path("runs/bisect-native-cpu-random-20261201-104500-ab12"))
+    run = run_probe(repo, revision, folder, {"scenario": "native", "target": "cpu", "init": "random"},
+                    scenario_flow=qwen3_scenario, parent_task_run_id=task_run_id, api_url=api_url)
+
+The probe's flow run is created here, on the bisect's Prefect server, as a subflow run of the task that
+called it (``parent_task_run_id``), named by the revision, its flow version the revision's short hash; then
+the revision's worktree executes it as Prefect's workers do: ``<python> -m prefect.engine`` with
+``PREFECT__FLOW_RUN_ID`` and ``PREFECT__FLOW_ENTRYPOINT`` (:data:`ENTRYPOINT`), run in the worktree, whose
+code comes first on ``sys.path``. So the UI shows each probe under the bisect's flow run, and the run is
+judged by the revision's own goldens and rules. The probe's process gets:
+
+- ``TITANFLOW_CACHE``: the caller's cache root (titanflow.paths.cache_root), so built assets and compile
+  caches are reused across worktrees instead of being built again in each;
+- ``TITANFLOW_RUNS``, ``TITANFLOW_HISTORY``: the bisect's folder (``runs/``, ``history/``), so runs of old
+  revisions never become baselines of the nightly's history;
+- the Python of its dependencies (titanflow.bisect.environment).
+
+It runs through titanflow.launch.process.run_streaming: its output in ``probes/<hash>.log``, its process group
+ended on timeout or when the bisect is stopped. The worktree is removed when the probe ends, whatever happened.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from prefect import Flow, get_client
+from pydantic import BaseModel, ValidationError
+
+from titanflow import paths
+from titanflow.bisect.environment import EnvironmentUnavailable, dependency_key, ensure_environment, plan_environment
+from titanflow.bisect.revisions import file_at, worktree
+from titanflow.judge.history import LOG_TAIL_LINES
+from titanflow.launch.metrics import log_tail
+from titanflow.launch.process import run_streaming
+from titanflow.run.summary import SUMMARY, RunSummary, read_summary
+
+#: The scenario flow, as the deployments name it (deployments/prefect.yaml), relative to the worktree.
+ENTRYPOINT = "flows/scenario.py:qwen3_scenario"
+
+#: Lines of the probe's own output kept to say why a probe ended without a summary.
+OUTPUT_TAIL_LINES = 30
+
+
+class BisectFolder:
+    """A bisect's folder: ``worktrees/`` (one per probe while it runs, and git's bisect state), ``runs/`` and
+    ``history/`` (the probes' run folders and history), ``probes/`` (each probe's output)."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+        self.worktrees, self.runs = self.root / "worktrees", self.root / "runs"
+        self.history, self.logs = self.root / "history", self.root / "probes"
+
+
+class ProbeRun(BaseModel):
+    """How a probe ended: its run's summary (None when it wrote none), the end of its train.log, and, for a run
+    without a summary, ``why`` (the exit status and the last lines of the probe's output)."""
+
+    revision: str
+    run_id: str
+    run_dir: str
+    flow_run_id: str | None
+    environment: str
+    summary: RunSummary | None
+    log_tail: str = ""
+    why: str | None = None
+    wall_s: float
+
+
+def probe_run_id(parameters: dict, revision: str) -> str:
+    """``<scenario>-<target>-<init>-<12 hex of the revision>``: the probe's run folder in the bisect's ``runs/``."""
+    return f"{parameters['scenario']}-{parameters['target']}-{parameters['init']}-{revision[:12]}"
+
+
+def probe_environment(tree: Path, folder: BisectFolder, api_url: str, flow_run_id: str) -> dict[str, str]:
+    """The probe process's environment: this one, with the variables of the module docstring and the worktree
+    first on ``PYTHONPATH``."""
+    python_path = [str(tree), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    return {**os.environ, "PREFECT_API_URL": api_url, "PREFECT__FLOW_RUN_ID": flow_run_id,
+            "PREFECT__FLOW_ENTRYPOINT": ENTRYPOINT, "TITANFLOW_CACHE": str(paths.cache_root()),
+            "TITANFLOW_RUNS": str(folder.runs), "TITANFLOW_HISTORY": str(folder.history),
+            "PYTHONPATH": os.pathsep.join(python_path)}
+
+
+def create_probe_flow_run(scenario_flow: Flow, parameters: dict, revision: str, parent_task_run_id: str | None) -> str:
+    """Create the probe's ``qwen3-scenario`` flow run (Pending) under ``parent_task_run_id``; returns its id."""
+    with get_client(sync_client=True) as client:
+        flow_run = client.create_flow_run(scenario_flow.with_options(version=revision[:12]), name=revision[:12],
+                                          parameters=parameters, parent_task_run_id=parent_task_run_id,
+                                          tags=["bisect", f"revision:{revision[:12]}"])
+    return str(flow_run.id)
+
+
+def run_probe(repo: Path, revision: str, folder: BisectFolder, parameters: dict, *, scenario_flow: Flow,
+              parent_task_run_id: str | None, api_url: str, timeout_s: float) -> ProbeRun:
+    """Run ``parameters`` (scenario, target, init, steps: the scenario flow's) at ``revision`` (module docstring);
+    ``timeout_s`` bounds the whole probe process. Never raises for the probe's own failure (an install that fails,
+    a crash, a timeout: a run without a summary, ``why`` says so); a stop of the bisect (Ctrl-C, a cancel)
+    ends the probe's processes and is raised."""
+    start = time.monotonic()
+    run_id = probe_run_id(parameters, revision)
+    run_dir = folder.runs / run_id
+    flow_run_id, why = None, None
+    with worktree(repo, folder.worktrees / revision[:12], revision) as tree:
+        plan = plan_environment(dependency_key(lambda name: file_at(repo, revision, name)), parameters["target"])
+        try:
+            python = ensure_environment(plan, tree)
+        except EnvironmentUnavailable as err:
+            why = str(err)
+        if why is None:
+            flow_run_id = create_probe_flow_run(scenario_flow, {**parameters, "run_id": run_id,
+                                                                "runs_dir": str(folder.runs)}, revision,
+                                                parent_task_run_id)
+            ended = run_streaming([python, "-m", "prefect.engine"], cwd=tree, timeout_s=timeout_s,
+                                  env=probe_environment(tree, folder, api_url, flow_run_id),
+                                  log_path=folder.logs / f"{revision[:12]}.log", tail_lines=OUTPUT_TAIL_LINES)
+            timed_out = f"killed after the {timeout_s:.0f} s timeout, " if ended.timed_out else ""
+            why = f"{timed_out}exit {ended.returncode}; last lines:\n" + "\n".join(ended.tail)
+    summary = None
+    if (run_dir / SUMMARY).is_file():
+        try:
+            summary = read_summary(run_dir / SUMMARY)
+        except ValidationError as err:  # written by a revision whose summary this code cannot read
+            why = f"{run_dir / SUMMARY} is not a summary this titanflow reads: {err}"
+    return ProbeRun(revision=revision, run_id=run_id, run_dir=str(run_dir), flow_run_id=flow_run_id,
+                    environment=plan.describe(), summary=summary,
+                    log_tail=log_tail(run_dir / "train.log", LOG_TAIL_LINES) or "",
+                    why=None if summary is not None else why, wall_s=round(time.monotonic() - start, 3))
