@@ -69,6 +69,9 @@ def test_server_has_the_pools_the_deployments_of_prefect_yaml_and_a_cpu_worker(d
             # typed schema from the flow signature: steps is an integer (or null: ScenarioRun's default)
             steps = got.parameter_openapi_schema["properties"]["steps"]
             assert {t.get("type") for t in steps["anyOf"]} == {"integer", "null"}
+        elif spec["entrypoint"].startswith("flows/bisection.py"):  # the bisect: on demand, its revisions required
+            assert got.schedules == [] and got.enforce_parameter_schema
+            assert set(got.parameter_openapi_schema["required"]) == {"good", "bad"}
         else:  # the nightly suite: a cron
             assert [s.schedule.cron for s in got.schedules] == [spec["schedules"][0]["cron"]]
 
