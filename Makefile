@@ -3,6 +3,8 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# The cpu profile's Python (profiles/cpu/.python-version; titanflow doctor reads the same file).
+CPU_PYTHON := $(shell cat profiles/cpu/.python-version)
 
 .PHONY: setup run test test-fast assets clean server stop chromium overlay-trn2 setup-trn2
 
@@ -10,7 +12,7 @@ STAMP  := $(VENV)/.installed
 # build (2.13.0); the project and its extra `cpu` (torchtitan 0.3.0, transformers 5.23.0) then
 # install under the profile's constraints, so nothing can resolve a multi-GB CUDA build.
 $(STAMP): pyproject.toml profiles/cpu/constraints.txt
-	$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "the cpu profile needs Python 3.11"'
+	$(PYTHON) -c 'import sys; v = "$(CPU_PYTHON)"; assert "%d.%d" % sys.version_info[:2] == v, "the cpu profile needs Python " + v'
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check torch==2.13.0
 	$(BIN)/pip install --quiet --disable-pip-version-check -c profiles/cpu/constraints.txt -e '.[cpu,test]'

@@ -173,7 +173,7 @@ def qwen3_scenario(
                     summary.weights_digest = weights_digest(Path(weights_dir))  # machine built it
             if run.trim is not None:  # moe on trn2: the published weights, trimmed (cached after the first run)
                 with record.task(trim_weights):
-                    weights_dir = trim_weights(run.weights, weights_dir, run.trim)
+                    weights_dir = trim_weights(run.weights, weights_dir, run.trim, run.init)
                     if run.init == "pretrained":
                         summary.weights_digest = weights_digest(Path(weights_dir))
             with record.task(render_config) as timing:  # builds torchtitan's config: compute, like training

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from prefect import Flow, runtime, task
+from prefect import Flow, task
 from prefect.cache_policies import NO_CACHE
 from prefect.logging import get_run_logger
 
@@ -18,7 +18,7 @@ def probe(repo: str, revision: str, folder: str, parameters: dict, scenario_flow
     """Prefect task: :func:`titanflow.bisect.probe.run_probe` of ``revision``, its flow run a subflow run of
     this task run (never cached: each probe must run)."""
     run = run_probe(Path(repo), revision, BisectFolder(Path(folder)), parameters, scenario_flow=scenario_flow,
-                    parent_task_run_id=str(runtime.task_run.id), api_url=api_url, timeout_s=timeout_s)
+                    api_url=api_url, timeout_s=timeout_s)
     ended = run.summary.verdict if run.summary else f"without a summary: {run.why}"
     get_run_logger().info("probe %s: run %s ended %s (%.0f s, %s)", revision[:12], run.run_id, ended, run.wall_s,
                           run.environment)

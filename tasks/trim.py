@@ -15,12 +15,12 @@ from titanflow.weights.trim import ensure_trimmed
 
 
 @task(name=TaskName.trim_weights)
-def trim_weights(weights: str | None, weights_dir: str, trim: Trim) -> str:
+def trim_weights(weights: str | None, weights_dir: str, trim: Trim, init: str = "pretrained") -> str:
     """Prefect task: :func:`titanflow.weights.trim.ensure_trimmed` of the pulled folder (the first run
     writes it, later runs reuse it); returns the trimmed folder. ``weights``: as the run names them,
-    for the source's id."""
+    for the source's id; ``init``: the run's (pretrained: the source must hold its weights)."""
     source_id = weights_id(weights, Path(weights_dir))
-    folder = ensure_trimmed(Path(weights_dir), trim, source_id, paths.cache_root())
+    folder = ensure_trimmed(Path(weights_dir), trim, source_id, paths.cache_root(), init)
     get_run_logger().info("trimmed %s to %d layers, %d experts, top-%d: %s", source_id or weights_dir,
                           trim.layers, trim.experts, trim.top_k, folder)
     return str(folder)

@@ -231,27 +231,45 @@ def cmd_render(args: argparse.Namespace) -> int:
     from titanflow.weights.resolve import resolve_weights
     from titanflow.weights.trim import ensure_trimmed
 
+    model_type = SCENARIOS[run.scenario].model_type
+    if run.weights is None and run.init == "pretrained":  # cpu only: preflight refuses it elsewhere
+        print(f"titanflow: weights: none given for init pretrained: the embedded tiny {model_type}'s pretrained "
+              "checkpoint (titanflow.weights.pretrained: pretrained on this CPU on first use, then kept in the cache)",
+              file=sys.stderr, flush=True)
     run_dir.mkdir(parents=True)
-    weights_dir = resolve_weights(run.weights, run.init, SCENARIOS[run.scenario].model_type)
+    weights_dir = resolve_weights(run.weights, run.init, model_type)
     if run.trim is not None:  # as the flow's trim_weights step: the trim kept in the cache
-        weights_dir = ensure_trimmed(weights_dir, run.trim, weights_id(run.weights, weights_dir), paths.cache_root())
+        weights_dir = ensure_trimmed(weights_dir, run.trim, weights_id(run.weights, weights_dir), paths.cache_root(),
+                                     run.init)
     rendered = render(run, weights_dir, run_dir, files_only=True)  # to be read: config.json is enough
+    named = weights_id(run.weights, weights_dir) or ("the folder given" if run.weights else f"the embedded tiny "
+                                                     f"{model_type}" + ("'s pretrained checkpoint" if run.init ==
+                                                                        "pretrained" else ""))
+    print(f"titanflow: weights: {weights_dir} ({named})", file=sys.stderr)
     print(Path(rendered.job_path).parent)
     return 0
 
 
 def cmd_trim(args: argparse.Namespace) -> int:
-    """Write the trimmed copy of an MoE folder or Hub id (titanflow.weights.trim); 0 on success, 2 on bad input."""
+    """Write the trimmed copy of an MoE folder or Hub id (titanflow.weights.trim); 0 on success, 2 on bad input.
+    The sizes and ``dest`` are checked before the source is downloaded, the source before anything is written."""
+    from pydantic import ValidationError
+
     from titanflow.run.params import Trim
+    from titanflow.run.preflight import describe
     from titanflow.weights.identity import weights_id
-    from titanflow.weights.resolve import WeightsError, resolve_weights
-    from titanflow.weights.trim import trim_moe
+    from titanflow.weights.resolve import WeightsError, local_folder, resolve_weights
+    from titanflow.weights.trim import check_dest, trim_moe
 
     try:
         trim = Trim(layers=args.layers, experts=args.experts, top_k=args.top_k)
+        check_dest(Path(args.dest), local_folder(args.source))
         source = resolve_weights(args.source, "pretrained", "qwen3_moe")
         print(trim_moe(source, Path(args.dest), trim, source_id=weights_id(args.source, source)))
-    except (ValueError, WeightsError) as err:  # pydantic's ValidationError is a ValueError
+    except ValidationError as err:  # field, what is wrong, the fix: as titanflow run prints it
+        print(f"titanflow: bad input:\n{describe(err)}", file=sys.stderr)
+        return 2
+    except (ValueError, WeightsError) as err:
         print(f"titanflow: bad input:\n{err}", file=sys.stderr)
         return 2
     return 0
@@ -461,18 +479,21 @@ def main(argv: list[str] | None = None) -> int:
     doc.add_argument("--init", default="random", help="random | pretrained (default: random)")
     doc.add_argument("--weights", help="HF folder or Hub id (default: the target's deployments': on trn2 the "
                                        "walkthrough's models, else the embedded tiny model)")
-    doc.add_argument("--nproc", type=int, help="ranks (default: the target's)")
+    doc.add_argument("--nproc", help="ranks (default: the target's)")  # validated by ScenarioRun
     doc.add_argument("--runs-dir", help="parent of the runs' folders, where the export's disk is checked")
     trim = sub.add_parser("trim", help="write an MoE checkpoint trimmed to its first layers and experts",
                           description="Copy a Qwen3 MoE Hugging Face folder (or Hub id) keeping the first --layers "
                                       "layers, the first --experts experts of each with the router's rows to match, "
-                                      "and --top-k experts per token; config.json records the trim. DEST must not "
-                                      "exist; it appears only once complete and checked (titanflow/weights/trim.py).")
+                                      "and --top-k experts per token; config.json records the trim. SOURCE must hold "
+                                      "the safetensors weights; DEST must be a new folder outside SOURCE, under one "
+                                      "you can write; it appears only once complete and checked, and nothing already "
+                                      "there is replaced (titanflow/weights/trim.py).")
     trim.add_argument("source", help="the full MoE folder or Hub id (e.g. Qwen/Qwen3-30B-A3B)")
     trim.add_argument("dest", help="the new folder")
-    trim.add_argument("--layers", type=int, required=True, help="decoder layers kept (walkthrough: 4)")
-    trim.add_argument("--experts", type=int, required=True, help="experts kept per layer (walkthrough: 64)")
-    trim.add_argument("--top-k", type=int, required=True, help="experts routed per token (walkthrough: 4)")
+    # the sizes are validated by Trim (titanflow.run.params), its errors told as titanflow run tells them
+    trim.add_argument("--layers", required=True, help="decoder layers kept (walkthrough: 4)")
+    trim.add_argument("--experts", required=True, help="experts kept per layer (walkthrough: 64)")
+    trim.add_argument("--top-k", required=True, help="experts routed per token (walkthrough: 4)")
     args = parser.parse_args(argv)
     return {"run": cmd_run, "render": cmd_render, "assets": cmd_assets, "nightly": cmd_nightly,
             "history": cmd_history, "compare": cmd_compare, "trim": cmd_trim, "doctor": cmd_doctor,

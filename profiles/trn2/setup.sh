@@ -17,12 +17,12 @@ cd "$(dirname "$0")/../.."
 # The knobs. Override the first two from the environment for another venv or checkout folder.
 VENV=${TITANFLOW_TRN2_VENV:-/opt/aws_neuronx_venv_torch_neuronx_2_14_0}
 FORK_DIR=${TITANFLOW_TRN2_FORK_DIR:-$HOME/torchtitan-neuron}
-PYTHON_VERSION=3.12                              # the walkthrough's Python
+PROFILE=profiles/trn2
+PYTHON_VERSION=$(<"$PROFILE/.python-version")    # the walkthrough's Python, 3.12 (titanflow doctor reads it too)
 NEURON_INDEX=https://pip.repos.neuron.amazonaws.com
 TORCH_CPU_INDEX=https://download.pytorch.org/whl/cpu
 FORK_REPO=https://github.com/aws-neuron/torchtitan-neuron.git
 FORK_REF=release-2.33                            # the walkthrough's branch of the fork
-PROFILE=profiles/trn2
 
 PRINT=
 [[ ${1:-} == --print ]] && PRINT=1

@@ -2,10 +2,10 @@
 
     folder = BisectFolder(Path("runs/bisect-native-cpu-random-20261201-104500-ab12"))
     run = run_probe(repo, revision, folder, {"scenario": "native", "target": "cpu", "init": "random"},
-                    scenario_flow=qwen3_scenario, parent_task_run_id=task_run_id, api_url=api_url)
+                    scenario_flow=qwen3_scenario, api_url=api_url, timeout_s=7200)
 
 The probe's flow run is created here, on the bisect's Prefect server, as a subflow run of the task that
-called it (``parent_task_run_id``), named by the revision, its flow version the revision's short hash; then
+called it (:func:`create_probe_flow_run`), named by the revision's short hash; then
 the revision's worktree executes it as Prefect's workers do: ``<python> -m prefect.engine`` with
 ``PREFECT__FLOW_RUN_ID`` and ``PREFECT__FLOW_ENTRYPOINT`` (:data:`ENTRYPOINT`), run in the worktree, whose
 code comes first on ``sys.path``. So the UI shows each probe under the bisect's flow run, and the run is
@@ -27,7 +27,10 @@ import os
 import time
 from pathlib import Path
 
-from prefect import Flow, get_client
+from prefect import Flow, Task, get_client
+from prefect.client.schemas.objects import TaskRunResult
+from prefect.context import FlowRunContext, TaskRunContext
+from prefect.states import Pending
 from pydantic import BaseModel, ValidationError
 
 from titanflow import paths
@@ -85,17 +88,38 @@ def probe_environment(tree: Path, folder: BisectFolder, api_url: str, flow_run_i
             "PYTHONPATH": os.pathsep.join(python_path)}
 
 
-def create_probe_flow_run(scenario_flow: Flow, parameters: dict, revision: str, parent_task_run_id: str | None) -> str:
-    """Create the probe's ``qwen3-scenario`` flow run (Pending) under ``parent_task_run_id``; returns its id."""
+def create_probe_flow_run(scenario_flow: Flow, parameters: dict, revision: str) -> str:
+    """Create the probe's ``qwen3-scenario`` flow run (Pending), named by the revision's short hash; returns its id.
+
+    Called in a flow run, it is made a subflow run of it the way Prefect's own ``run_deployment(as_subflow=True)``
+    does: a task run standing for it is created in the calling flow run first, through the API (a task's own run is
+    recorded from events, maybe not yet when the flow run that names it as parent is created), with the calling
+    task run (the probe task) as its parent, so the UI draws the probe's run under that task.
+    """
+    flow_run_ctx, task_run_ctx = FlowRunContext.get(), TaskRunContext.get()
     with get_client(sync_client=True) as client:
-        flow_run = client.create_flow_run(scenario_flow.with_options(version=revision[:12]), name=revision[:12],
-                                          parameters=parameters, parent_task_run_id=parent_task_run_id,
-                                          tags=["bisect", f"revision:{revision[:12]}"])
+        parent_id = None
+        if flow_run_ctx is not None and flow_run_ctx.flow_run is not None:
+            stands_for = Task(name=scenario_flow.name, fn=lambda: None)
+            stands_for.task_key = f"{__name__}.{scenario_flow.name}"
+            parents = {"__parents__": [TaskRunResult(id=task_run_ctx.task_run.id)]} if task_run_ctx else {}
+            parent_id = client.create_task_run(task=stands_for, flow_run_id=flow_run_ctx.flow_run.id,
+                                               dynamic_key=revision, task_inputs=parents, state=Pending()).id
+        flow_run = client.create_flow_run(scenario_flow, name=revision[:12], parameters=parameters,
+                                          parent_task_run_id=parent_id, tags=["bisect", f"revision:{revision[:12]}"])
     return str(flow_run.id)
 
 
+def flow_run_state(flow_run_id: str) -> str:
+    """``flow run <state name>: <its message>`` as the Prefect API has it (``python -m prefect.engine`` exits 0 also
+    after a flow run that failed)."""
+    with get_client(sync_client=True) as client:
+        state = client.read_flow_run(flow_run_id).state
+    return f"flow run {state.name}: {state.message}" if state else "flow run without a state"
+
+
 def run_probe(repo: Path, revision: str, folder: BisectFolder, parameters: dict, *, scenario_flow: Flow,
-              parent_task_run_id: str | None, api_url: str, timeout_s: float) -> ProbeRun:
+              api_url: str, timeout_s: float) -> ProbeRun:
     """Run ``parameters`` (scenario, target, init, steps: the scenario flow's) at ``revision`` (module docstring);
     ``timeout_s`` bounds the whole probe process. Never raises for the probe's own failure (an install that fails,
     a crash, a timeout: a run without a summary, ``why`` says so); a stop of the bisect (Ctrl-C, a cancel)
@@ -112,13 +136,13 @@ def run_probe(repo: Path, revision: str, folder: BisectFolder, parameters: dict,
             why = str(err)
         if why is None:
             flow_run_id = create_probe_flow_run(scenario_flow, {**parameters, "run_id": run_id,
-                                                                "runs_dir": str(folder.runs)}, revision,
-                                                parent_task_run_id)
+                                                                "runs_dir": str(folder.runs)}, revision)
             ended = run_streaming([python, "-m", "prefect.engine"], cwd=tree, timeout_s=timeout_s,
                                   env=probe_environment(tree, folder, api_url, flow_run_id),
                                   log_path=folder.logs / f"{revision[:12]}.log", tail_lines=OUTPUT_TAIL_LINES)
             timed_out = f"killed after the {timeout_s:.0f} s timeout, " if ended.timed_out else ""
-            why = f"{timed_out}exit {ended.returncode}; last lines:\n" + "\n".join(ended.tail)
+            why = (f"{flow_run_state(flow_run_id)}; {timed_out}exit {ended.returncode}; last lines:\n"
+                   + "\n".join(ended.tail))
     summary = None
     if (run_dir / SUMMARY).is_file():
         try:

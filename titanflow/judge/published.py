@@ -128,6 +128,13 @@ def published_for(scenario: str, target: str, init: str, weights_id: str | None,
                  if e.key == (scenario, target, init, weights_id)), None)
 
 
+def published_weights_id(scenario: str, target: str, path: Path = PUBLISHED_FILE) -> str | None:
+    """The Hub id of the weights the table's figures for ``scenario`` on ``target`` were measured on (one id
+    for every init); None when the table has none for them, or more than one id."""
+    ids = {e.weights_id for e in load_published(path).expectation if (e.scenario, e.target) == (scenario, target)}
+    return ids.pop() if len(ids) == 1 else None
+
+
 def published_for_job(scenario: str, target: str, init: str, weights_id: str | None, workload: Workload,
                       path: Path = PUBLISHED_FILE) -> PublishedFirstStep | None:
     """What ``job.json`` records of the published figure for a job (None when none applies).

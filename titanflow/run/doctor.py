@@ -7,19 +7,21 @@ One line per check, each failed one with its fix; exit 0 only when all pass. The
 
 | check | cpu, cuda | trn2 |
 |---|---|---|
-| ``python`` | 3.11 (the CPU torch 2.13.0 wheel, CI) | 3.12 to 3.14 (Neuron 2.33: torch-neuronx 2.14.3) |
+| ``python`` | ``profiles/cpu/.python-version``: 3.11 (the CPU torch 2.13.0 wheel, CI) | ``profiles/trn2/.python-version``: 3.12 (the walkthrough's; profiles/trn2/setup.sh reads the same file) |
 | ``package <name>`` | each pin of ``profiles/cpu/constraints.txt`` | each pin of ``profiles/trn2/constraints.txt`` |
 | ``torchtitan fork`` | - | the importable ``torchtitan`` is torchtitan-neuron 0.2.2+neuron.1 (release-2.33): where it lives, its version |
+| ``cuda devices`` | cuda: ``torch.cuda.is_available()`` and ``torch.cuda.device_count()`` >= ranks | - |
 | ``neuron devices`` | - | ``neuron-ls --json-output`` (else ``/dev/neuron*``): devices x 8 physical cores >= ranks x LNC |
 | ``NEURON_LOGICAL_NC_CONFIG`` | - | the ranks get the target's LNC; nothing in this shell or ``NEURON_CC_FLAGS`` says otherwise |
 | ``kernel <op>=<impl>`` | every implementation registered for the target that needs a package or device has it (``rope=neuron``: nkilib's kernel module imports) |
-| ``weights`` | the run's weights folder (``--weights``; default: the deployments', on trn2 the walkthrough's model) fits the run and is complete: titanflow.run.preflight.check_weights_folder (config.json, tokenizer, the index against the model) and titanflow.weights.check.check_checkpoint (every shard, header and tensor), whatever the init |
+| ``weights`` | the run's weights folder (``--weights``; default: the deployments', on trn2 the walkthrough's model) fits the run and is complete: titanflow.run.preflight.check_weights_folder (config.json, tokenizer, the index against the model) and titanflow.weights.check.check_checkpoint (every shard, header and tensor), whatever the init. The fix is the ``hf download`` command for the weights' Hub id (titanflow.weights.identity, else the scenario's in titanflow/judge/published_expectations.toml) into the folder a run reads (titanflow.weights.resolve.download_command) |
 | ``dataset`` | the folder the target trains on (titanflow.launch.dataset: Botchan; trn2: the fork's c4_test) |
 | ``compile cache`` | ``<cache root>/compile`` writable |
-| ``disk`` | free space under the runs folder for the export: 2 x parameters x export dtype bytes (torchtitan's sharded save and the consolidated shards; the export hard-links the latter) |
+| ``disk`` | free space under the runs folder for the export: 2 x parameters x export dtype bytes (torchtitan's sharded save and the consolidated shards; the export hard-links the latter); parameters from the safetensors headers, or, before the weights are downloaded, estimated from config.json (the model built on the meta device), and then the download too: parameters x bytes of config.json's ``torch_dtype``, on the weights folder's disk |
 
 A scenario run on trn2 runs the same checks first (titanflow.run.preflight, :func:`require_ready`), less
-the weights (checked there and at ``render_config``, after a Hub download).
+the weights (checked there and at ``render_config``, after a Hub download); one on cuda runs
+:func:`check_cuda`.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import json
+import math
 import os
 import re
 import shutil
@@ -50,10 +53,10 @@ from titanflow.run.params import ScenarioRun, is_hub_id
 #: profile's versions (its torch is the CUDA build of the same release).
 PROFILE_OF = {"cpu": "cpu", "cuda": "cpu", "trn2": "trn2"}
 
-#: Python each target supports: cpu/cuda 3.11 (pyproject.toml, the CI machines' torch 2.13.0 wheel); trn2
-#: 3.12-3.14 (Neuron 2.33 release notes: torch-neuronx 2.14.3.0.* for PyTorch 2.14.0 on 3.12, 3.13, 3.14).
-PYTHON = {"cpu": (SpecifierSet("==3.11.*"), "3.11"), "cuda": (SpecifierSet("==3.11.*"), "3.11"),
-          "trn2": (SpecifierSet(">=3.12,<3.15"), "3.12 to 3.14")}
+#: The file of each install profile that names its Python (major.minor, as pyenv and uv read ``.python-version``):
+#: cpu 3.11 (the CI machines' torch 2.13.0 wheel; the Makefile reads it), trn2 3.12 (the walkthrough's; Neuron 2.33
+#: supports 3.12-3.14, the profile pins one; profiles/trn2/setup.sh reads it).
+PYTHON_FILE = ".python-version"
 
 #: The torchtitan fork trn2 runs: aws-neuron/torchtitan-neuron at release-2.33, installed as ``torchtitan``;
 #: its version in Neuron 2.33 is 0.2.2+neuron.1 (Neuron release notes, "TorchTitan Neuron").
@@ -102,12 +105,28 @@ def profile_pins(target: str) -> dict[str, Requirement]:
     return pins
 
 
+def profile_python(target: str) -> str:
+    """The Python (``major.minor``) of ``target``'s install profile: ``profiles/<profile>/.python-version``.
+
+    Raises:
+        FileNotFoundError: the profile file is missing.
+    """
+    return (paths.REPO_ROOT / "profiles" / PROFILE_OF[target] / PYTHON_FILE).read_text().strip()
+
+
 def check_python(target: str, version: tuple[int, int, int] | None = None) -> Check:
-    """This interpreter (or ``version``) against the Python the target supports."""
+    """This interpreter (or ``version``) against the Python of the target's install profile (:func:`profile_python`)."""
     found = ".".join(map(str, version or sys.version_info[:3]))
-    wanted, words = PYTHON[target]
-    fix = SETUP_TRN2 + " (its venv is Python 3.12)" if target == "trn2" else "make setup (creates .venv with Python 3.11)"
-    return Check("python", found in wanted, f"{found} ({target} needs Python {words})", fix)
+    where = f"profiles/{PROFILE_OF[target]}/{PYTHON_FILE}"
+    try:
+        wanted = profile_python(target)
+    except FileNotFoundError:
+        return Check("python", False, f"{found}; the install profile names no Python ({where} is missing)",
+                     "restore profiles/ from the repository")
+    fix = (f"{SETUP_TRN2} (its venv is Python {wanted})" if target == "trn2"
+           else f"make setup (creates .venv with Python {wanted})")
+    return Check("python", found in SpecifierSet(f"=={wanted}.*"), f"{found} ({target} needs Python {wanted}: {where})",
+                 fix)
 
 
 def check_packages(target: str) -> list[Check]:
@@ -191,6 +210,26 @@ def check_devices(run: ScenarioRun, dev_dir: Path = Path("/dev")) -> Check:
                  f"LNC {lnc} need {needed}", fix)
 
 
+def check_cuda(run: ScenarioRun) -> Check:
+    """CUDA devices for the run's ranks on this node: ``torch.cuda.is_available()`` (a CUDA build of torch and a
+    working driver) and ``torch.cuda.device_count()`` >= ranks (one GPU per rank)."""
+    import torch
+
+    ranks = run.world_size
+    torch_pin = profile_pins(run.target).get("torch")
+    install = f"install the CUDA build of torch {torch_pin.specifier if torch_pin else ''} (PyTorch's index for your CUDA)"
+    if not torch.cuda.is_available():
+        why = (f"torch {torch.__version__} is a CPU build (torch.version.cuda is None)" if torch.version.cuda is None
+               else f"torch {torch.__version__} (CUDA {torch.version.cuda}) finds no usable GPU (driver, "
+                    "CUDA_VISIBLE_DEVICES)")
+        return Check("cuda devices", False, f"torch.cuda.is_available() is False: {why}; {ranks} ranks need {ranks} "
+                     "GPUs", f"run on a machine with {ranks} GPUs and their driver, and {install}")
+    count = torch.cuda.device_count()
+    fix = f"run on a machine with {ranks} GPUs" + (f", or pass --nproc {count} or fewer" if count else "")
+    return Check("cuda devices", count >= ranks, f"{count} CUDA devices (torch.cuda.device_count()); {ranks} ranks "
+                 f"need {ranks}", fix)
+
+
 #: Compiler flags that set the logical-NeuronCore degree (neuronx-cc: --lnc, -lnc, --logical-nc-config).
 LNC_FLAG = re.compile(r"(?:^|\s)(?:--lnc|-lnc|--logical-nc-config)[=\s]+(\d+)")
 
@@ -236,40 +275,57 @@ def check_kernels(target: str) -> list[Check]:
 
 def resolve_local(weights: str | None, init: str, model_type: str) -> Path:
     """The weights folder a run of ``weights`` would use, found without downloading or building anything:
-    the embedded tiny model for None (its pretrained checkpoint is built from it on first use), a local
-    folder, or a Hub id under ``$TITANFLOW_WEIGHTS_ROOT`` or in the Hugging Face cache.
+    the embedded tiny model for None (its pretrained checkpoint is built from it on first use), else
+    titanflow.weights.resolve.local_copy (a local folder, a Hub id under ``$TITANFLOW_WEIGHTS_ROOT`` or in
+    the Hugging Face cache).
 
     Raises:
-        ValueError: the folder is not on this machine (naming the fix).
+        ValueError: the folder is not on this machine, ``<what>; fix: <the exact command>``.
     """
-    from titanflow.weights.resolve import WEIGHTS_ROOT_ENV
+    from titanflow.weights.resolve import WEIGHTS_ROOT_ENV, download_command, local_copy
 
     if weights is None:
         from titanflow.assets import TINY_SPECS, ensure_assets
 
         return ensure_assets(spec=TINY_SPECS[model_type]).weights_dir
+    found = local_copy(weights)
+    if found is not None:
+        return found
     if not is_hub_id(weights):
-        folder = Path(weights).expanduser().resolve()
-        if not (folder / "config.json").is_file():
-            raise ValueError(f"{folder} has no config.json; fix: pass a Hugging Face model folder")
-        return folder
+        raise ValueError(f"{Path(weights).expanduser().resolve()} has no config.json; fix: pass a Hugging Face model "
+                         "folder")
     root = os.environ.get(WEIGHTS_ROOT_ENV)
-    if root and (Path(root) / weights / "config.json").is_file():
-        return (Path(root) / weights).resolve()
-    from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import LocalEntryNotFoundError
+    under = f"not under ${WEIGHTS_ROOT_ENV}={root}" if root else f"${WEIGHTS_ROOT_ENV} unset"
+    raise ValueError(f"not on this machine ({under}, not in the Hugging Face cache); fix: {download_command(weights)}")
 
-    try:
-        return Path(snapshot_download(weights, local_files_only=True))
-    except LocalEntryNotFoundError:
-        raise ValueError(f"not on this machine (not under ${WEIGHTS_ROOT_ENV}, not in the Hugging Face cache); fix: "
-                         f"hf download {weights} --local-dir ${WEIGHTS_ROOT_ENV}/{weights}") from None
+
+def weights_fix(run: ScenarioRun, weights: str | None, folder: Path) -> str:
+    """The fix for an incomplete weights ``folder``: the ``hf download`` command that completes it, for the Hub id
+    the folder claims (titanflow.weights.identity), else the scenario's published one on the target
+    (titanflow/judge/published_expectations.toml, then the target's deployments); a Hugging Face cache snapshot
+    is completed in the cache."""
+    from titanflow.judge.published import published_weights_id
+    from titanflow.weights.identity import hub_cache_id, weights_id
+    from titanflow.weights.resolve import download_command
+
+    if weights is None:
+        return "titanflow assets (rebuilds the embedded tiny model), or pass --weights a complete Hugging Face folder"
+    claimed = weights_id(weights, folder)
+    repo = claimed or published_weights_id(run.scenario, run.target) or default_weights(run.target, run.scenario)
+    if repo is None or " " in repo:  # none known, or a trimmed id (titanflow trim writes those)
+        return f"complete {folder} (the message says what it lacks), or pass --weights a complete Hugging Face folder"
+    command = download_command(repo, None if hub_cache_id(folder) else folder)
+    if claimed:
+        return command
+    return (f"if {folder} is to hold {repo} (the weights {run.scenario} on {run.target} is published with): "
+            f"{command}; else pass --weights a complete Hugging Face folder")
 
 
 def check_weights(run: ScenarioRun, weights: str | None) -> tuple[Check, Path | None]:
     """The run's weights folder fits the run (titanflow.run.preflight.check_weights_folder: config.json,
     tokenizer, the index against the model) and is complete whatever the init (titanflow.weights.check.
-    check_checkpoint: every shard, header and tensor); returns the check and the folder (None when it is not here)."""
+    check_checkpoint: every shard, header and tensor); returns the check and the folder (None when it is not here).
+    Each failure's fix is the exact command (:func:`resolve_local`, :func:`weights_fix`)."""
     from titanflow.run.preflight import check_weights_folder
     from titanflow.weights.check import check_checkpoint
 
@@ -284,8 +340,7 @@ def check_weights(run: ScenarioRun, weights: str | None) -> tuple[Check, Path | 
         if run.init != "pretrained":  # complete whatever the init (pretrained: checked just above)
             check_checkpoint(folder)
     except ValueError as err:
-        return Check("weights", False, f"{name} at {folder}: {err}", "complete the folder (the message says what "
-                     "is missing) or pass another --weights"), folder
+        return Check("weights", False, f"{name} at {folder}: {err}", weights_fix(run, weights, folder)), folder
     return Check("weights", True, f"{name} at {folder}: complete for {run.scenario}, init {run.init}"), folder
 
 
@@ -313,33 +368,77 @@ def check_compile_cache() -> Check:
     return Check("compile cache", True, f"{folder} is writable")
 
 
+@dataclass(frozen=True)
+class ModelSize:
+    """How many ``parameters`` a weights folder's model has and where the count comes from (``source``); when
+    the folder holds no safetensors yet (``downloaded`` False), the bytes its weights will take once downloaded:
+    parameters x bytes of config.json's ``torch_dtype`` (``dtype``)."""
+
+    parameters: int
+    source: str
+    downloaded: bool
+    dtype: str
+    weights_bytes: int
+
+
+def model_size(folder: Path) -> ModelSize:
+    """The parameters of ``folder``'s model: summed from its safetensors headers, else (config.json alone: the
+    weights not downloaded yet) estimated from config.json, the model built on the meta device by transformers
+    (titanflow.weights.check.meta_model; tied weights counted once, as the checkpoint stores them).
+
+    Raises:
+        ValueError: a safetensors header cannot be read.
+    """
+    import torch
+
+    from titanflow.export.structure import read_headers
+    from titanflow.weights.check import meta_model
+
+    config = json.loads((folder / "config.json").read_text())
+    dtype = config.get("torch_dtype") or config.get("dtype") or "float32"  # transformers' default when unnamed
+    if any(folder.glob("*.safetensors")):
+        parameters = sum(math.prod(shape) for tensors in read_headers(folder).values()
+                         for _, shape in tensors.values())
+        return ModelSize(parameters, "counted from the safetensors headers", True, dtype, 0)
+    parameters = meta_model(folder).num_parameters()
+    return ModelSize(parameters, "estimated from config.json", False, dtype, parameters * getattr(torch, dtype).itemsize)
+
+
 def export_bytes(folder: Path, export_dtype: str) -> int:
     """Bytes the run's export needs on disk: 2 x parameters x bytes of ``export_dtype`` (module docstring),
-    parameters counted from the folder's safetensors headers."""
-    from titanflow.export.structure import read_headers
-
-    parameters = 0
-    for tensors in read_headers(folder).values():
-        for _, shape in tensors.values():
-            count = 1
-            for size in shape:
-                count *= size
-            parameters += count
-    return 2 * parameters * DTYPE_BYTES[export_dtype]
+    parameters from :func:`model_size`."""
+    return 2 * model_size(folder).parameters * DTYPE_BYTES[export_dtype]
 
 
 def check_disk(run: ScenarioRun, folder: Path) -> Check:
-    """Free space under the runs folder (its nearest existing parent) for the export of ``folder``'s model."""
+    """Free space under the runs folder (its nearest existing parent) for the export of ``folder``'s model and,
+    when the weights are not downloaded yet, on the weights folder's disk for them too (one sum when both
+    are on one file system)."""
     try:
-        needed = export_bytes(folder, run.export_dtype)
+        size = model_size(folder)
     except ValueError as err:
         return Check("disk", False, f"the weights cannot be sized: {err}", "complete the weights folder")
+    gib = 2**30
     root = run.runs_root()
     existing = next(p for p in (root, *root.parents) if p.exists())
-    free = shutil.disk_usage(existing).free
-    gib = 2**30
-    return Check("disk", free >= needed, f"{free / gib:.1f} GiB free at {existing}, the export needs "
-                 f"{needed / gib:.2f} GiB ({run.export_dtype})", "free space there, or pass --runs-dir on a larger disk")
+    export = 2 * size.parameters * DTYPE_BYTES[run.export_dtype]
+    needs = {os.stat(existing).st_dev: [existing, export, f"the export needs {export / gib:.2f} GiB ({run.export_dtype})"]}
+    if not size.downloaded:
+        download = f"the weights' download {size.weights_bytes / gib:.2f} GiB ({size.dtype}) into {folder}"
+        same = needs.get(os.stat(folder).st_dev)
+        if same is None:
+            needs[os.stat(folder).st_dev] = [folder, size.weights_bytes, f"{download} needs"]
+        else:
+            same[1] += size.weights_bytes
+            same[2] += f" and {download}: {same[1] / gib:.2f} GiB in all"
+    lines, ok = [], True
+    for where, needed, what in needs.values():
+        free = shutil.disk_usage(where).free
+        ok = ok and free >= needed
+        lines.append(f"{free / gib:.1f} GiB free at {where}, {what}")
+    return Check("disk", ok, "; ".join(lines) + f" ({size.parameters:,} parameters, {size.source})",
+                 "free space there, or pass --runs-dir on a larger disk" + ("" if size.downloaded else
+                                                                           ", or download the weights to a larger one"))
 
 
 def default_weights(target: str, scenario: str) -> str | None:
@@ -358,6 +457,8 @@ def run_checks(run: ScenarioRun, weights: str | None, *, with_weights: bool = Tr
     checks = [check_python(target), *check_packages(target)]
     if target == "trn2":
         checks += [check_fork(), check_devices(run), check_lnc(run)]
+    if run.target_spec.device == "cuda":
+        checks.append(check_cuda(run))
     checks += check_kernels(target)
     if with_weights:
         weights_check, folder = check_weights(run, weights)
@@ -382,15 +483,20 @@ def require_ready(run: ScenarioRun) -> None:
 
 
 def doctor(target: str, scenario: str = "native", init: str = "random", weights: str | None = None,
-           nproc: int | None = None, runs_dir: str | None = None) -> int:
-    """Print every check for ``target`` and a summary line; 0 when all pass, 1 otherwise, 2 on bad input."""
+           nproc: int | str | None = None, runs_dir: str | None = None) -> int:
+    """Print every check for ``target`` and a summary line; 0 when all pass, 1 otherwise, 2 on bad input
+    (``nproc`` as typed is validated by ScenarioRun, its errors printed by titanflow.run.preflight.describe)."""
     if target not in TARGETS:
         print(f"titanflow: bad input:\ntarget: unknown {target!r}; known: {', '.join(TARGETS)}", file=sys.stderr)
         return 2
+    from pydantic import ValidationError
+
+    from titanflow.run.preflight import describe
+
     try:  # the weights are checked as a line of their own, not as input
         run = ScenarioRun(scenario=scenario, target=target, init=init, nproc=nproc, runs_dir=runs_dir)
-    except ValueError as err:
-        print(f"titanflow: bad input:\n{err}", file=sys.stderr)
+    except ValidationError as err:  # field, what is wrong, the fix: as titanflow run prints it
+        print(f"titanflow: bad input:\n{describe(err)}", file=sys.stderr)
         return 2
     checks = run_checks(run, weights or default_weights(target, scenario))
     for check in checks:

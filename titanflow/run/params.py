@@ -257,18 +257,27 @@ def is_hub_id(weights: str) -> bool:
     return not _looks_like_path(weights) and re.fullmatch(r"[\w.-]+(/[\w.-]+)?", weights) is not None
 
 
-def check_runs_dir_writable(root: Path) -> None:
-    """Fail before compute when the runs folder cannot be created and written.
+def check_writable(folder: Path, field: str, fix: str) -> None:
+    """Fail before compute when ``folder`` cannot be created and written.
 
-    Creates ``root`` if needed and writes (then removes) one probe file; a
+    Creates ``folder`` if needed and writes (then removes) one probe file; a
     permission check alone is not enough (root passes every ``os.access``).
+
+    Raises:
+        ValueError: ``<field>: <folder> is not writable (<OS error>); <fix>``.
+    """
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-probe-"):
+            pass
+    except OSError as err:
+        raise ValueError(f"{field}: {folder} is not writable ({err.strerror or err}); {fix}") from None
+
+
+def check_runs_dir_writable(root: Path) -> None:
+    """Fail before compute when the runs folder cannot be created and written (:func:`check_writable`).
 
     Raises:
         ValueError: names ``runs_dir``, the path and the OS error.
     """
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=root, prefix=".write-probe-"):
-            pass
-    except OSError as err:
-        raise ValueError(f"runs_dir: {root} is not writable ({err.strerror}); pass --runs-dir a folder you can write") from err
+    check_writable(root, "runs_dir", "pass --runs-dir a folder you can write")

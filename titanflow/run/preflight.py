@@ -2,9 +2,9 @@
 
 Nothing here trains or imports torch in this process: parameters, the target's
 runtime, the runs folder, and, for a local weights folder, its config.json
-against the requested shapes (the embedded tiny model is built on first use,
-seconds, by titanflow.assets). Each failure is a :class:`ValueError` whose
-message starts with the field to change.
+against the requested shapes and ``trim`` (the embedded tiny model is built on
+first use, seconds, by titanflow.assets). Each failure is a :class:`ValueError`
+whose message starts with the field to change.
 """
 
 from __future__ import annotations
@@ -26,14 +26,59 @@ def new_run_id(run: ScenarioRun) -> str:
     return f"{run.scenario}-{run.target}-{run.init}-{stamp}-{secrets.token_hex(2)}"
 
 
+#: The fix for each kind of pydantic error (its ``type``), filled from the error's ``ctx``; the kinds a
+#: ScenarioRun or Trim field can raise. Errors raised by the models' own checks (``value_error``) already
+#: end with their fix.
+FIXES = {
+    "greater_than_equal": "pass {ge} or more",
+    "greater_than": "pass more than {gt}",
+    "less_than_equal": "pass {le} or less",
+    "less_than": "pass less than {lt}",
+    "int_parsing": "pass a whole number",
+    "int_type": "pass a whole number",
+    "int_from_float": "pass a whole number",
+    "float_parsing": "pass a number",
+    "float_type": "pass a number",
+    "finite_number": "pass a finite number",
+    "bool_parsing": "pass true or false",
+    "bool_type": "pass true or false",
+    "literal_error": "pass {expected}",
+    "string_pattern_mismatch": "pass a value matching {pattern}",
+    "string_type": "pass text",
+    "dict_type": "pass op=impl[,op=impl] or a JSON object",
+    "model_type": "pass layers=N,experts=E,top_k=K or a JSON object",
+}
+
+
+def _option(loc: tuple) -> str:
+    """How a user names the field: ``--nproc`` for a top-level field, ``trim.layers`` for a nested one."""
+    parts = [str(part) for part in loc]
+    return f"--{parts[0].replace('_', '-')}" if len(parts) == 1 else ".".join(parts)
+
+
+def _given(value) -> str:
+    return value if isinstance(value, str) and value else repr(value)
+
+
 def describe(err: ValidationError) -> str:
-    """One ``field: message`` line per pydantic error, without pydantic's links and input dumps."""
+    """One line per pydantic error: ``field: what is wrong, given <value>; fix: <what to pass>`` (the fix from
+    :data:`FIXES`), without pydantic's links and input dumps. A model's own check (``value_error``) names its
+    field and fix itself and is kept as it is; a missing field reads ``field: missing; fix: pass --field``."""
     lines = []
     for error in err.errors():
         field = ".".join(str(part) for part in error["loc"])
         message = error["msg"].removeprefix("Value error, ")
-        # whole-model checks (loc empty) already start with the field they are about
-        lines.append(f"{field}: {message}" if field and not message.startswith(f"{field}:") else message)
+        kind = error["type"]
+        if kind == "value_error" or not field:  # whole-model checks already start with the field they are about
+            lines.append(f"{field}: {message}" if field and not message.startswith(f"{field}:") else message)
+        elif kind == "missing":
+            lines.append(f"{field}: missing; fix: pass {_option(error['loc'])}")
+        elif kind == "extra_forbidden":
+            lines.append(f"{field}: not a parameter; fix: drop {_option(error['loc'])}")
+        else:
+            ctx = {key: f"{value:g}" if isinstance(value, float) else value for key, value in error.get("ctx", {}).items()}
+            fix = FIXES.get(kind, "pass a value its --help describes").format(**ctx)
+            lines.append(f"{field}: {message}, given {_given(error['input'])}; fix: {fix} for {_option(error['loc'])}")
     return "\n".join(lines)
 
 
@@ -69,6 +114,58 @@ def check_weights_folder(run: ScenarioRun, folder: Path, complete: bool = True) 
     return shape
 
 
+def check_pretrained_weights_given(run: ScenarioRun) -> None:
+    """Pretrained init off cpu names its weights: without them a run (or a render) would pretrain the embedded
+    tiny model's checkpoint on this machine's CPU (titanflow.weights.pretrained: compute) and train a model that
+    is no model of the target.
+
+    Raises:
+        ValueError: naming ``weights`` and, where the target's deployments have them, the weights to pass.
+    """
+    if run.init != "pretrained" or run.weights is not None or run.target_spec.device == "cpu":
+        return
+    from titanflow.prefect_ops.deployments import TARGET_WEIGHTS
+
+    usual = TARGET_WEIGHTS.get(run.target, {}).get(run.scenario, {}).get("weights")
+    raise ValueError(f"weights: none given for init pretrained on {run.target}; the embedded tiny model's pretrained "
+                     "checkpoint would be pretrained on this machine's CPU first and is no model of the target; pass "
+                     "--weights a Hugging Face folder or Hub id" + (f" (the {run.target} deployments': --weights "
+                                                                     f"{usual})" if usual else ""))
+
+
+def trim_source_config(run: ScenarioRun) -> Path | None:
+    """The config.json the run's ``trim`` cuts, when it is on this machine without downloading or building
+    anything: the embedded tiny MoE's (also the config of its pretrained checkpoint), a local folder's, or a Hub
+    id's copy (titanflow.weights.resolve.local_copy); None otherwise (checked by the flow's trim step)."""
+    if run.weights is None:
+        from titanflow.assets import TINY_SPECS, ensure_assets
+
+        return ensure_assets(spec=TINY_SPECS[SCENARIOS[run.scenario].model_type]).weights_dir / "config.json"
+    from titanflow.weights.resolve import local_copy
+
+    folder = local_copy(run.weights)
+    return folder / "config.json" if folder is not None else None
+
+
+def check_trim_fits(run: ScenarioRun) -> None:
+    """``trim`` only removes from the model it is given: at most its layers, experts and experts per token
+    (titanflow.weights.trim.check_trim against :func:`trim_source_config`).
+
+    Raises:
+        ValueError: ``trim: layers 5 > 4 (the checkpoint's) ...``, naming what to pass at most.
+    """
+    if run.trim is None:
+        return
+    config = trim_source_config(run)
+    if config is None:
+        return
+    import json
+
+    from titanflow.weights.trim import check_trim
+
+    check_trim(json.loads(config.read_text()), run.trim)
+
+
 def preflight(run: ScenarioRun, *, launch: bool = True) -> Path:
     """Check everything checkable without compute; return the (not yet created) run folder, or for
     ``run.resume`` the resumed run's folder, which must exist (titanflow.run.resume checks the rest).
@@ -78,11 +175,19 @@ def preflight(run: ScenarioRun, *, launch: bool = True) -> Path:
     Raises:
         ValueError: the message starts with the field to change.
     """
+    check_pretrained_weights_given(run)
     if launch and run.target == "trn2":  # every missing piece of the node at once: titanflow doctor's checks
         from titanflow.run.doctor import require_ready
 
         require_ready(run)
-    if launch:
+    if launch and run.target_spec.device == "cuda":  # GPUs for the run's own ranks
+        from titanflow.run.doctor import check_cuda
+
+        gpus = check_cuda(run)
+        if not gpus.ok:
+            raise ValueError(f"target: {run.target} cannot run on this machine: {gpus.detail}; fix: {gpus.fix} "
+                             f"(`titanflow render {run.scenario} --target {run.target}` writes its job files)")
+    elif launch:
         missing = run.target_spec.missing_runtime()
         if missing:
             raise ValueError(f"target: {run.target} cannot run on this machine: {missing}; "
@@ -103,4 +208,5 @@ def preflight(run: ScenarioRun, *, launch: bool = True) -> Path:
     elif run.weights is not None and not is_hub_id(run.weights):  # Hub ids and the pretrained
         # tiny checkpoint (built by pull_weights, minutes) are checked by render_config
         check_weights_folder(run, Path(run.weights).expanduser().resolve(), complete=launch)
+    check_trim_fits(run)
     return run_dir

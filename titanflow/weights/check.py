@@ -44,15 +44,22 @@ def _complete_the_cache(folder: Path, missing: list[str]) -> str:
     return "copy the missing files into the folder, or pass a complete one"
 
 
-def expected_tensors(folder: Path) -> dict[str, list[int] | None]:
-    """{checkpoint key: shape} the model of ``folder``'s config.json loads from (shape None for a key
-    transformers fuses after loading, e.g. a Qwen3 MoE expert); a tied config's lm_head is not among them."""
+def meta_model(folder: Path):
+    """The model of ``folder``'s config.json as transformers builds it (``AutoModelForCausalLM.from_config``), on
+    the meta device: shapes without memory, a few seconds even for Qwen3-30B-A3B."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
     config = AutoConfig.from_pretrained(folder)
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config)
+        return AutoModelForCausalLM.from_config(config)
+
+
+def expected_tensors(folder: Path) -> dict[str, list[int] | None]:
+    """{checkpoint key: shape} the model of ``folder``'s config.json loads from (shape None for a key
+    transformers fuses after loading, e.g. a Qwen3 MoE expert); a tied config's lm_head is not among them."""
+    model = meta_model(folder)
+    config = model.config
     own = {name: list(tensor.shape) for name, tensor in model.state_dict().items()}
     keys = checkpoint_keys(model)
     if config.tie_word_embeddings:

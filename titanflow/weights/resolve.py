@@ -176,6 +176,36 @@ def local_folder(weights: str) -> Path | None:
     return Path(weights).expanduser().resolve()
 
 
+def local_copy(weights: str) -> Path | None:
+    """The folder a run of ``weights`` would read on this machine, found without downloading anything: a local
+    folder holding a config.json, a Hub id's copy under ``$TITANFLOW_WEIGHTS_ROOT``, else its Hugging Face cache
+    snapshot (``snapshot_download(local_files_only=True)``); None when there is none."""
+    folder = local_folder(weights)
+    if folder is not None:
+        return folder if (folder / "config.json").is_file() else None
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    try:
+        return Path(snapshot_download(weights, local_files_only=True))
+    except LocalEntryNotFoundError:
+        return None
+
+
+def download_command(repo_id: str, folder: Path | None = None) -> str:
+    """The ``hf download`` command that puts ``repo_id`` where a run finds it offline (module docstring):
+    into ``folder`` when given (a local folder to complete), else into ``$TITANFLOW_WEIGHTS_ROOT/<id>`` with
+    the variable's value when it is set, else into the Hugging Face cache (``HF_HUB_CACHE``, named)."""
+    root = os.environ.get(WEIGHTS_ROOT_ENV)
+    if folder is None and root:
+        folder = Path(root).expanduser().resolve() / repo_id
+    if folder is not None:
+        return f"hf download {repo_id} --local-dir {folder}"
+    from huggingface_hub import constants
+
+    return f"hf download {repo_id} (into the Hugging Face cache {constants.HF_HUB_CACHE})"
+
+
 def resolve_weights(weights: str | None, init: str = "random", model_type: str = "qwen3",
                     token: HubToken | None = None) -> Path:
     """The local weights folder for ``weights`` (see module docstring); absolute. With no

@@ -18,11 +18,16 @@ full folder (config.json, safetensors, tokenizer) :func:`trim_moe` writes a new 
 
 Tensors are read one at a time with safetensors (``safe_open``; a slice reads only its rows) and
 written in shards of at most ``SHARD_BYTES`` (an index beside them when there is more than one): the
-full 30B-A3B is 61 GB in bf16, which loading it as a transformers model would need in memory. A
-folder without safetensors (random init needs only config.json and the tokenizer) is trimmed to its
-config. The folder is built in a temporary sibling and renamed onto ``dest`` only when complete and
+full 30B-A3B is 61 GB in bf16, which loading it as a transformers model would need in memory. The
+source's weights are checked complete before anything is written (titanflow.weights.check.
+check_checkpoint). Only for a random-init run (the flow's step, :func:`ensure_trimmed`) is a folder
+without safetensors (random init needs only config.json and the tokenizer) trimmed to its config;
+``titanflow trim`` and pretrained runs refuse it, naming what is missing. ``dest`` must be a new folder
+outside the source, under one this process can write (:func:`check_dest`, before anything is read).
+The folder is built in a temporary sibling and renamed onto ``dest`` only when complete and
 checked: transformers reads the trimmed sizes back from config.json, and the shards hold every tensor
-of that model (titanflow.weights.check.check_checkpoint) and match its index (check_save_index).
+of that model (check_checkpoint) and match its index (check_save_index). Nothing already at ``dest`` is
+replaced: a folder another process put there meanwhile is kept and this trim is refused.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ from pathlib import Path
 from titanflow.assets.cache import build_once, cache_key
 from titanflow.export.assemble import SIDE_FILES
 from titanflow.export.structure import INDEX
-from titanflow.run.params import Trim
+from titanflow.run.params import Trim, check_writable
 from titanflow.weights.identity import TRIM_KEY
 
 #: Largest shard written (bytes of tensor data): transformers' own default for save_pretrained, 5 GB.
@@ -190,27 +195,84 @@ def _check_trimmed(out: Path, trim: Trim, with_weights: bool) -> None:
         check_save_index(out)
 
 
-def trim_moe(source: Path, dest: Path, trim: Trim, source_id: str | None = None) -> Path:
+def has_weights(source: Path) -> bool:
+    """Whether ``source`` holds (or its index names) safetensors weights, as opposed to config.json alone."""
+    return any(Path(source).glob("*.safetensors")) or (Path(source) / INDEX).is_file()
+
+
+def require_weights(source: Path, source_id: str | None) -> None:
+    """``source`` holds safetensors weights: a trim for pretrained init (and ``titanflow trim``) copies them.
+
+    Raises:
+        TrimError: naming ``source``, what it lacks and the command that fetches it.
+    """
+    if has_weights(source):
+        return
+    fetch = (f"hf download {source_id} --local-dir {source}" if source_id and "/" in source_id
+             else "copy the checkpoint's *.safetensors (and its model.safetensors.index.json) into it")
+    raise TrimError(f"weights: {source} holds config.json but no safetensors weights (no *.safetensors, no {INDEX}); "
+                    f"a trim copies the weights it keeps, so nothing was written; fix: {fetch}, or pass the "
+                    "complete folder")
+
+
+def check_dest(dest: Path, source: Path | None) -> None:
+    """``dest`` can take a new trimmed folder: outside ``source`` (None: a Hub id not downloaded yet), not there
+    yet, and under a folder this process can write; checked before anything is read or written.
+
+    Raises:
+        TrimError: naming ``dest`` and the fix.
+    """
+    dest = Path(dest).resolve()
+    if source is not None:
+        source = Path(source).resolve()
+        if dest == source or source in dest.parents:
+            where = "is the source folder" if dest == source else f"is inside the source folder {source}"
+            raise TrimError(f"dest: {dest} {where}; pass a new folder outside it (a trim is written beside its "
+                            "source, never into it)")
+    if dest.exists():
+        raise TrimError(f"dest: {dest} exists; pass a new folder (a trimmed folder is written once, never over another)")
+    try:
+        check_writable(dest.parent, "dest", "pass a folder under one you can write")
+    except ValueError as err:
+        raise TrimError(str(err)) from None
+
+
+def trim_moe(source: Path, dest: Path, trim: Trim, source_id: str | None = None, *,
+             weights_required: bool = True) -> Path:
     """Write the trimmed copy of the Qwen3 MoE folder ``source`` to ``dest`` (module docstring); returns ``dest``.
 
     ``source_id``: the source's weights id (titanflow.weights.identity), recorded in config.json.
+    ``weights_required``: refuse a source without safetensors (``titanflow trim``, pretrained init); False
+    (random init) trims such a folder to its config. Weights that are there are always trimmed, and checked
+    complete first (titanflow.weights.check.check_checkpoint).
+
+    The folder is built in a temporary sibling and renamed onto ``dest`` (titanflow.assets.cache.build_once),
+    so a failure leaves nothing at ``dest``, and a folder that appears at ``dest`` meanwhile is never replaced.
 
     Raises:
-        TrimError: ``dest`` exists, ``source`` has no config.json, is not a Qwen3 MoE, or is smaller than ``trim``.
-        ValueError: the trimmed folder fails its checks (then nothing is left at ``dest``).
+        TrimError: ``dest`` is inside ``source``, exists, is not writable, or was written by another process
+            meanwhile; ``source`` has no config.json, no weights (``weights_required``), is not a Qwen3 MoE, or
+            is smaller than ``trim``; writing failed (the OS error named).
+        ValueError: ``source``'s weights are incomplete, or the trimmed folder fails its checks (then nothing
+            is left at ``dest``).
     """
     source, dest = Path(source).resolve(), Path(dest).resolve()
-    if dest.exists():
-        raise TrimError(f"dest: {dest} exists; pass a new folder (a trimmed folder is written once, never over another)")
     if not (source / "config.json").is_file():
         raise TrimError(f"weights: {source} has no config.json; pass a Hugging Face model folder")
+    check_dest(dest, source)
     config = json.loads((source / "config.json").read_text())
     check_trim(config, trim)
+    if weights_required:
+        require_weights(source, source_id)
     with_weights = any(source.glob("*.safetensors"))
+    if with_weights or weights_required:
+        from titanflow.weights.check import check_checkpoint
+
+        check_checkpoint(source)  # every shard and tensor read below is there, before anything is written
+    new_config = trimmed_config(config, trim, str(source), source_id)
 
     def build(out: Path) -> None:
-        (out / "config.json").write_text(json.dumps(trimmed_config(config, trim, str(source), source_id), indent=2)
-                                         + "\n")
+        (out / "config.json").write_text(json.dumps(new_config, indent=2) + "\n")
         for name in SIDE_FILES:
             if (source / name).is_file():
                 shutil.copy2(source / name, out / name)
@@ -218,15 +280,25 @@ def trim_moe(source: Path, dest: Path, trim: Trim, source_id: str | None = None)
             _write_weights(source, out, trim)
         _check_trimmed(out, trim, with_weights)
 
-    return build_once(dest, build)
+    try:
+        built = build_once(dest, build)
+    except OSError as err:
+        raise TrimError(f"dest: writing the trim to {dest} failed ({err.strerror or err}); nothing was left there; "
+                        f"free space under {dest.parent} or pass another folder") from None
+    found = json.loads((built / "config.json").read_text()).get(TRIM_KEY) if (built / "config.json").is_file() else None
+    if found != new_config[TRIM_KEY]:  # build_once kept a folder another process renamed there first
+        raise TrimError(f"dest: {dest} was written by another process while this trim ran (its config.json records "
+                        f"{found!r}); it is kept as it is and this trim was discarded; pass a new folder")
+    return built
 
 
-def ensure_trimmed(source: Path, trim: Trim, source_id: str | None, cache_root: Path) -> Path:
+def ensure_trimmed(source: Path, trim: Trim, source_id: str | None, cache_root: Path, init: str = "pretrained") -> Path:
     """The trim of ``source`` kept in the cache (the flow's step): ``<cache_root>/trimmed/<name>-<key>``,
     written by :func:`trim_moe` on first use and reused after. ``name`` is the source's id (``/`` as
     ``--``) or folder name; ``key`` hashes the source's config.json and weights digest
     (titanflow.weights.digest: a Hub cache names each shard by its sha256, nothing is read), the id, the
-    trim and ``TRIM_FORMAT``, so another source or trim gets its own folder.
+    trim and ``TRIM_FORMAT``, so another source or trim gets its own folder. ``init``: a pretrained run's
+    source must hold its weights (:func:`require_weights`); a random-init run's may be config.json alone.
 
     Raises:
         TrimError, ValueError: as :func:`trim_moe`.
@@ -236,9 +308,12 @@ def ensure_trimmed(source: Path, trim: Trim, source_id: str | None, cache_root: 
     source = Path(source)
     if not (source / "config.json").is_file():
         raise TrimError(f"weights: {source} has no config.json; pass a Hugging Face model folder")
+    if init == "pretrained":  # before the cache: a config-only source's trim (random init) has no weights
+        require_weights(source, source_id)
     weights = weights_digest(source) if any(source.glob("*.safetensors")) else None
     key = cache_key({"config": (source / "config.json").read_text(), "weights": weights, "id": source_id,
                      "trim": trim.model_dump(), "format": TRIM_FORMAT})
     name = source_id.replace("/", "--") if source_id else source.name
     folder = Path(cache_root) / "trimmed" / f"{name}-{key}"
-    return folder if folder.is_dir() else trim_moe(source, folder, trim, source_id)
+    return folder if folder.is_dir() else trim_moe(source, folder, trim, source_id,
+                                                   weights_required=init == "pretrained")

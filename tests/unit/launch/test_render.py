@@ -234,3 +234,19 @@ def test_the_ranks_refuse_a_files_only_job(tmp_path, instruct_2507_folder, monke
     monkeypatch.setenv(JOB_ENV, rendered.job_path)
     with pytest.raises(RuntimeError, match="rendered files-only"):
         titanflow_job()
+
+def test_the_render_command_says_which_weights_it_used(tmp_path, monkeypatch, capsys, tiny_assets):
+    """cpu, init pretrained, no --weights: the embedded tiny checkpoint, pretrained on first use (minutes of CPU),
+    said before it is built and named after; here a stand-in returns the tiny folder instead of pretraining."""
+    from titanflow.cli import main
+    from titanflow.weights import pretrained
+
+    monkeypatch.setattr(pretrained, "ensure_pretrained", lambda model_type: tiny_assets.weights_dir)
+    assert main(["render", "native", "--init", "pretrained", "--runs-dir", str(tmp_path)]) == 0
+    out, err = capsys.readouterr()
+    assert Path(out.strip()).name == "job" and err == (
+        "titanflow: weights: none given for init pretrained: the embedded tiny qwen3's pretrained checkpoint "
+        "(titanflow.weights.pretrained: pretrained on this CPU on first use, then kept in the cache)\n"
+        f"titanflow: weights: {tiny_assets.weights_dir.resolve()} (the embedded tiny qwen3's pretrained checkpoint)\n")
+    assert main(["render", "native", "--runs-dir", str(tmp_path)]) == 0
+    assert capsys.readouterr().err == f"titanflow: weights: {tiny_assets.weights_dir.resolve()} (the embedded tiny qwen3)\n"

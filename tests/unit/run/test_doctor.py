@@ -2,7 +2,9 @@
 machine lacks (tests/stand_ins/: torch-neuronx, nki, nkilib, the torchtitan fork, neuron-ls; .dist-info
 metadata for the trn2 stack's versions), the command's exit codes, and a trn2 run refused before anything runs."""
 
+import json
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -38,8 +40,28 @@ def no_neuron_tools(monkeypatch, tmp_path):
 def test_python_against_the_profile():
     assert doctor.check_python("cpu").ok  # this venv: 3.11
     failed = doctor.check_python("trn2")
-    assert not failed.ok and "trn2 needs Python 3.12 to 3.14" in failed.detail and "make setup-trn2" in failed.fix
-    assert doctor.check_python("trn2", (3, 12, 3)).ok and not doctor.check_python("trn2", (3, 15, 0)).ok
+    assert not failed.ok and failed.detail == (f"{platform.python_version()} (trn2 needs Python 3.12: "
+                                               "profiles/trn2/.python-version)")
+    assert failed.fix == "make setup-trn2 (profiles/trn2/setup.sh) on the Neuron 2.33 DLAMI (its venv is Python 3.12)"
+    assert doctor.check_python("trn2", (3, 12, 3)).ok and not doctor.check_python("trn2", (3, 13, 0)).ok
+
+
+def test_python_is_read_from_the_files_setup_and_make_read(tmp_path, monkeypatch):
+    """The walkthrough pins Python 3.12 (profiles/trn2/setup.sh checks the DLAMI's venv against it); doctor asks
+    for what the profile's .python-version says, which setup.sh (trn2) and the Makefile (cpu) read too."""
+    setup = subprocess.run(["bash", "profiles/trn2/setup.sh", "--print"], capture_output=True, text=True, check=True,
+                           cwd=doctor.paths.REPO_ROOT, env={**os.environ, "HOME": "/home/ubuntu"}).stdout
+    assert "sys.version_info[:2] != (3, 12)" in setup.splitlines()[0] and doctor.profile_python("trn2") == "3.12"
+    make = subprocess.run(["make", "-n", "-B", ".venv/.installed"], capture_output=True, text=True, check=True,
+                          cwd=doctor.paths.REPO_ROOT).stdout
+    assert 'v = "3.11"' in make.splitlines()[0] and doctor.profile_python("cpu") == "3.11"
+    shutil.copytree(doctor.paths.REPO_ROOT / "profiles", tmp_path / "profiles")
+    (tmp_path / "profiles" / "trn2" / ".python-version").write_text("3.13\n")
+    monkeypatch.setattr(doctor.paths, "REPO_ROOT", tmp_path)
+    assert doctor.check_python("trn2", (3, 13, 1)).ok and not doctor.check_python("trn2", (3, 12, 3)).ok
+    (tmp_path / "profiles" / "trn2" / ".python-version").unlink()
+    assert doctor.check_python("trn2").detail.endswith("the install profile names no Python "
+                                                      "(profiles/trn2/.python-version is missing)")
 
 
 def test_packages_against_the_profile(tmp_path):
@@ -102,6 +124,27 @@ def test_neuron_devices_from_dev_nodes(no_neuron_tools, tmp_path):
     assert doctor.check_devices(ScenarioRun(target="trn2"), dev_dir=dev).ok
 
 
+def test_cuda_devices_against_the_ranks(monkeypatch):
+    """The cuda target's 8 ranks (titan_cfg/targets.py) need 8 GPUs; this machine's torch is a CPU build."""
+    import torch
+
+    run = ScenarioRun(target="cuda")
+    check = doctor.check_cuda(run)
+    assert not check.ok and check.detail == (f"torch.cuda.is_available() is False: torch {torch.__version__} is a CPU "
+                                             "build (torch.version.cuda is None); 8 ranks need 8 GPUs")
+    assert check.fix == ("run on a machine with 8 GPUs and their driver, and install the CUDA build of torch "
+                         "==2.13.0 (PyTorch's index for your CUDA)")  # profiles/cpu/constraints.txt, cuda's pins
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    four = doctor.check_cuda(run)
+    assert not four.ok and four.detail == "4 CUDA devices (torch.cuda.device_count()); 8 ranks need 8"
+    assert four.fix == "run on a machine with 8 GPUs, or pass --nproc 4 or fewer"
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 8)
+    assert doctor.check_cuda(run).ok
+    assert "cuda devices" in [c.name for c in doctor.run_checks(run, None, with_weights=False)]
+    assert "cuda devices" not in [c.name for c in doctor.run_checks(ScenarioRun(), None, with_weights=False)]
+
+
 def test_lnc_of_the_ranks_the_shell_and_the_compiler_flags(monkeypatch):
     run = ScenarioRun(target="trn2")
     monkeypatch.delenv("NEURON_LOGICAL_NC_CONFIG", raising=False)
@@ -136,15 +179,44 @@ def test_weights_complete_or_the_missing_piece_named(tiny_assets, tmp_path, monk
     shutil.copytree(tiny_assets.weights_dir, shards, ignore=shutil.ignore_patterns("*.safetensors"))
     check, _ = doctor.check_weights(run, str(shards))
     assert not check.ok and "lacks tensors its config.json's model loads" in check.detail  # check_checkpoint's words
-    check, folder = doctor.check_weights(run, "Qwen/Qwen3-4B-Instruct-2507")
-    assert not check.ok and folder is None and "not on this machine" in check.detail
-    assert check.fix == ("hf download Qwen/Qwen3-4B-Instruct-2507 --local-dir "
-                         "$TITANFLOW_WEIGHTS_ROOT/Qwen/Qwen3-4B-Instruct-2507")
+    assert check.fix.startswith(f"complete {shards} (the message says what it lacks)")  # the user's own: no id
     root = tmp_path / "weights-root"
     shutil.copytree(tiny_assets.weights_dir, root / "org" / "tiny")
     monkeypatch.setenv("TITANFLOW_WEIGHTS_ROOT", str(root))
     check, folder = doctor.check_weights(run, "org/tiny")
     assert check.ok and folder == root / "org" / "tiny"
+
+
+def test_the_weights_fix_is_the_exact_download_into_the_folder_a_run_reads(tmp_path, monkeypatch):
+    """A Hub id not here: with $TITANFLOW_WEIGHTS_ROOT unset the download goes to the Hugging Face cache (named),
+    with it set to <root>/<id>; a config-only folder (the published config.json, tests/fixtures) is completed in
+    place for the id it claims (_name_or_path), a folder claiming none for the scenario's published id."""
+    from helpers import FIXTURES
+    from huggingface_hub import constants
+
+    run = ScenarioRun(scenario="hf_backend", target="trn2", init="pretrained")
+    monkeypatch.delenv("TITANFLOW_WEIGHTS_ROOT", raising=False)
+    check, folder = doctor.check_weights(run, "Qwen/Qwen3-4B-Instruct-2507")
+    assert folder is None and check.detail == ("Qwen/Qwen3-4B-Instruct-2507: not on this machine ($TITANFLOW_WEIGHTS_ROOT "
+                                               "unset, not in the Hugging Face cache)")
+    assert check.fix == f"hf download Qwen/Qwen3-4B-Instruct-2507 (into the Hugging Face cache {constants.HF_HUB_CACHE})"
+    monkeypatch.setenv("TITANFLOW_WEIGHTS_ROOT", str(tmp_path / "root"))
+    check, _ = doctor.check_weights(run, "Qwen/Qwen3-4B-Instruct-2507")
+    assert check.fix == f"hf download Qwen/Qwen3-4B-Instruct-2507 --local-dir {tmp_path}/root/Qwen/Qwen3-4B-Instruct-2507"
+    claimed = tmp_path / "instruct"
+    shutil.copytree(FIXTURES / "qwen3-4b-instruct-2507", claimed)
+    check, folder = doctor.check_weights(run, str(claimed))
+    assert not check.ok and folder == claimed and "has no tokenizer.json" in check.detail
+    assert check.fix == f"hf download Qwen/Qwen3-4B-Instruct-2507 --local-dir {claimed}"
+    anonymous = tmp_path / "anonymous"
+    anonymous.mkdir()
+    config = json.loads((claimed / "config.json").read_text())
+    del config["_name_or_path"]
+    (anonymous / "config.json").write_text(json.dumps(config))
+    check, _ = doctor.check_weights(run, str(anonymous))
+    assert check.fix == (f"if {anonymous} is to hold Qwen/Qwen3-4B-Instruct-2507 (the weights hf_backend on trn2 is "
+                         f"published with): hf download Qwen/Qwen3-4B-Instruct-2507 --local-dir {anonymous}; else pass "
+                         "--weights a complete Hugging Face folder")
 
 
 def test_dataset_present_or_named(fork_importable, monkeypatch):
@@ -181,6 +253,42 @@ def test_disk_for_the_export(tiny_assets, tmp_path, monkeypatch):
     monkeypatch.setattr(doctor.shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(10**12, 10**12 - 1, 1))
     full = doctor.check_disk(run, tiny_assets.weights_dir)
     assert not full.ok and full.detail.startswith(f"0.0 GiB free at {tmp_path}")
+    assert full.detail.endswith(f"({parameters:,} parameters, counted from the safetensors headers)")
+
+
+def qwen3_dense_parameters(config: dict) -> int:
+    """Parameters of a tied Qwen3 dense checkpoint by hand from its config.json: the embedding, per layer q/k/v/o,
+    q/k norms, the gated MLP and two norms, and the final norm (transformers' Qwen3 modelling, written out)."""
+    hidden, heads, kv, head_dim = (config[k] for k in ("hidden_size", "num_attention_heads", "num_key_value_heads",
+                                                       "head_dim"))
+    layer = (2 * hidden * heads * head_dim + 2 * hidden * kv * head_dim + 2 * head_dim
+             + 3 * hidden * config["intermediate_size"] + 2 * hidden)
+    return config["vocab_size"] * hidden + config["num_hidden_layers"] * layer + hidden
+
+
+def test_disk_before_the_weights_are_downloaded_is_estimated_from_config_json(tmp_path, monkeypatch):
+    """Qwen3-4B-Instruct-2507's published config.json alone: 4,022,468,096 parameters (the model card's 4.0B),
+    the float32 export 2 x 4 bytes each, and the download 2 bytes each (torch_dtype bfloat16), both on one disk."""
+    from helpers import FIXTURES
+
+    folder = tmp_path / "instruct"
+    shutil.copytree(FIXTURES / "qwen3-4b-instruct-2507", folder)
+    parameters = qwen3_dense_parameters(json.loads((folder / "config.json").read_text()))
+    assert parameters == 4_022_468_096
+    assert doctor.model_size(folder) == doctor.ModelSize(parameters, "estimated from config.json", False, "bfloat16",
+                                                         2 * parameters)
+    monkeypatch.setattr(doctor.shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(2**40, 2**39, 30 * 2**30))
+    run = ScenarioRun(scenario="hf_backend", target="trn2", runs_dir=str(tmp_path / "runs"))
+    check = doctor.check_disk(run, folder)
+    gib = 2**30
+    assert not check.ok and check.detail == (
+        f"30.0 GiB free at {tmp_path}, the export needs {8 * parameters / gib:.2f} GiB (float32) and the weights' "
+        f"download {2 * parameters / gib:.2f} GiB (bfloat16) into {folder}: {10 * parameters / gib:.2f} GiB in all "
+        "(4,022,468,096 parameters, estimated from config.json)")
+    assert f"{8 * parameters / gib:.2f}" == "29.97" and f"{10 * parameters / gib:.2f}" == "37.46"
+    assert check.fix.endswith(", or download the weights to a larger one")
+    bf16 = ScenarioRun(scenario="hf_backend", target="trn2", runs_dir=str(tmp_path / "runs"), export_dtype="bfloat16")
+    assert doctor.check_disk(bf16, folder).ok  # 4 + 2 bytes a parameter: 22.48 GiB of the 30 free
 
 
 def _doctor(*args: str) -> subprocess.CompletedProcess:
@@ -212,6 +320,26 @@ def test_doctor_trn2_here_fails_one_line_per_missing_piece():
 def test_doctor_bad_input_exits_2():
     result = _doctor("--target", "tpu")
     assert result.returncode == 2 and "target: unknown 'tpu'; known: cpu, trn2, cuda" in result.stderr
+
+
+#: The field --nproc sets (ScenarioRun's ranks field), as describe names it.
+RANKS = "nproc_per_node" if "nproc_per_node" in ScenarioRun.model_fields else "nproc"
+
+
+@pytest.mark.parametrize(("args", "line"), [
+    (("--nproc", "-3"), f"{RANKS}: Input should be greater than or equal to 1, given -3; fix: pass 1 or more for "
+                        f"--{RANKS.replace('_', '-')}"),
+    (("--nproc", "abc"), f"{RANKS}: Input should be a valid integer, unable to parse string as an integer, given abc; "
+                         f"fix: pass a whole number for --{RANKS.replace('_', '-')}"),
+    (("--init", "warm"), "init: Input should be 'random' or 'pretrained', given warm; fix: pass 'random' or "
+                         "'pretrained' for --init"),
+])
+def test_doctor_bad_numbers_are_told_as_titanflow_run_tells_them(capsys, args, line):
+    """Field, what is wrong, the fix (titanflow.run.preflight.describe), not pydantic's own dump."""
+    from titanflow.cli import main
+
+    assert main(["doctor", *args]) == 2
+    assert capsys.readouterr().err == f"titanflow: bad input:\n{line}\n"
 
 
 def test_a_trn2_run_is_refused_before_anything_runs(tmp_path):

@@ -154,3 +154,80 @@ def test_steps_are_bounded_by_the_timeout_at_the_fastest_step_the_target_can_do(
     with pytest.raises(ValidationError, match=f"steps: {most + 1} steps take at least .*pass at most {most} steps"):
         ScenarioRun(steps=most + 1)
     assert ScenarioRun(steps=most + 1, timeout_s=3600).steps == most + 1
+
+
+def test_bad_values_are_told_with_the_field_what_is_wrong_and_the_fix(tmp_path, capsys):
+    """titanflow.run.preflight.describe: one line per field, the value given and what to pass (pydantic's
+    own text without its links and input dumps)."""
+    assert main(["run", "native", "--steps", "abc", "--lr", "0", "--compile", "maybe",
+                 "--runs-dir", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == (
+        "titanflow: bad input:\n"
+        "steps: Input should be a valid integer, unable to parse string as an integer, given abc; fix: pass a whole "
+        "number for --steps\n"
+        "lr: Input should be greater than 0, given 0; fix: pass more than 0 for --lr\n"
+        "compile: Input should be a valid boolean, unable to interpret input, given maybe; fix: pass true or false "
+        "for --compile\n")
+    assert main(["render", "moe", "--trim", "layers=0,experts=4,top_k=1", "--runs-dir", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == ("titanflow: bad input:\ntrim.layers: Input should be greater than or equal "
+                                       "to 1, given 0; fix: pass 1 or more for trim.layers\n")
+
+
+@pytest.mark.parametrize(("target", "usual"), [("trn2", " (the trn2 deployments': --weights "
+                                                        "Qwen/Qwen3-4B-Instruct-2507)"), ("cuda", "")])
+def test_pretrained_off_cpu_names_its_weights_before_anything_is_built(tmp_path, capsys, target, usual):
+    """Without --weights, init pretrained would pretrain the embedded tiny checkpoint on this CPU first (minutes of
+    compute in a command that only renders) and train no model of the target: refused for run and render alike,
+    with the weights the target's deployments pass (titanflow.prefect_ops.deployments.TARGET_WEIGHTS)."""
+    for command in ("render", "run"):
+        assert main([command, "native", "--target", target, "--init", "pretrained",
+                     "--runs-dir", str(tmp_path / "runs")]) == 2
+        assert capsys.readouterr().err == (
+            f"titanflow: bad input:\nweights: none given for init pretrained on {target}; the embedded tiny model's "
+            "pretrained checkpoint would be pretrained on this machine's CPU first and is no model of the target; "
+            f"pass --weights a Hugging Face folder or Hub id{usual}\n")
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+@pytest.mark.parametrize(("trim", "message"), [
+    ("layers=5,experts=4,top_k=1", "trim: layers 5 > 4 (the checkpoint's); trimming only removes, pass at most "
+                                   "layers=4,experts=8,top_k=2"),  # the embedded tiny MoE: 4 layers, 8 experts, top-2
+    ("layers=2,experts=16,top_k=3", "trim: experts 16 > 8, top_k 3 > 2 (the checkpoint's)"),
+    ("layers=2,experts=4,top_k=5", "trim: top_k 5 exceeds experts 4; route to at most the experts kept"),
+])
+def test_a_trim_is_checked_against_the_models_config_before_the_flow_starts(tmp_path, capsys, trim, message):
+    assert main(["render", "moe", "--trim", trim, "--runs-dir", str(tmp_path / "runs")]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_a_trim_of_a_hub_id_is_checked_where_its_copy_is_local(tmp_path, monkeypatch):
+    """Qwen3-30B-A3B (48 layers, 128 experts, top-8; its published config.json in tests/fixtures) under
+    $TITANFLOW_WEIGHTS_ROOT: a trim beyond it is refused by preflight, a Hub id with no local copy is left to
+    the flow's trim step (after the download)."""
+    import shutil
+
+    from helpers import FIXTURES
+
+    from titanflow.run.preflight import check_trim_fits
+
+    shutil.copytree(FIXTURES / "qwen3-30b-a3b", tmp_path / "Qwen" / "Qwen3-30B-A3B")
+    monkeypatch.setenv("TITANFLOW_WEIGHTS_ROOT", str(tmp_path))
+    run = ScenarioRun(scenario="moe", target="trn2", weights="Qwen/Qwen3-30B-A3B", trim="layers=49,experts=64,top_k=4")
+    with pytest.raises(ValueError, match=r"^trim: layers 49 > 48 \(the checkpoint's\); trimming only removes, pass "
+                                         "at most layers=48,experts=128,top_k=8$"):
+        check_trim_fits(run)
+    check_trim_fits(ScenarioRun(scenario="moe", target="trn2", weights="Qwen/Qwen3-30B-A3B",
+                                trim="layers=4,experts=64,top_k=4"))  # the walkthrough's
+    check_trim_fits(ScenarioRun(scenario="moe", target="trn2", weights="Qwen/Qwen3-0B-None",
+                                trim="layers=49,experts=64,top_k=4"))  # not here: checked after the download
+
+
+def test_a_cuda_run_needs_a_gpu_per_rank_before_anything_runs(tmp_path, capsys):
+    import torch
+
+    assert main(["run", "native", "--target", "cuda", "--runs-dir", str(tmp_path / "runs")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"titanflow: bad input:\ntarget: cuda cannot run on this machine: torch.cuda.is_available() "
+                          f"is False: torch {torch.__version__} is a CPU build (torch.version.cuda is None); 8 ranks "
+                          "need 8 GPUs; fix: run on a machine with 8 GPUs")

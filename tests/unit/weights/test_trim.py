@@ -96,7 +96,7 @@ def test_the_published_30b_a3b_config_trims_to_the_walkthroughs(tmp_path):
     """Config only (random init needs no weights): Qwen3-30B-A3B's published config.json cut to 4 layers,
     64 experts, top-4 is tests/fixtures/qwen3-30b-a3b-trimmed's, plus the trim record."""
     out = trim_moe(FIXTURES / "qwen3-30b-a3b", tmp_path / "trimmed", Trim(layers=4, experts=64, top_k=4),
-                   source_id="Qwen/Qwen3-30B-A3B")
+                   source_id="Qwen/Qwen3-30B-A3B", weights_required=False)  # a random-init run's trim
     config = json.loads((out / "config.json").read_text())
     walkthrough = json.loads((FIXTURES / "qwen3-30b-a3b-trimmed" / "config.json").read_text())
     assert config.pop("_name_or_path") == "Qwen/Qwen3-30B-A3B trimmed to 4 layers, 64 experts, top-4"
@@ -127,6 +127,135 @@ def test_existing_dest_dense_model_and_bad_trim_text_are_refused(tiny_moe, tiny_
     assert Trim.model_validate("layers=4, experts=64, top_k=4") == Trim(layers=4, experts=64, top_k=4)
     with pytest.raises(ValueError, match="trim: only MoE weights"):
         ScenarioRun(scenario="native", trim="layers=1,experts=1,top_k=1")
+
+
+def _config_only(tmp_path: Path) -> Path:
+    """Qwen3-30B-A3B's published config.json alone (tests/fixtures), in a folder of the test's own."""
+    source = tmp_path / "Qwen3-30B-A3B"
+    source.mkdir()
+    (source / "config.json").write_bytes((FIXTURES / "qwen3-30b-a3b" / "config.json").read_bytes())
+    return source
+
+
+WALKTHROUGH = ["--layers", "4", "--experts", "64", "--top-k", "4"]
+
+
+def test_a_source_without_weights_is_refused_naming_what_is_missing(tmp_path, capsys, monkeypatch):
+    """config.json alone: `titanflow trim` (and a pretrained run's trim) would write a "trimmed" folder that holds no
+    weights; refused before anything is written, with the download that completes the source when its id is
+    known (a Hub id under $TITANFLOW_WEIGHTS_ROOT)."""
+    from titanflow.cli import main
+
+    source = _config_only(tmp_path)
+    assert main(["trim", str(source), str(tmp_path / "out"), *WALKTHROUGH]) == 2
+    assert capsys.readouterr().err == (
+        f"titanflow: bad input:\nweights: {source} holds config.json but no safetensors weights (no *.safetensors, no "
+        "model.safetensors.index.json); a trim copies the weights it keeps, so nothing was written; fix: copy the "
+        "checkpoint's *.safetensors (and its model.safetensors.index.json) into it, or pass the complete folder\n")
+    root = tmp_path / "root"
+    (root / "Qwen").mkdir(parents=True)
+    source.rename(root / "Qwen" / "Qwen3-30B-A3B")
+    monkeypatch.setenv("TITANFLOW_WEIGHTS_ROOT", str(root))
+    assert main(["trim", "Qwen/Qwen3-30B-A3B", str(tmp_path / "out"), *WALKTHROUGH]) == 2
+    assert (f"fix: hf download Qwen/Qwen3-30B-A3B --local-dir {root / 'Qwen' / 'Qwen3-30B-A3B'}, or pass the complete "
+            "folder") in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["root"]  # no dest, no temporary sibling
+
+
+def test_the_flows_trim_of_a_config_only_source_is_for_random_init_only(tmp_path):
+    source = _config_only(tmp_path)
+    walkthrough = Trim(layers=4, experts=64, top_k=4)
+    cached = ensure_trimmed(source, walkthrough, "Qwen/Qwen3-30B-A3B", tmp_path / "cache", init="random")
+    assert json.loads((cached / "config.json").read_text())["num_hidden_layers"] == 4
+    with pytest.raises(TrimError, match=f"^weights: {source} holds config.json but no safetensors weights"):
+        ensure_trimmed(source, walkthrough, "Qwen/Qwen3-30B-A3B", tmp_path / "cache", init="pretrained")
+
+
+def test_a_source_whose_index_names_a_missing_shard_is_refused_before_writing(tiny_moe, tmp_path, monkeypatch):
+    monkeypatch.setattr(trim_module, "SHARD_BYTES", 20 * 10**6)  # the two 38.9 MB embeddings: one shard each
+    source = trim_moe(tiny_moe, tmp_path / "sharded", TRIM)
+    shards = sorted(p.name for p in source.glob("*.safetensors"))
+    (source / shards[-1]).unlink()
+    with pytest.raises(ValueError, match=f"^weights: {source} lacks {shards[-1]}, named by model.safetensors.index.json"):
+        trim_moe(source, tmp_path / "out", Trim(layers=1, experts=2, top_k=1))
+    assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out.*"))
+
+
+@pytest.mark.parametrize("inside", [True, False])
+def test_a_dest_inside_the_source_or_the_source_itself_is_refused(tmp_path, capsys, inside):
+    from titanflow.cli import main
+
+    source = _config_only(tmp_path)
+    dest = source / "trimmed" if inside else source
+    assert main(["trim", str(source), str(dest), *WALKTHROUGH]) == 2
+    where = f"is inside the source folder {source}" if inside else "is the source folder"
+    assert capsys.readouterr().err == (f"titanflow: bad input:\ndest: {dest} {where}; pass a new folder outside it (a "
+                                       "trim is written beside its source, never into it)\n")
+    assert [p.name for p in source.iterdir()] == ["config.json"]
+
+
+def test_an_unwritable_dest_is_bad_input_not_a_traceback(tmp_path, capsys):
+    from titanflow.cli import main
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    assert main(["trim", str(_config_only(tmp_path)), str(blocker / "trimmed"), *WALKTHROUGH]) == 2
+    assert capsys.readouterr().err == (f"titanflow: bad input:\ndest: {blocker} is not writable (File exists); pass a "
+                                       "folder under one you can write\n")
+
+
+def test_a_dest_holding_another_trim_is_never_overwritten(tiny_moe, tmp_path, capsys):
+    from titanflow.cli import main
+
+    dest = trim_moe(tiny_moe, tmp_path / "trimmed", TRIM)
+    before = {p.name: p.read_bytes() for p in dest.iterdir()}
+    assert main(["trim", str(tiny_moe), str(dest), "--layers", "1", "--experts", "2", "--top-k", "1"]) == 2
+    assert capsys.readouterr().err == (f"titanflow: bad input:\ndest: {dest} exists; pass a new folder (a trimmed "
+                                       "folder is written once, never over another)\n")
+    assert {p.name: p.read_bytes() for p in dest.iterdir()} == before
+
+
+def test_a_trim_another_process_put_at_dest_meanwhile_is_kept_and_this_one_refused(tmp_path, monkeypatch):
+    source, dest = _config_only(tmp_path), tmp_path / "trimmed"
+    theirs = {"titanflow_trim": {"weights_id": "someone else's"}}
+
+    def finished_first(out, trim, with_weights):  # the other process renames its folder onto dest first
+        dest.mkdir()
+        (dest / "config.json").write_text(json.dumps(theirs))
+
+    monkeypatch.setattr(trim_module, "_check_trimmed", finished_first)
+    with pytest.raises(TrimError, match=f"^dest: {dest} was written by another process while this trim ran"):
+        trim_moe(source, dest, Trim(layers=4, experts=64, top_k=4), weights_required=False)
+    assert json.loads((dest / "config.json").read_text()) == theirs
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["Qwen3-30B-A3B", "trimmed"]  # no temporary sibling left
+
+
+def test_a_write_that_fails_midway_is_bad_input_and_leaves_nothing(tiny_moe, tmp_path, monkeypatch):
+    import errno
+
+    def disk_full(source, out, trim):
+        (out / "model.safetensors").write_bytes(b"half")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(trim_module, "_write_weights", disk_full)
+    dest = tmp_path / "trimmed"
+    with pytest.raises(TrimError) as refused:
+        trim_moe(tiny_moe, dest, TRIM)
+    assert str(refused.value) == (f"dest: writing the trim to {dest} failed (No space left on device); nothing was left "
+                                  f"there; free space under {tmp_path} or pass another folder")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bad_sizes_are_told_as_titanflow_run_tells_them(tmp_path, capsys):
+    from titanflow.cli import main
+
+    assert main(["trim", str(_config_only(tmp_path)), str(tmp_path / "out"), "--layers", "abc", "--experts", "0",
+                 "--top-k", "1"]) == 2
+    assert capsys.readouterr().err == (
+        "titanflow: bad input:\n"
+        "layers: Input should be a valid integer, unable to parse string as an integer, given abc; fix: pass a whole "
+        "number for --layers\n"
+        "experts: Input should be greater than or equal to 1, given 0; fix: pass 1 or more for --experts\n")
 
 
 def test_a_failed_check_leaves_nothing_at_dest(tiny_moe, tmp_path, monkeypatch):
