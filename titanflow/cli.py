@@ -6,7 +6,7 @@
     titanflow run --resume RUN_ID          continue a failed, cancelled or killed run in its own folder
     titanflow render native --target trn2  write runs/<id>/job/ (command, environment, torchtitan config) only
     titanflow nightly --target cpu         the qwen3-nightly suite: every scenario x init, one report
-    titanflow history [--set-aside]        where the run history is; set a corrupt table aside
+    titanflow history [--set-aside]        where the run history is; set an unreadable table aside
     titanflow history --last 20            the last 20 nights of each scenario x init, regressions marked
     titanflow compare RUN_A RUN_B          run B against run A: curves, where they part, metrics, what differs
     titanflow bisect --good REV --bad REV native   the first revision whose run fails the check bad fails
@@ -277,12 +277,20 @@ def cmd_trim(args: argparse.Namespace) -> int:
 
 def cmd_history(args: argparse.Namespace) -> int:
     """Show where the run history is and how many runs it holds; with ``--last N``, also the trend table
-    of the last N nights (titanflow.judge.trends); with ``--set-aside``, rename the table (kept) so the next
-    run starts a new one. 0 on success, 1 when the table cannot be read, 2 on bad input."""
+    of the last N nights (titanflow.judge.trends); with ``--set-aside``, rename a table that cannot be read
+    (kept) so the next run starts a new one, a readable one only with ``--force``. 0 on success, 1 when the
+    table cannot be read, 2 on bad input (a readable table to set aside without ``--force``)."""
     from titanflow.judge import history
 
+    if args.force and not args.set_aside:
+        print("titanflow: bad input:\nforce: only with --set-aside; pass --set-aside --force", file=sys.stderr)
+        return 2
     if args.set_aside:
-        kept = history.set_aside(args.history_dir)
+        try:
+            kept = history.set_aside(args.history_dir, force=args.force)
+        except history.ReadableHistoryError as err:
+            print(f"titanflow: bad input:\n{err}", file=sys.stderr)
+            return 2
         print(f"history: set aside as {kept}; the next run starts a new table" if kept else
               f"history: no table at {history.history_file(args.history_dir)}; nothing to set aside")
         return 0
@@ -305,7 +313,8 @@ def cmd_history(args: argparse.Namespace) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     """Print run B against run A (titanflow.judge.run_compare) and write the PNG of both curves; 0 on
-    success, 1 when the history cannot be read, 2 when a run is not found."""
+    success, 1 when the history cannot be read, 2 when a run is not found or has no loss curve (nothing
+    written)."""
     from titanflow.judge import history, run_compare
     from titanflow.report import compare as report
 
@@ -317,10 +326,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
     try:
         a, b = (run_compare.find_run(ref, runs, Path(args.runs_dir) if args.runs_dir else None)
                 for ref in (args.run_a, args.run_b))
-    except LookupError as err:
+        comparison = run_compare.compare(a, b)
+    except (LookupError, run_compare.NoCurveError) as err:
         print(f"titanflow: bad input:\n{err.args[0]}", file=sys.stderr)
         return 2
-    comparison = run_compare.compare(a, b)
     png = report.write_comparison_png(comparison, Path(args.png) if args.png else report.default_png(comparison))
     print(report.comparison_text(comparison, png), end="")
     return 0
@@ -433,9 +442,14 @@ def main(argv: list[str] | None = None) -> int:
     nightly.add_argument("--runs-dir", help="parent of the runs' folders")
     hist = sub.add_parser("history", help="where the run history is; --set-aside to start a new table",
                           description="The run history table ($TITANFLOW_HISTORY, default history/runs.parquet). "
-                                      "--set-aside renames it (kept, never deleted) so the next run starts a new "
-                                      "one, e.g. after a run reported that it cannot be read.")
-    hist.add_argument("--set-aside", action="store_true", help="rename the table to runs.parquet.set-aside-<time>")
+                                      "--set-aside renames a table that cannot be read (kept, never deleted) so the "
+                                      "next run starts a new one, after a run reported that it cannot be read; a "
+                                      "readable table is set aside only with --force (the next run then starts an "
+                                      "empty history, and the trends and comparisons lose the earlier runs).")
+    hist.add_argument("--set-aside", action="store_true", help="rename a table that cannot be read to "
+                                                               "runs.parquet.set-aside-<time>")
+    hist.add_argument("--force", action="store_true", help="with --set-aside: set the table aside even when it "
+                                                           "reads fine")
     hist.add_argument("--history-dir", help="the history folder (default: $TITANFLOW_HISTORY or history/)")
     hist.add_argument("--last", type=int, help="print the last N nights of each scenario x init: first-step and "
                                                "final loss, tokens/s, peak memory, total time, regressions marked")

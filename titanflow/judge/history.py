@@ -313,17 +313,34 @@ def append_run(summary_path: Path | str, history_dir: Path | str | None = None) 
     return row
 
 
-def set_aside(history_dir: Path | str | None = None) -> Path | None:
+class ReadableHistoryError(ValueError):
+    """A table that reads fine was to be set aside without ``force``; the message names it and the fix."""
+
+
+def set_aside(history_dir: Path | str | None = None, force: bool = False) -> Path | None:
     """Rename the history table to ``runs.parquet.set-aside-<UTC time>`` beside it (kept, never deleted),
-    so the next append starts a new table; returns the new name, or None when there is no table.
+    so the next append starts a new table; returns the new name, or None when there is no table. Only a
+    table that cannot be read is set aside, unless ``force``: the next run would start an empty history,
+    and the trends, baselines and comparisons would lose every earlier run.
 
     Raises:
+        ReadableHistoryError: the table reads fine and ``force`` is False (naming it and its runs).
         filelock.Timeout: an append held the lock for :data:`LOCK_TIMEOUT_S`.
     """
     table = history_file(history_dir)
     with FileLock(str(table.with_name(f".{table.name}.lock")), timeout=LOCK_TIMEOUT_S):
         if not table.is_file():
             return None
+        if not force:
+            try:
+                runs = len(_read_table(table))
+            except HistoryError:
+                runs = None  # what --set-aside is for
+            if runs is not None:
+                raise ReadableHistoryError(
+                    f"set_aside: {table} reads fine ({runs} run(s)); setting it aside would start the next run on an "
+                    "empty history. Set aside only a table that cannot be read; to start a new one anyway: "
+                    "titanflow history --set-aside --force (the table is kept, renamed)")
         kept = table.with_name(f"{table.name}.set-aside-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}")
         table.rename(kept)
     return kept

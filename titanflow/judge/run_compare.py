@@ -15,7 +15,11 @@ appends the run; for a run read from its folder the versions are those of its nu
 The margin the curves may part by is the ``golden_curve`` rule's (0.02 nats,
 ``titanflow/judge/regression_rules.toml``): two runs of one workload that stay within it would both
 pass against the same golden curve. A step where one run's loss is not finite and the other's is
-counts as parted; a step only one run logged is shown, not compared.
+counts as parted; a step only one run logged is shown, not compared. Both runs must have logged a
+curve: a run folder that was only rendered (``titanflow render``: ``job/``, no summary.json) is no run to
+compare, and a run without a single logged loss (no losses in its summary or history row, no step in
+its metrics.csv) is refused by :func:`compare` with :class:`NoCurveError`, naming the run and what is
+missing, before anything is written.
 
 "Comparable" is the history's own notion (titanflow.judge.regression.baseline_runs): the same
 scenario, target, init and workload key (titanflow.judge.history.config_key); :func:`last_passing`
@@ -84,7 +88,8 @@ def find_run(ref: str, runs: pd.DataFrame, runs_root: Path | None = None) -> dic
     Returns the row as a dict (NaN cells as None) with ``source``: "history" or "run folder".
 
     Raises:
-        LookupError: ``ref`` is neither in the history nor a run folder; the message names both places.
+        LookupError: ``ref`` is neither in the history nor a run folder (the message names both places), or
+            is a run folder without summary.json (only rendered, or still running: the message says which).
     """
     if not runs.empty:
         found = runs[runs.run_id == ref]
@@ -95,9 +100,41 @@ def find_run(ref: str, runs: pd.DataFrame, runs_root: Path | None = None) -> dic
         summary_path = folder / SUMMARY if folder.is_dir() else folder
         if summary_path.name == SUMMARY and summary_path.is_file():
             return {k: _cell(v) for k, v in _folder_row(summary_path.resolve()).items()} | {"source": "run folder"}
+        if folder.is_dir():
+            _no_summary(folder.resolve())
     raise LookupError(f"run: {ref!r} is neither a run_id of the history ({len(runs)} run(s)) nor a run folder "
                       f"({root / ref}); pass a run_id that `titanflow history --last 20` lists, or the path of a "
                       "run folder")
+
+
+def _no_summary(folder: Path) -> None:
+    """Raise the LookupError for a folder without summary.json that is, or is in, a run folder (its ``job/``
+    holds job.json); return for any other folder."""
+    run_dir = folder.parent if folder.name == "job" else folder
+    if not (run_dir / "job" / "job.json").is_file():
+        return
+    trained = "train.log" if (run_dir / "train.log").is_file() else None
+    state = (f"it has a {trained} but no {SUMMARY} yet: still running, or killed before the flow wrote it (titanflow "
+             f"run --resume {run_dir.name} finishes it)" if trained else
+             "only rendered (titanflow render: job/ holds the job files), never trained")
+    raise LookupError(f"run: {run_dir} has no {SUMMARY}: {state}; compare runs that trained (titanflow run), "
+                      "e.g. a run_id that `titanflow history --last 20` lists")
+
+
+class NoCurveError(ValueError):
+    """A run to compare logged no loss; the message names the run and what is missing."""
+
+
+def _missing_curve(row: dict) -> str | None:
+    """What a row lacks for a curve (None when it has one): the run, where its losses would be, and why."""
+    if _losses(row):
+        return None
+    failed = f"; it failed in {row['failed_task']}" if row.get("failed_task") else ""
+    if row.get("source") == "run folder":
+        metrics = Path(row["run_dir"]) / "metrics.csv"
+        where = f"{metrics} {'logs no step' if metrics.is_file() else 'is missing'}"
+        return f"{row['run_id']} ({row['run_dir']}): its {SUMMARY} records no losses and {where}{failed}"
+    return f"{row['run_id']}: its history row records no losses{failed}"
 
 
 def last_passing(row: dict, runs: pd.DataFrame) -> dict | None:
@@ -242,8 +279,13 @@ def compare(a: dict, b: dict, margin: float | None = None) -> RunComparison:
     ``margin``: nats the curves may part by; default :func:`curve_margin` of the committed rules.
 
     Raises:
+        NoCurveError: a run logged no loss (a ValueError naming each such run and what is missing).
         ValueError: ``margin`` is not a positive finite number.
     """
+    missing = [found for found in map(_missing_curve, (a, b)) if found]
+    if missing:
+        raise NoCurveError("run: no loss curve to compare: " + "; ".join(missing) + ". Compare runs that logged at "
+                           "least one training step")
     margin = curve_margin() if margin is None else margin
     if not (math.isfinite(margin) and margin > 0):
         raise ValueError(f"margin: {margin} nats; pass a positive number (the golden_curve rule's is 0.02)")

@@ -127,6 +127,8 @@ def compare_with_last_pass(run_id: str, history_dir: Path | str | None = None) -
 
     Raises:
         LookupError: ``run_id`` is neither in the history nor a run folder.
+        titanflow.judge.run_compare.NoCurveError: either run logged no loss (nothing is written or published;
+            the nightly logs it as a report that cannot be made).
         titanflow.judge.history.HistoryError: the history table cannot be read.
     """
     runs = history.read_history(history_dir=history_dir)

@@ -74,3 +74,36 @@ def test_the_command_line_names_an_unrecorded_history(capsys):
     print_summary(RunSummary(run_id="r", scenario="native", target="cpu", init="random", steps=1, verdict="pass",
                              history_error="HistoryError: history: runs.parquet cannot be read"))
     assert "HISTORY  not recorded: HistoryError: history: runs.parquet cannot be read" in capsys.readouterr().out
+
+
+def test_a_readable_table_is_set_aside_only_with_force(tmp_path, capsys):
+    """--set-aside is for a table that cannot be read: a healthy one (the legacy fixture, 1 run) is refused, left in
+    place, and set aside (kept) with --force."""
+    from titanflow.cli import main
+
+    folder = tmp_path / "history"
+    folder.mkdir()
+    shutil.copy(FIXTURES / "legacy_run" / "runs.parquet", folder / "runs.parquet")
+    before = (folder / "runs.parquet").read_bytes()
+    with pytest.raises(history.ReadableHistoryError):
+        history.set_aside(folder)
+    assert main(["history", "--set-aside", "--history-dir", str(folder)]) == 2
+    assert capsys.readouterr().err == (
+        f"titanflow: bad input:\nset_aside: {folder / 'runs.parquet'} reads fine (1 run(s)); setting it aside would start "
+        "the next run on an empty history. Set aside only a table that cannot be read; to start a new one anyway: "
+        "titanflow history --set-aside --force (the table is kept, renamed)\n")
+    assert sorted(p.name for p in folder.iterdir() if not p.name.startswith(".")) == ["runs.parquet"]
+    assert main(["history", "--force", "--history-dir", str(folder)]) == 2
+    assert "force: only with --set-aside" in capsys.readouterr().err
+    assert main(["history", "--set-aside", "--force", "--history-dir", str(folder)]) == 0
+    (kept,) = folder.glob("runs.parquet.set-aside-*")
+    assert kept.read_bytes() == before and not (folder / "runs.parquet").exists()
+    assert capsys.readouterr().out == f"history: set aside as {kept}; the next run starts a new table\n"
+
+
+def test_an_unreadable_table_is_set_aside_without_force(corrupt_history, capsys):
+    from titanflow.cli import main
+
+    assert main(["history", "--set-aside"]) == 0
+    (kept,) = corrupt_history.glob("runs.parquet.set-aside-*")
+    assert capsys.readouterr().out == f"history: set aside as {kept}; the next run starts a new table\n"

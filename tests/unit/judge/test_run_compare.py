@@ -5,6 +5,7 @@ learning rates is tests/e2e/test_compare_runs.py."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 from helpers import FIXTURES
@@ -112,3 +113,49 @@ def test_compare_command_prints_the_tables_and_writes_the_png(tmp_path, capsys):
     assert png.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
     assert main(["compare", "base-native", "nope", "--history-dir", str(LEGACY), "--runs-dir", str(tmp_path)]) == 2
     assert "run: 'nope' is neither a run_id of the history (1 run(s))" in capsys.readouterr().err
+
+
+def test_a_rendered_run_folder_is_named_as_such_not_as_missing(tmp_path, capsys):
+    """`titanflow render` writes <run>/job/ only: compare names the folder and why it cannot be compared, whether given
+    the run folder or the job folder render prints; a folder with a train.log and no summary yet is told apart."""
+    from titanflow.cli import main
+
+    assert main(["render", "native", "--runs-dir", str(tmp_path / "runs")]) == 0
+    job = Path(capsys.readouterr().out.strip())
+    for ref in (job.parent, job):
+        assert main(["compare", "base-native", str(ref), "--history-dir", str(LEGACY)]) == 2
+        assert capsys.readouterr().err == (
+            f"titanflow: bad input:\nrun: {job.parent} has no summary.json: only rendered (titanflow render: job/ holds "
+            "the job files), never trained; compare runs that trained (titanflow run), e.g. a run_id that `titanflow "
+            "history --last 20` lists\n")
+    (job.parent / "train.log").write_text("")
+    with pytest.raises(LookupError, match=f"has a train.log but no summary.json yet: still running, or killed before the "
+                                          f"flow wrote it \\(titanflow run --resume {job.parent.name} finishes it\\)"):
+        find_run(job.parent.name, read_history(history_dir=LEGACY), tmp_path / "runs")
+    assert sorted(p.name for p in job.parent.iterdir()) == ["job", "train.log"]  # no PNG
+
+
+def test_a_run_without_a_loss_curve_is_refused_naming_it_and_no_png_is_written(tmp_path, capsys):
+    """A run folder whose summary records no losses and that has no metrics.csv (it failed before training), and two
+    history rows with empty curves: exit 2, each run named with what it lacks, nothing written."""
+    import json
+    import shutil
+
+    from titanflow.cli import main
+    from titanflow.judge.run_compare import NoCurveError
+
+    empty = tmp_path / "native-empty"
+    shutil.copytree(RANDOM_RUN, empty, ignore=shutil.ignore_patterns("metrics.csv"))
+    summary = json.loads((empty / "summary.json").read_text())
+    (empty / "summary.json").write_text(json.dumps({**summary, "losses": []}))
+    png = tmp_path / "pair.png"
+    assert main(["compare", "base-native", str(empty), "--history-dir", str(LEGACY), "--png", str(png)]) == 2
+    assert capsys.readouterr().err == (
+        f"titanflow: bad input:\nrun: no loss curve to compare: native-a1 ({empty}): its summary.json records no losses "
+        f"and {empty / 'metrics.csv'} is missing. Compare runs that logged at least one training step\n")
+    assert not png.exists() and not list(empty.glob("compare-*.png"))
+    with pytest.raises(NoCurveError) as refused:
+        compare(history_row("a", 1, losses=[]), history_row("b", 2, losses=[], verdict="fail", failed_task="train"))
+    assert str(refused.value) == ("run: no loss curve to compare: a: its history row records no losses; b: its history "
+                                  "row records no losses; it failed in train. Compare runs that logged at least one "
+                                  "training step")
