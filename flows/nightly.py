@@ -33,8 +33,7 @@ from tasks.trends import trends
 from titan_cfg.job import Init
 from titanflow.judge.failures import classify
 from titanflow.prefect_ops.alerts import emit_regression_alert
-from titanflow.prefect_ops.deployments import TARGET_WEIGHTS
-from titanflow.run.params import ScenarioName, ScenarioRun, TargetName, nightly_suite
+from titanflow.run.params import ScenarioName, TargetName, nightly_runs
 from titanflow.run.preflight import new_run_id
 from titanflow.run.summary import cancel_cause, read_summary
 
@@ -139,7 +138,8 @@ def qwen3_nightly(
     failed, or Cancelled when runs were cancelled and none failed.
 
     Raises:
-        ValueError: unknown scenario or init, before anything runs.
+        ValueError: unknown scenario or init, or a parameter no run can take, before anything runs
+            (titanflow.run.params.nightly_runs).
     """
     logger = get_run_logger()
     rows = []
@@ -148,11 +148,8 @@ def qwen3_nightly(
         create_markdown_artifact(key=f"nightly-{target}", markdown=suite_markdown(target, rows),
                                  description=f"nightly suite on {target}")
 
-    for scenario, init in nightly_suite(scenarios, inits):
-        params = {k: v for k, v in dict(scenario=scenario, target=target, init=init, steps=steps, lr=lr,
-                                        runs_dir=runs_dir).items() if v is not None}
-        params |= TARGET_WEIGHTS.get(target, {}).get(scenario, {})  # trn2: the walkthrough's models
-        run = ScenarioRun(**params)
+    for params, run in nightly_runs(target, scenarios, inits, steps=steps, lr=lr, runs_dir=runs_dir):
+        scenario, init = run.scenario, run.init
         run_id = new_run_id(run)
         summary_path = run.runs_root() / run_id / "summary.json"
         try:

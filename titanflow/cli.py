@@ -163,14 +163,22 @@ def _with_api(call) -> tuple[bool, object]:
 
 
 def cmd_nightly(args: argparse.Namespace) -> int:
-    """Run the qwen3-nightly suite of a target; 0 when every scenario run passed, 1 otherwise, 2 on bad input."""
+    """Run the qwen3-nightly suite of a target; 0 when every scenario run passed, 1 otherwise, 2 on bad input
+    (every run's parameters checked before a server starts, told as titanflow run tells them)."""
+    from pydantic import ValidationError
+
     from titan_cfg.targets import TARGETS
-    from titanflow.run.params import nightly_suite
+    from titanflow.run.params import nightly_runs
+    from titanflow.run.preflight import describe
 
     try:
         if args.target not in TARGETS:
             raise ValueError(f"target: unknown {args.target!r}; known: {', '.join(TARGETS)}")
-        pairs = nightly_suite(args.scenarios, args.inits)
+        pairs = nightly_runs(args.target, args.scenarios, args.inits, steps=args.steps, lr=args.lr,
+                             runs_dir=args.runs_dir)
+    except ValidationError as err:
+        print(f"titanflow: bad input:\n{describe(err)}", file=sys.stderr)
+        return 2
     except ValueError as err:
         print(f"titanflow: bad input:\n{err}", file=sys.stderr)
         return 2

@@ -247,6 +247,28 @@ def nightly_suite(scenarios: list[str] | None = None, inits: list[str] | None = 
     return [(s, i) for s in (scenarios or list(SCENARIOS)) for i in (inits or list(INITS))]
 
 
+def nightly_runs(target: str, scenarios: list[str] | None = None, inits: list[str] | None = None,
+                 **overrides) -> list[tuple[dict, ScenarioRun]]:
+    """(parameters, ScenarioRun) of each scenario run of a nightly suite on ``target``, in order: every pair of
+    :func:`nightly_suite` with the ``overrides`` given (``steps``, ``lr``, ``runs_dir``; None: ScenarioRun's
+    default) and the target's weights for the scenario (titanflow.prefect_ops.deployments.TARGET_WEIGHTS), all
+    validated before the first run starts.
+
+    Raises:
+        ValueError: an unknown scenario or init; pydantic.ValidationError (a ValueError): a parameter no run
+            of the suite can take (titanflow.run.preflight.describe tells it).
+    """
+    from titanflow.prefect_ops.deployments import TARGET_WEIGHTS
+
+    runs = []
+    for scenario, init in nightly_suite(scenarios, inits):
+        given = {"scenario": scenario, "target": target, "init": init, **overrides}
+        params = {k: v for k, v in given.items() if v is not None}
+        params |= TARGET_WEIGHTS.get(target, {}).get(scenario, {})  # trn2: the walkthrough's models
+        runs.append((params, ScenarioRun(**params)))
+    return runs
+
+
 def _looks_like_path(weights: str) -> bool:
     """A Hub id is ``name`` or ``org/name``; anything absolute, relative-dotted or deeper is a path."""
     return weights.startswith(("/", ".", "~")) or weights.count("/") > 1 or os.path.isdir(weights)

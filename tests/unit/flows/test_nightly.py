@@ -26,6 +26,35 @@ def test_cli_refuses_bad_input_before_any_server_starts(capsys):
     assert "target: unknown 'tpu'; known: cpu, trn2, cuda" in capsys.readouterr().err
 
 
+def test_cli_tells_bad_numbers_as_titanflow_run_does_before_any_server_starts(capsys):
+    """Every run's parameters are validated first (titanflow.run.params.nightly_runs), each error told by
+    titanflow.run.preflight.describe, not as the failed state of a flow run."""
+    import time
+
+    from titanflow.cli import main
+
+    start = time.monotonic()
+    assert main(["nightly", "--steps", "0", "--lr", "-1"]) == 2
+    assert time.monotonic() - start < 5  # no server started
+    assert capsys.readouterr().err == ("titanflow: bad input:\n"
+                                       "steps: Input should be greater than or equal to 1, given 0; fix: pass 1 or more "
+                                       "for --steps\n"
+                                       "lr: Input should be greater than 0, given -1.0; fix: pass more than 0 for --lr\n")
+
+
+def test_the_suite_runs_take_the_targets_weights():
+    """trn2's runs are the walkthrough's models (titanflow.prefect_ops.deployments.TARGET_WEIGHTS); cpu's the
+    embedded tiny ones."""
+    from titanflow.run.params import nightly_runs
+
+    trn2 = {(p["scenario"], p["init"]): (p.get("weights"), run.trim) for p, run in nightly_runs("trn2", steps=3)}
+    assert trn2[("hf_backend", "pretrained")] == ("Qwen/Qwen3-4B-Instruct-2507", None)
+    assert trn2[("moe", "random")][0] == "Qwen/Qwen3-30B-A3B"
+    assert (trn2[("moe", "random")][1].layers, trn2[("moe", "random")][1].experts) == (4, 64)
+    assert [(p, run.steps) for p, run in nightly_runs("cpu", ["native"], ["random"], steps=None, lr=None)] == [
+        ({"scenario": "native", "target": "cpu", "init": "random"}, 10)]
+
+
 def test_outcome_and_report_of_a_failed_and_a_passed_run(tmp_path):
     from prefect.states import Completed, Failed
 
