@@ -37,7 +37,9 @@ def main() -> None:
     from titan_cfg.scenarios import SCENARIOS
 
     job = Job.read(Path(os.environ[JOB_ENV]))
-    applied = apply_compat(job.target, SCENARIOS[job.scenario].compat)
+    from titan_cfg.targets import TARGETS
+
+    applied = apply_compat(TARGETS[job.target]().node, SCENARIOS[job.scenario].compat)  # trn2-cluster: trn2's
     make_importable_without_triton()
     if applied and os.environ.get("RANK", "0") == "0":
         print(f"titanflow: compat patches applied: {', '.join(applied)}", flush=True)

@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
 from titan_cfg.model_spec import Qwen3MoeShape, Qwen3Shape
 
@@ -67,6 +67,7 @@ class Job(BaseModel):
     weights_dir: str         # HF folder: config.json, tokenizer (and weights when pretrained)
     shape: ModelShape = Field(discriminator="model_type")  # the folder's config.json, read once at render
     world_size: int          # ranks over all nodes
+    nnodes: int = Field(1, ge=1)  # nodes the ranks run on (world_size / nnodes each); 1 is left out of job.json
     dataset_path: str        # c4_test-format folder (JSON lines with "text")
     dataset: str = "botchan"  # the text's name (titanflow.launch.dataset): botchan (cpu) or c4_test (trn2)
     dataset_located_by: str | None = None  # how dataset_path was found (titanflow.launch.dataset)
@@ -92,6 +93,19 @@ class Job(BaseModel):
     published: PublishedFirstStep | None = None  # the published first-step loss for this job, if any
     model_spec: ModelSpecSource = "config"  # native: spec from config.json, or as the walkthrough builds it
     files_only: bool = False  # `titanflow render`: written to be read, not run; weights checked for config.json only
+
+    @model_serializer(mode="wrap")
+    def _one_node_as_before(self, handler):
+        """``nnodes`` 1 is not written: a one-node job file stays byte for byte what it was before jobs had nodes."""
+        data = handler(self)
+        if data.get("nnodes") == 1:
+            data.pop("nnodes")
+        return data
+
+    @property
+    def nproc_per_node(self) -> int:
+        """Ranks per node: ``world_size / nnodes``."""
+        return self.world_size // self.nnodes
 
     @property
     def tied(self) -> bool:

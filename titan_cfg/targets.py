@@ -1,32 +1,48 @@
-"""Where a scenario runs: launcher, world size, environment and the target's
+"""Where a scenario runs: nodes x ranks per node, scheduler, environment and the target's
 training knobs, one function per target (read them side by side).
 
 A target says *how* to run; the scenario says *what* to train. Figures for trn2
 come from the AWS walkthrough on one trn2.48xlarge: 16 Trainium2 chips x 8
 physical NeuronCores, grouped in pairs at LNC=2 = 64 logical cores = 64 ranks,
-about 24 GiB HBM each.
+about 24 GiB HBM each. ``trn2-cluster`` is N of those nodes, scheduled by Slurm.
 """
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, model_validator
+
+#: How a target's training is started: ``local`` runs torchrun on this machine (one node); ``slurm`` submits one
+#: Slurm job whose tasks run one torchrun agent per node (titanflow.slurm). A run on more than one node is
+#: always a Slurm job.
+Scheduler = Literal["local", "slurm"]
 
 
 class Target(BaseModel):
     """A hardware target: how torchrun launches ranks and what they may use.
 
-    ``nproc_per_node`` ranks on one node (world size); ``global_batch_size``
-    sequences per step over all ranks (``local = global / world size``),
-    ``seq_len`` tokens each. ``max_world_size`` and ``min_step_s`` bound what a run may ask
-    for: more ranks than the target has, or more steps than could finish within the run's
-    timeout even at ``min_step_s`` seconds each, are refused before anything runs.
+    ``nnodes`` nodes of ``nproc_per_node`` ranks each: world size = nnodes x nproc_per_node
+    (:attr:`world_size`); ``global_batch_size`` sequences per step over all ranks
+    (``local = global / world size``), ``seq_len`` tokens each. ``max_nproc_per_node`` and
+    ``min_step_s`` bound what a run may ask for: more ranks on a node than it has, or more
+    steps than could finish within the run's timeout even at ``min_step_s`` seconds each, are
+    refused before anything runs. ``node_type`` names the machine each node is (default: the
+    target's own name): the per-node tables (a scenario's rank limits, seq_len and kernels per
+    target, the kernel registry, ``titanflow doctor``) are keyed by it, so ``trn2-cluster`` gets
+    everything ``trn2`` has.
     """
 
     model_config = ConfigDict(frozen=True)
 
     name: str
     device: str                  # torch device type of each rank
-    nproc_per_node: int          # ranks = world size (single node)
+    nnodes: int = 1              # nodes (torchrun --nnodes)
+    nproc_per_node: int          # ranks per node (torchrun --nproc-per-node)
+    node_type: str | None = None  # the machine each node is, for per-node tables; None: name
+    scheduler: Scheduler = "local"  # local torchrun, or one Slurm job over the nodes
+    # torchrun's c10d rendezvous: seconds the agents wait for every node to join (torchrun's default: 600)
+    rdzv_join_timeout_s: int = 600
     lnc: int | None = None       # Neuron logical-NeuronCore config (trn2 only)
     global_batch_size: int       # sequences per optimizer step, all ranks
     seq_len: int                 # tokens per sequence
@@ -37,7 +53,7 @@ class Target(BaseModel):
     mixed_precision_param: str = "bfloat16"  # FSDP parameter dtype in forward/backward
     env: dict[str, str]          # environment every rank gets (on top of the caller's)
     dataset: str = "botchan"     # the text trained on (titanflow.launch.dataset): botchan | c4_test
-    max_world_size: int | None = None  # most ranks the target has; None: this machine's CPU count
+    max_nproc_per_node: int | None = None  # most ranks one node has; None: this machine's CPU count
     min_step_s: float = 0.05     # no step is faster (s): steps x this beyond the timeout is refused up front
     # Steps between full training-state checkpoints (model, optimizer, lr scheduler, dataloader position), which a
     # retried launch resumes from (titanflow.launch.resume); a run's default, capped at its steps. 500 is
@@ -47,9 +63,31 @@ class Target(BaseModel):
     # and judge against it. Only where that forward is the same arithmetic (fp32) and cheap next to training.
     independent_first_step: bool = False
 
+    @model_validator(mode="after")
+    def _one_node_or_slurm(self) -> "Target":
+        if self.nnodes < 1 or self.nproc_per_node < 1:
+            raise ValueError(f"{self.name}: nnodes and nproc_per_node must be at least 1")
+        if self.nnodes > 1 and self.scheduler != "slurm":
+            raise ValueError(f"{self.name}: {self.nnodes} nodes need scheduler='slurm' (local runs one node)")
+        return self
+
+    @property
+    def world_size(self) -> int:
+        """Ranks over all nodes: ``nnodes x nproc_per_node``."""
+        return self.nnodes * self.nproc_per_node
+
+    @property
+    def node(self) -> str:
+        """The machine each node is (``node_type``, else the target's name): the key of per-node tables."""
+        return self.node_type or self.name
+
     def missing_runtime(self) -> str | None:
-        """Why this machine cannot launch the target (None when it can); checked before any compute."""
+        """Why this machine cannot launch the target (None when it can); checked before any compute. A target
+        Slurm schedules runs on its nodes, not here: None (Slurm's own check is titanflow.slurm.job.check_submission)."""
         import importlib.util
+
+        if self.scheduler == "slurm":
+            return None
 
         if self.device == "neuron" and importlib.util.find_spec("torch_neuronx") is None:
             return "torch-neuronx is not installed (trn2 runs on a Neuron node; here it is rendered only)"
@@ -120,7 +158,7 @@ def trn2() -> Target:
         device="neuron",
         nproc_per_node=64,
         lnc=2,
-        max_world_size=64,  # 16 chips x 8 physical cores / LNC 2
+        max_nproc_per_node=64,  # 16 chips x 8 physical cores / LNC 2
         global_batch_size=64,
         seq_len=4096,
         kernels={"rope": "reference", "attention": "sdpa"},  # walkthrough: model_registry("4B", attn_backend="sdpa")
@@ -143,7 +181,7 @@ def cuda() -> Target:
         name="cuda",
         device="cuda",
         nproc_per_node=8,
-        max_world_size=8,
+        max_nproc_per_node=8,
         min_step_s=0.01,
         global_batch_size=64,
         seq_len=4096,
@@ -153,4 +191,37 @@ def cuda() -> Target:
     )
 
 
-TARGETS = {"cpu": cpu, "trn2": trn2, "cuda": cuda}
+#: trn2-cluster's network settings for EFA, the fabric between trn2 nodes (every rank, every node). The three
+#: libfabric variables are the ones AWS's Neuron multi-node training scripts export on Slurm (aws-neuron's
+#: neuronx-distributed and neuronx-nemo-megatron examples); EFA itself is a prerequisite of multi-node Neuron
+#: training ("How to use torch.distributed on Neuron",
+#: https://awsdocs-neuron.readthedocs-hosted.com/en/latest/torch/guides/torch-distributed.html, and "How to prepare
+#: trn1.32xlarge for multi-node execution",
+#: https://awsdocs-neuron.readthedocs-hosted.com/en/v2.29.1/frameworks/torch/torch-neuronx/setup-trn1-multi-node-execution.html).
+#: ``NEURON_RT_ROOT_COMM_ID`` (the Neuron runtime's collectives bootstrap, host:port of rank 0) is not set: the
+#: host of rank 0 is chosen by torchrun's c10d rendezvous at run time, and torch-neuronx's process group sets the
+#: variable from ``MASTER_ADDR`` (which torchrun gives every rank as rank 0's host) and a free port of rank 0 when
+#: it is unset.
+EFA_ENV = {
+    "FI_PROVIDER": "efa",             # libfabric over EFA, not TCP
+    "FI_EFA_USE_DEVICE_RDMA": "1",    # EFA's RDMA reads and writes straight to device memory
+    "FI_EFA_FORK_SAFE": "1",          # the ranks fork (dataloader workers, compiler) after registering memory
+}
+#: Nodes of trn2-cluster when a run does not say (``nnodes``): the smallest cluster.
+TRN2_CLUSTER_NODES = 2
+
+
+def trn2_cluster() -> Target:
+    """N trn2.48xlarge nodes (default :data:`TRN2_CLUSTER_NODES`; a run's ``nnodes`` picks N) under Slurm: each node
+    exactly as :func:`trn2` (64 ranks at LNC=2), torchrun's c10d rendezvous across them, the EFA settings of
+    :data:`EFA_ENV`. The global batch grows with the nodes (64 sequences per node, batch 1 per rank), as data
+    parallel scaling of the walkthrough's job does; a run may pass another ``global_batch_size``."""
+    node = trn2()
+    return node.model_copy(update={
+        "name": "trn2-cluster", "node_type": "trn2", "nnodes": TRN2_CLUSTER_NODES, "scheduler": "slurm",
+        "global_batch_size": node.global_batch_size * TRN2_CLUSTER_NODES,
+        "env": {**node.env, **EFA_ENV},
+    })
+
+
+TARGETS = {"cpu": cpu, "trn2": trn2, "cuda": cuda, "trn2-cluster": trn2_cluster}

@@ -106,7 +106,7 @@ def root_cause(error: str | None) -> str | None:
 #: the built pretrained checkpoint is checked once resolved, in render_config): the message names the field
 #: first. A TransientDownloadError (a server error, a reset connection) is not one: it is infrastructure.
 INPUT_REFUSAL = re.compile(r"^(?:ValueError|WeightsError|FileNotFoundError|ConfigError): "
-                           r"(?:weights|seq_len|steps|nproc|global_batch_size|kernels|timeout_s|init|lr|resume): ")
+                           r"(?:weights|seq_len|steps|nnodes|nproc_per_node|nproc|global_batch_size|kernels|timeout_s|init|lr|resume): ")
 
 #: The classes matched on a whole error and log tail: ``input``'s signatures hold for a root cause only.
 TEXT_CLASSES: tuple[str, ...] = tuple(c for c in FAILURE_CLASSES if c != "input")

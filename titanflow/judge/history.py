@@ -52,7 +52,9 @@ VERSIONED_PACKAGES = ("torch", "torchtitan", "transformers", "prefect")
 #: medians) only with runs of the same scenario, target, init and these. The numerics knobs (lr,
 #: warmup_steps, seed) are left out on purpose: a changed learning rate is what the loss-curve rule
 #: must catch, not a reason to skip it; run_id, runs_dir, timeout_s, tolerances and export_dtype
-#: change neither the curve nor the speed of training.
+#: change neither the curve nor the speed of training. ``nproc`` stands for the world size the run asked
+#: for (:func:`world_size_asked`): how the ranks are spread over nodes does not change the curve (2 nodes x 1
+#: rank and 1 node x 2 ranks give the same losses, tests/e2e/test_slurm_runs.py).
 CONFIG_KEY_FIELDS = ("weights", "steps", "global_batch_size", "seq_len", "nproc", "compile")
 
 #: Lines of train.log given to the failure classifier.
@@ -64,9 +66,27 @@ def history_file(history_dir: Path | str | None = None, name: str = HISTORY_FILE
     return (Path(history_dir).resolve() if history_dir else paths.history_root()) / name
 
 
+def world_size_asked(parameters: dict) -> int | None:
+    """The world size ``parameters`` ask for, None when it is the target's own (nothing asked, or nodes and ranks
+    per node that multiply to the target's world size): ``nnodes`` x ``nproc_per_node``, each the target's where
+    not given; ``nproc`` of summaries written before runs had nodes is the ranks of one node."""
+    from titanflow.run.params import ScenarioRun
+
+    nnodes, per_node = parameters.get("nnodes"), parameters.get("nproc_per_node", parameters.get("nproc"))
+    if nnodes is None and per_node is None:
+        return None
+    try:  # the target's own nodes and ranks, within the scenario's rank limit there
+        own = ScenarioRun(scenario=parameters.get("scenario") or "native", target=parameters.get("target") or "cpu")
+    except ValueError:  # a scenario or target this version does not know: the numbers as asked
+        return (nnodes or 1) * (per_node or 1)
+    asked = (nnodes or own.nnodes_resolved) * (per_node or own.nproc_per_node_resolved)
+    return None if asked == own.world_size else asked
+
+
 def config_key(parameters: dict) -> str:
-    """12 hex digits of sha256 over the :data:`CONFIG_KEY_FIELDS` of ``parameters`` (absent = None)."""
-    chosen = {name: parameters.get(name) for name in CONFIG_KEY_FIELDS}
+    """12 hex digits of sha256 over the :data:`CONFIG_KEY_FIELDS` of ``parameters`` (absent = None), ``nproc`` being
+    :func:`world_size_asked`."""
+    chosen = {name: parameters.get(name) for name in CONFIG_KEY_FIELDS} | {"nproc": world_size_asked(parameters)}
     return hashlib.sha256(json.dumps(chosen, sort_keys=True).encode()).hexdigest()[:12]
 
 
@@ -103,7 +123,7 @@ def _losses(summary: RunSummary, run_dir: Path) -> list[float]:
 
 def _world_size(summary: RunSummary, run_dir: Path) -> int | None:
     """Ranks of the launch: the job's ``world_size``; for run folders written before the job
-    recorded it, ``--nproc_per_node`` of job/launch.json; else the ``nproc`` parameter."""
+    recorded it, ``--nproc_per_node`` of job/launch.json (one node); else the ``nproc`` parameter of such runs."""
     job = run_dir / "job" / JOB_FILE
     if job.is_file() and "world_size" in (recorded := json.loads(job.read_text())):
         return int(recorded["world_size"])

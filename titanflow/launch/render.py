@@ -3,7 +3,9 @@
 Files written (all a reviewer needs to rerun the job by hand):
   job.json             the resolved job (titan_cfg.job.Job)
   launch.json          torchrun argv and the environment the ranks get
-  launch.sh            the same as a shell script
+  launch.sh            the same as a shell script; for a job on Slurm (more than one node, or a target
+                       Slurm schedules) the batch script, one torchrun agent per node
+                       (titanflow.slurm.batch), which ``sbatch launch.sh`` submits as it is
   trainer_config.json  torchtitan's Trainer.Config.to_dict() of the job, built
                        in a subprocess by the torchrun entry module, so a config
                        torchtitan rejects fails here, before any rank starts
@@ -49,6 +51,7 @@ class RenderedJob(BaseModel):
     env: dict[str, str]
     trainer_config_path: str
     dataset: str = "botchan"  # the text's name (titanflow.launch.dataset)
+    scheduler: str = "local"  # local: torchrun here; slurm: launch.sh is a Slurm batch script (titanflow.slurm)
 
 
 def make_job(run: ScenarioRun, weights_dir: Path, run_dir: Path, files_only: bool = False) -> Job:
@@ -71,7 +74,7 @@ def make_job(run: ScenarioRun, weights_dir: Path, run_dir: Path, files_only: boo
                           "install the torchtitan fork from its checkout, or set $TITANFLOW_C4_TEST to the folder")
     local_batch_size = run.global_batch_size_resolved // run.world_size
     weights_id = weights_id_of(run.weights, weights_dir)
-    published = published_for_job(run.scenario, target.name, run.init, weights_id, Workload(
+    published = published_for_job(run.scenario, target.node, run.init, weights_id, Workload(
         dataset=dataset.name, world_size=run.world_size, local_batch_size=local_batch_size,
         seq_len=run.seq_len_resolved))
     return Job(
@@ -82,6 +85,7 @@ def make_job(run: ScenarioRun, weights_dir: Path, run_dir: Path, files_only: boo
         weights_dir=str(weights_dir),
         shape=shape,
         world_size=run.world_size,
+        nnodes=run.nnodes_resolved,
         dataset_path=dataset.path,
         dataset=dataset.name,
         dataset_located_by=dataset.located_by + ("" if dataset.present else "; absent where this job was rendered"),
@@ -108,16 +112,44 @@ def make_job(run: ScenarioRun, weights_dir: Path, run_dir: Path, files_only: boo
     )
 
 
-def launch_line(job: Job, job_path: Path) -> tuple[list[str], dict[str, str]]:
-    """torchrun argv (rank 0 on the console, every rank's log under ``train/ranks``) and rank env;
-    ``--nproc_per_node`` is the job's world size (one node)."""
+#: Placeholders in a Slurm job's torchrun line, given their value on each node by titanflow.slurm.node: the
+#: rendezvous endpoint (first node of the allocation, a free port there; set by the batch script), the Slurm
+#: job id as the rendezvous id (every launch of every flow run is a job of its own), and the node's name.
+RDZV_ENDPOINT_ENV = "TITANFLOW_RDZV_ENDPOINT"
+NODE_PLACEHOLDERS = {"endpoint": f"${{{RDZV_ENDPOINT_ENV}}}", "rdzv_id": "${SLURM_JOB_ID}",
+                     "node": "${SLURMD_NODENAME}"}
+#: torchrun's console prefix with the global rank (``[default0]:`` is rank 0 on whichever node it runs), so that
+#: the node holding rank 0 is known from its log (one node: the local rank is the global rank, same prefix).
+RANK_PREFIX = {"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": "[${role_name}${rank}]:"}
+
+
+def is_slurm_job(job: Job) -> bool:
+    """The job runs as one Slurm job: more than one node, or a target Slurm schedules."""
+    return job.nnodes > 1 or TARGETS[job.target]().scheduler == "slurm"
+
+
+def torchrun_line(job: Job) -> list[str]:
+    """torchrun's arguments up to the entry module: ``--standalone`` on one node; on Slurm, c10d rendezvous on
+    the first node (:data:`NODE_PLACEHOLDERS`) with the target's join timeout and no restarts (a failed node
+    ends the job; the train task's retry relaunches it), every node's rank logs under ``train/ranks/<node>``."""
+    ranks = Path(job.dump_folder) / "ranks"
+    console = ["--tee", "3", "--local-ranks-filter", "0"]
+    if not is_slurm_job(job):
+        return ["torchrun", "--standalone", f"--nproc_per_node={job.world_size}", "--log-dir", str(ranks), *console]
     target = TARGETS[job.target]()
-    argv = [
-        "torchrun", "--standalone", f"--nproc_per_node={job.world_size}",
-        "--log-dir", str(Path(job.dump_folder) / "ranks"), "--tee", "3", "--local-ranks-filter", "0",
-        *ENTRY,
-    ]
+    return ["torchrun", f"--nnodes={job.nnodes}", f"--nproc_per_node={job.nproc_per_node}",
+            "--rdzv-backend=c10d", f"--rdzv-endpoint={NODE_PLACEHOLDERS['endpoint']}",
+            f"--rdzv-id={NODE_PLACEHOLDERS['rdzv_id']}", f"--rdzv-conf=join_timeout={target.rdzv_join_timeout_s}",
+            "--max-restarts=0", "--log-dir", str(ranks / NODE_PLACEHOLDERS["node"]), *console]
+
+
+def launch_line(job: Job, job_path: Path) -> tuple[list[str], dict[str, str]]:
+    """torchrun argv (:func:`torchrun_line`: local rank 0 on the console, every rank's log under ``train/ranks``)
+    and rank env; one node: ``--nproc_per_node`` is the job's world size."""
+    target = TARGETS[job.target]()
+    argv = [*torchrun_line(job), *ENTRY]
     env = {
+        **(RANK_PREFIX if is_slurm_job(job) else {}),
         **target.env,
         **cache_env(job, target, job.shape.model_dump(), paths.cache_root()),
         JOB_ENV: str(job_path),
@@ -200,7 +232,13 @@ def render(run: ScenarioRun, weights_dir: Path, run_dir: Path, files_only: bool 
     argv, env = launch_line(job, job_path)
     (job_dir / "launch.json").write_text(json.dumps({"argv": argv, "env": env}, indent=2, sort_keys=True) + "\n")
     exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in sorted(env.items()))
-    (job_dir / "launch.sh").write_text(f"#!/usr/bin/env bash\nset -euo pipefail\n{exports}exec {shlex.join(argv)}\n")
+    if is_slurm_job(job):
+        from titanflow.slurm.batch import batch_script
+
+        script = batch_script(job, argv, exports)
+    else:
+        script = f"#!/usr/bin/env bash\nset -euo pipefail\n{exports}exec {shlex.join(argv)}\n"
+    (job_dir / "launch.sh").write_text(script)
     config_path = job_dir / "trainer_config.json"
     if trainer_config is None:
         build_trainer_config(job_path, config_path, env)
@@ -208,4 +246,5 @@ def render(run: ScenarioRun, weights_dir: Path, run_dir: Path, files_only: bool 
         config = placed(trainer_config(without_run(job), env), job)
         config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
     return RenderedJob(run_dir=str(run_dir), job_path=str(job_path), argv=argv, env=env,
-                       trainer_config_path=str(config_path), dataset=job.dataset)
+                       trainer_config_path=str(config_path), dataset=job.dataset,
+                       scheduler="slurm" if is_slurm_job(job) else "local")

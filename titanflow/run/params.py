@@ -113,7 +113,10 @@ class ScenarioRun(BaseModel):
         "from (at most steps; steps: only the final export); None: the target's (titan_cfg/targets.py), at most steps")
     global_batch_size: int | None = Field(None, ge=1)
     seq_len: int | None = Field(None, ge=16)
-    nproc: int | None = Field(None, ge=1, description="ranks; None: the target's world size")
+    nnodes: int | None = Field(None, ge=1, description="nodes (torchrun --nnodes); more than one runs as one Slurm "
+                               "job (titanflow.slurm); None: the target's")
+    nproc_per_node: int | None = Field(None, ge=1, description="ranks per node (torchrun --nproc-per-node); world size "
+                                       "= nnodes x nproc_per_node; None: the target's")
     lr: float = Field(8e-4, gt=0)
     warmup_steps: int | None = Field(None, ge=0, description="linear lr warm-up steps; None: min(2, steps)")
     seed: int = 0
@@ -142,24 +145,37 @@ class ScenarioRun(BaseModel):
             return {op.strip(): name.strip() for op, name in pairs}
         return value
 
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy_nproc(cls, value):
+        """``nproc``, the ranks of a one-node run in summaries written before runs had nodes, is ``nproc_per_node``."""
+        if isinstance(value, dict) and "nproc" in value:
+            value = dict(value)
+            nproc = value.pop("nproc")
+            if value.get("nproc_per_node") is None:
+                value["nproc_per_node"] = nproc
+        return value
+
     @model_validator(mode="after")
     def _check(self) -> "ScenarioRun":
         if self.scenario not in SCENARIOS:
             raise ValueError(f"scenario: unknown {self.scenario!r}; known: {', '.join(SCENARIOS)}")
         if self.target not in TARGETS:
             raise ValueError(f"target: unknown {self.target!r}; known: {', '.join(TARGETS)}")
-        limit = SCENARIOS[self.scenario].rank_limits.get(self.target)
+        limit = SCENARIOS[self.scenario].rank_limits.get(self.target_spec.node)
         if limit and self.world_size > limit[0]:
-            raise ValueError(f"nproc: {self.scenario} on {self.target} runs on at most {limit[0]} rank(s): {limit[1]}")
+            raise ValueError(f"nproc_per_node: {self.scenario} on {self.target} runs on at most {limit[0]} rank(s) "
+                             f"in all (world size {self.nnodes_resolved} x {self.nproc_per_node_resolved}): {limit[1]}")
         if self.global_batch_size_resolved % self.world_size:
             raise ValueError(
-                f"nproc: {self.world_size} ranks do not divide global_batch_size "
-                f"{self.global_batch_size_resolved}; pick a global_batch_size that is a multiple of nproc"
+                f"nproc_per_node: world size {self.world_size} ({self.nnodes_resolved} node(s) x "
+                f"{self.nproc_per_node_resolved}) does not divide global_batch_size {self.global_batch_size_resolved}; "
+                "pick a global_batch_size that is a multiple of the world size"
             )
-        most_ranks = self.target_spec.max_world_size or os.cpu_count() or 1
-        if self.world_size > most_ranks:
-            raise ValueError(f"nproc: {self.world_size} ranks, but {self.target} has {most_ranks}; pass --nproc "
-                             f"{most_ranks} or fewer")
+        most_ranks = self.target_spec.max_nproc_per_node or os.cpu_count() or 1
+        if self.nproc_per_node_resolved > most_ranks:
+            raise ValueError(f"nproc_per_node: {self.nproc_per_node_resolved} ranks on a node, but a {self.target} node "
+                             f"has {most_ranks}; pass --nproc-per-node {most_ranks} or fewer")
         fastest_s = self.steps * self.target_spec.min_step_s
         if fastest_s > self.timeout_s:
             raise ValueError(f"steps: {self.steps} steps take at least {fastest_s:.0f} s on {self.target} "
@@ -194,16 +210,34 @@ class ScenarioRun(BaseModel):
     def kernels_resolved(self) -> dict[str, str]:
         """Implementation per op: the target's defaults, then the scenario's choice for the target,
         then ``kernels`` (titan_cfg.kernels.resolve)."""
-        return kernels.resolve(self.target, self.target_spec.kernels,
-                               SCENARIOS[self.scenario].kernels.get(self.target), self.kernels)
+        node = self.target_spec.node
+        return kernels.resolve(node, self.target_spec.kernels, SCENARIOS[self.scenario].kernels.get(node), self.kernels)
+
+    @property
+    def nnodes_resolved(self) -> int:
+        """Nodes: ``nnodes`` as given, else the target's."""
+        return self.nnodes or self.target_spec.nnodes
+
+    @property
+    def nproc_per_node_resolved(self) -> int:
+        """Ranks per node: ``nproc_per_node`` as given, else the target's, capped by the scenario's limit there
+        (a limit on the world size: with the target's nodes, at most limit // nodes, and at least 1)."""
+        if self.nproc_per_node:
+            return self.nproc_per_node
+        target = self.target_spec
+        limit = SCENARIOS[self.scenario].rank_limits.get(target.node)
+        return max(1, min(target.nproc_per_node, limit[0] // self.nnodes_resolved)) if limit else target.nproc_per_node
 
     @property
     def world_size(self) -> int:
-        """Ranks over all nodes: ``nproc`` as given, else the target's, capped by the scenario's limit there."""
-        if self.nproc:
-            return self.nproc
-        limit = SCENARIOS[self.scenario].rank_limits.get(self.target)
-        return min(self.target_spec.nproc_per_node, limit[0]) if limit else self.target_spec.nproc_per_node
+        """Ranks over all nodes: ``nnodes_resolved x nproc_per_node_resolved``."""
+        return self.nnodes_resolved * self.nproc_per_node_resolved
+
+    @property
+    def scheduler(self) -> str:
+        """``slurm`` for a run on more than one node or on a target Slurm schedules (titanflow.slurm), else
+        ``local`` (torchrun on this machine)."""
+        return "slurm" if self.nnodes_resolved > 1 or self.target_spec.scheduler == "slurm" else "local"
 
     @property
     def global_batch_size_resolved(self) -> int:
@@ -212,8 +246,9 @@ class ScenarioRun(BaseModel):
 
     @property
     def seq_len_resolved(self) -> int:
-        """Tokens per sequence: as given, else the scenario's on the target, else the target's."""
-        return self.seq_len or SCENARIOS[self.scenario].seq_len.get(self.target) or self.target_spec.seq_len
+        """Tokens per sequence: as given, else the scenario's on the target's node type, else the target's."""
+        return (self.seq_len or SCENARIOS[self.scenario].seq_len.get(self.target_spec.node)
+                or self.target_spec.seq_len)
 
     @property
     def checkpoint_interval_resolved(self) -> int:

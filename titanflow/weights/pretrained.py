@@ -44,7 +44,7 @@ def pretrain(out_dir: Path, tiny_weights: Path, model_type: str = "qwen3") -> Pa
     work = out_dir.parent / f"{out_dir.name}.run"
     shutil.rmtree(work, ignore_errors=True)
     scenario, recipe = RECIPES[model_type]
-    run = ScenarioRun(scenario=scenario, target="cpu", nproc=1, weights=str(tiny_weights), **recipe)
+    run = ScenarioRun(scenario=scenario, target="cpu", nproc_per_node=1, weights=str(tiny_weights), **recipe)
     rendered = render(run, tiny_weights, work)
     trained = run_training(rendered, timeout_s=3600)
     export_dir = assemble_export(Job.read(Path(rendered.job_path)), work)

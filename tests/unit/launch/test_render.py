@@ -21,7 +21,10 @@ GOLDEN = RENDER_DIR
 
 
 def _rendered_files(job_dir: Path) -> dict:
-    return {name: json.loads((job_dir / name).read_text()) for name in ("job.json", "launch.json", "trainer_config.json")}
+    files = {name: json.loads((job_dir / name).read_text()) for name in ("job.json", "launch.json", "trainer_config.json")}
+    if "srun" in (job_dir / "launch.sh").read_text():  # a Slurm job: its batch script is part of what is pinned
+        files["launch.sh"] = (job_dir / "launch.sh").read_text().splitlines()
+    return files
 
 
 def test_cpu_job_matches_the_weights_folder(tmp_path, tiny_assets):
@@ -85,21 +88,25 @@ TRN2_WEIGHTS = {"native": ("qwen3-4b-instruct-2507", "Qwen3-4B-Instruct-2507"),
 #: The goldens: every scenario x init with the default spec, and scenario 2 as the walkthrough builds it.
 TRN2_RENDERS = [(scenario, init, "config") for scenario in TRN2_WEIGHTS for init in ("random", "pretrained")] + [
     ("native", "random", "walkthrough")]
+#: The trn2-cluster golden: scenario 2 on two trn2.48xlarge nodes under Slurm.
+CLUSTER_RENDERS = [("native", "random")]
 
 
-def golden_name(scenario: str, init: str, model_spec: str = "config") -> str:
-    """``<scenario>-trn2-<init>[-walkthrough].json``."""
-    return f"{scenario}-trn2-{init}{'-walkthrough' if model_spec == 'walkthrough' else ''}.json"
+def golden_name(scenario: str, init: str, model_spec: str = "config", target: str = "trn2") -> str:
+    """``<scenario>-<target>-<init>[-walkthrough].json``."""
+    return f"{scenario}-{target}-{init}{'-walkthrough' if model_spec == 'walkthrough' else ''}.json"
 
 
-@pytest.mark.parametrize(("scenario", "init", "model_spec"), TRN2_RENDERS)
-def test_trn2_render_matches_golden(tmp_path, config_only_folder, scenario, init, model_spec):
+@pytest.mark.parametrize(("scenario", "init", "model_spec", "target"), [
+    *((*render, "trn2") for render in TRN2_RENDERS), *((*render, "config", "trn2-cluster") for render in CLUSTER_RENDERS)])
+def test_trn2_render_matches_golden(tmp_path, config_only_folder, scenario, init, model_spec, target):
     """trn2 renders from the published config.json of each walkthrough model (tests/fixtures):
     Qwen3-4B-Instruct-2507, and Qwen3-30B-A3B trimmed to 4 layers, 64 experts, top-4. Files only
-    (``titanflow render``): here there are no weights, no Neuron device and no c4_test."""
+    (``titanflow render``): here there are no weights, no Neuron device and no c4_test. trn2-cluster's golden
+    also pins its Slurm batch script."""
     weights = config_only_folder(*TRN2_WEIGHTS[scenario])
-    run_dir = tmp_path / "runs" / golden_name(scenario, init, model_spec).removesuffix(".json")
-    run = ScenarioRun(scenario=scenario, target="trn2", init=init, model_spec=model_spec, run_id=run_dir.name)
+    run_dir = tmp_path / "runs" / golden_name(scenario, init, model_spec, target).removesuffix(".json")
+    run = ScenarioRun(scenario=scenario, target=target, init=init, model_spec=model_spec, run_id=run_dir.name)
     rendered = render(run, weights, run_dir, files_only=True)
     from titanflow import paths
     from titanflow.launch.dataset import torchtitan_checkout
@@ -108,7 +115,7 @@ def test_trn2_render_matches_golden(tmp_path, config_only_folder, scenario, init
         str(weights): "<WEIGHTS>", str(run_dir): "<RUN>", str(torchtitan_checkout()): "<TORCHTITAN_CHECKOUT>",
         str(paths.cache_root()): "<CACHE>", str(paths.REPO_ROOT): "<REPO>",
     })
-    golden = GOLDEN / golden_name(scenario, init, model_spec)
+    golden = GOLDEN / golden_name(scenario, init, model_spec, target)
     if os.environ.get("TITANFLOW_UPDATE_GOLDEN"):
         golden.parent.mkdir(exist_ok=True)
         golden.write_text(json.dumps(files, indent=2, sort_keys=True) + "\n")
@@ -116,7 +123,63 @@ def test_trn2_render_matches_golden(tmp_path, config_only_folder, scenario, init
 
 
 def test_the_goldens_are_exactly_the_renders_pinned():
-    assert sorted(p.name for p in GOLDEN.glob("*.json")) == sorted(golden_name(*r) for r in TRN2_RENDERS)
+    assert sorted(p.name for p in GOLDEN.glob("*.json")) == sorted(
+        [golden_name(*r) for r in TRN2_RENDERS] + [golden_name(*r, target="trn2-cluster") for r in CLUSTER_RENDERS])
+
+
+def test_one_node_jobs_stay_as_they_were_and_launch_standalone(tmp_path, tiny_assets):
+    """A job of one node writes no ``nnodes`` (job.json byte for byte as before jobs had nodes: the trn2 goldens
+    above are unchanged) and launches ``torchrun --standalone``; its launch.sh is not a batch script."""
+    rendered = render(ScenarioRun(steps=3), tiny_assets.weights_dir, tmp_path / "run")
+    job_dir = Path(rendered.job_path).parent
+    assert "nnodes" not in json.loads((job_dir / "job.json").read_text()) and rendered.scheduler == "local"
+    assert Job.read(Path(rendered.job_path)).nnodes == 1
+    assert "--standalone" in rendered.argv and not (job_dir / "launch.sh").read_text().count("SBATCH")
+
+
+def test_two_cpu_nodes_of_one_rank_render_a_slurm_job_of_the_same_workload(tmp_path, tiny_assets):
+    """cpu, 2 nodes x 1 rank: world size 2, so global batch 4 is 2 per rank, the same as 1 node x 2 ranks; the
+    launch is torchrun's c10d rendezvous (never --standalone) with per-node placeholders, in a Slurm batch
+    script of 2 nodes x 1 task that runs titanflow.slurm.node on each."""
+    from titanflow.launch.render import NODE_PLACEHOLDERS, RANK_PREFIX
+
+    run = ScenarioRun(steps=3, nnodes=2, nproc_per_node=1)
+    assert (run.world_size, run.scheduler) == (2, "slurm")
+    rendered = render(run, tiny_assets.weights_dir, tmp_path / "run")
+    files = _rendered_files(Path(rendered.job_path).parent)
+    job, argv = files["job.json"], files["launch.json"]["argv"]
+    assert (job["nnodes"], job["world_size"], job["global_batch_size"], job["local_batch_size"]) == (2, 2, 4, 2)
+    assert rendered.scheduler == "slurm" and "--standalone" not in argv
+    assert argv[:8] == ["torchrun", "--nnodes=2", "--nproc_per_node=1", "--rdzv-backend=c10d",
+                        f"--rdzv-endpoint={NODE_PLACEHOLDERS['endpoint']}", f"--rdzv-id={NODE_PLACEHOLDERS['rdzv_id']}",
+                        "--rdzv-conf=join_timeout=600", "--max-restarts=0"]
+    assert argv[argv.index("--log-dir") + 1] == str(tmp_path / "run" / "train" / "ranks" / "${SLURMD_NODENAME}")
+    assert files["launch.json"]["env"].items() >= RANK_PREFIX.items()
+    script = files["launch.sh"]
+    assert {"#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=1", "#SBATCH --exclusive"} <= set(script)
+    srun = script[-1]
+    assert srun.startswith("srun --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 python -m titanflow.slurm.node ")
+    assert "'--rdzv-endpoint=${TITANFLOW_RDZV_ENDPOINT}'" in srun  # quoted: each node expands it (titanflow.slurm.node)
+
+
+def test_trn2_cluster_is_trn2_nodes_with_efa_and_a_global_batch_per_node(config_only_folder):
+    """The trn2-cluster golden: each node the trn2 render (64 ranks at LNC=2, batch 1 per rank), 2 nodes, the EFA
+    settings of titan_cfg.targets.EFA_ENV on every rank; its trainer config differs from one node's only in the
+    global batch (64 per node)."""
+    from titan_cfg.targets import EFA_ENV
+
+    cluster = json.loads((GOLDEN / golden_name("native", "random", target="trn2-cluster")).read_text())
+    node = json.loads((GOLDEN / golden_name("native", "random")).read_text())
+    argv, env = cluster["launch.json"]["argv"], cluster["launch.json"]["env"]
+    assert {"--nnodes=2", "--nproc_per_node=64", "--rdzv-backend=c10d"} <= set(argv) and "--standalone" not in argv
+    assert env.items() >= {**EFA_ENV, "NEURON_LOGICAL_NC_CONFIG": "2"}.items() and "NEURON_RT_ROOT_COMM_ID" not in env
+    job = cluster["job.json"]
+    assert (job["nnodes"], job["world_size"], job["global_batch_size"], job["local_batch_size"]) == (2, 128, 128, 1)
+    ours, theirs = cluster["trainer_config.json"], node["trainer_config.json"]
+    differing = {(k, sub) for k in ours for sub in ours[k] if isinstance(ours[k], dict) and ours[k][sub] != theirs[k][sub]}
+    assert differing == {("training", "global_batch_size")}
+    assert {k for k in ours if not isinstance(ours[k], dict) and ours[k] != theirs[k]} == set()
+    assert "#SBATCH --nodes=2" in cluster["launch.sh"]
 
 
 def test_trn2_hf_backend_goldens_carry_the_walkthroughs_published_figures_and_its_data():
@@ -234,6 +297,7 @@ def test_the_ranks_refuse_a_files_only_job(tmp_path, instruct_2507_folder, monke
     monkeypatch.setenv(JOB_ENV, rendered.job_path)
     with pytest.raises(RuntimeError, match="rendered files-only"):
         titanflow_job()
+
 
 def test_the_render_command_says_which_weights_it_used(tmp_path, monkeypatch, capsys, tiny_assets):
     """cpu, init pretrained, no --weights: the embedded tiny checkpoint, pretrained on first use (minutes of CPU),
