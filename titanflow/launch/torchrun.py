@@ -42,11 +42,21 @@ class TrainingError(RuntimeError):
     failing rank's own error, titanflow.launch.root_cause) and carries the log tail."""
 
 
-def launch_error(what: str, why: str, result: ProcessResult, log_path: Path, ranks_dir: Path) -> TrainingError:
+def launch_error(what: str, why: str, result: ProcessResult, log_path: Path, ranks_dir: Path,
+                 slurm_job: Job | None = None) -> TrainingError:
     """``<what>: <why>; root cause (rank N): <its exception>; full log <path>`` and the last
-    :data:`ERROR_TAIL_LINES` lines of the launch, each at most :data:`ERROR_LINE_CHARS` characters."""
+    :data:`ERROR_TAIL_LINES` lines of the launch, each at most :data:`ERROR_LINE_CHARS` characters. The root cause
+    is read from torchrun's rank logs under ``ranks_dir`` and the launcher's log; for a Slurm job (``slurm_job``)
+    on the node that failed first (titanflow.slurm.job.first_node_error)."""
     # a launch the watchdog ended has no rank error of its own: the ranks only report being stopped
-    root = None if result.timed_out else first_rank_error(ranks_dir, log_tail(log_path, 200) or "")
+    if result.timed_out:
+        root = None
+    elif slurm_job is not None:
+        from titanflow.slurm.job import first_node_error
+
+        root = first_node_error(slurm_job)
+    else:
+        root = first_rank_error(ranks_dir, log_tail(log_path, 200) or "")
     cause = f"; root cause (rank {root.rank}): {root.message}" if root else ""
     tail = "\n".join(line if len(line) <= ERROR_LINE_CHARS else line[:ERROR_LINE_CHARS] + " ... [cut]"
                      for line in result.tail[-ERROR_TAIL_LINES:])
@@ -94,8 +104,19 @@ def resolve_launcher(argv: list[str]) -> list[str]:
 
 def launch(rendered: RenderedJob, *, timeout_s: float, log_name: str = "train.log", on_line=lambda _: None,
            extra_env: dict[str, str] | None = None):
-    """Run the rendered torchrun line, each output line to ``on_line``; returns (ProcessResult, log path)."""
+    """Run the rendered torchrun line, each output line to ``on_line``; returns (ProcessResult, log path). A Slurm
+    job (``rendered.scheduler``) is submitted and followed instead (titanflow.slurm.job.run_job).
+
+    Raises:
+        ValueError: ``extra_env`` for a Slurm job (its environment is its batch script's).
+    """
     log_path = Path(rendered.run_dir) / log_name
+    if rendered.scheduler == "slurm":
+        if extra_env:
+            raise ValueError(f"a Slurm job runs with the environment of its batch script; cannot add {sorted(extra_env)}")
+        from titanflow.slurm.job import run_job
+
+        return run_job(rendered, timeout_s=timeout_s, log_path=log_path, on_line=on_line), log_path
     result = run_streaming(
         resolve_launcher(rendered.argv),
         env={**os.environ, **rendered.env, **(extra_env or {})},
@@ -120,6 +141,7 @@ def run_training(rendered: RenderedJob, *, timeout_s: float, on_line=lambda _: N
     job = Job.read(Path(rendered.job_path))
     resume = resume or prepare(job, log_path)
     metrics_path = Path(rendered.run_dir) / "metrics.csv"
+    slurm_job = job if rendered.scheduler == "slurm" else None
     with open(log_path, "a") as log:
         log.write(resume.line + "\n")
     on_line(resume.line)
@@ -131,11 +153,11 @@ def run_training(rendered: RenderedJob, *, timeout_s: float, on_line=lambda _: N
     if result.timed_out or result.returncode != 0 or table.empty:
         why = (f"timed out after {timeout_s:.0f} s" if result.timed_out
                else f"torchrun exited {result.returncode}" if result.returncode else "no training step was logged")
-        raise launch_error("train", why, result, log_path, ranks_dir(rendered))
+        raise launch_error("train", why, result, log_path, ranks_dir(rendered), slurm_job)
     missing = sorted(set(range(1, job.steps + 1)) - set(table.step))
     if missing:  # exit 0 with steps unlogged: the log lost output; a curve with holes is never judged
         raise launch_error("train", f"torchrun exited 0 but steps {_spans(missing)} of 1-{job.steps} were not "
-                           "logged", result, log_path, ranks_dir(rendered))
+                           "logged", result, log_path, ranks_dir(rendered), slurm_job)
     bad_steps = non_finite_steps([float(x) for x in table.loss])
     if bad_steps:
         raise TrainingError(f"train: non-finite loss at steps {bad_steps}; full log {log_path}")

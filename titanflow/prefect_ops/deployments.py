@@ -23,8 +23,9 @@ from titanflow.run.params import INITS
 PREFECT_YAML = REPO_ROOT / "deployments" / "prefect.yaml"
 
 #: Target -> the work pool whose worker runs it. ``cuda`` has none: no CUDA node is part of the
-#: reference set-up, and a deployment nothing can pick up would only queue runs.
-WORK_POOLS = {"cpu": "cpu", "trn2": "trn2"}
+#: reference set-up, and a deployment nothing can pick up would only queue runs. ``trn2-cluster``'s worker runs
+#: on the Slurm cluster's login node and submits each training as a Slurm job (titanflow.slurm).
+WORK_POOLS = {"cpu": "cpu", "trn2": "trn2", "trn2-cluster": "trn2-cluster"}
 
 
 #: Target -> scenario -> the weights parameters its runs take (none: the embedded tiny models, cpu). trn2
@@ -39,6 +40,7 @@ TARGET_WEIGHTS: dict[str, dict[str, dict]] = {
         "moe": {"weights": "Qwen/Qwen3-30B-A3B", "trim": {"layers": 4, "experts": 64, "top_k": 4}},
     },
 }
+TARGET_WEIGHTS["trn2-cluster"] = TARGET_WEIGHTS["trn2"]  # the same models on many trn2 nodes
 
 
 #: Targets with a ``qwen3-bisect`` deployment: those whose environment a bisect can build for a revision whose

@@ -166,32 +166,48 @@ def check_trim_fits(run: ScenarioRun) -> None:
     check_trim(json.loads(config.read_text()), run.trim)
 
 
-def preflight(run: ScenarioRun, *, launch: bool = True) -> Path:
-    """Check everything checkable without compute; return the (not yet created) run folder, or for
-    ``run.resume`` the resumed run's folder, which must exist (titanflow.run.resume checks the rest).
-
-    ``launch=False`` (rendering only) skips the check that this machine can run the target.
+def check_this_machine(run: ScenarioRun) -> None:
+    """This machine can run the target's ranks: on trn2 every check of titanflow doctor, on cuda its GPUs, else the
+    target's runtime (titan_cfg.targets.Target.missing_runtime).
 
     Raises:
-        ValueError: the message starts with the field to change.
+        ValueError: ``target: ...`` with what is missing and the fix.
     """
-    check_pretrained_weights_given(run)
-    if launch and run.target == "trn2":  # every missing piece of the node at once: titanflow doctor's checks
+    if run.target == "trn2":  # every missing piece of the node at once: titanflow doctor's checks
         from titanflow.run.doctor import require_ready
 
         require_ready(run)
-    if launch and run.target_spec.device == "cuda":  # GPUs for the run's own ranks
+    if run.target_spec.device == "cuda":  # GPUs for the run's own ranks
         from titanflow.run.doctor import check_cuda
 
         gpus = check_cuda(run)
         if not gpus.ok:
             raise ValueError(f"target: {run.target} cannot run on this machine: {gpus.detail}; fix: {gpus.fix} "
                              f"(`titanflow render {run.scenario} --target {run.target}` writes its job files)")
-    elif launch:
+    else:
         missing = run.target_spec.missing_runtime()
         if missing:
             raise ValueError(f"target: {run.target} cannot run on this machine: {missing}; "
                              f"`titanflow render {run.scenario} --target {run.target}` writes its job files")
+
+
+def preflight(run: ScenarioRun, *, launch: bool = True) -> Path:
+    """Check everything checkable without compute; return the (not yet created) run folder, or for
+    ``run.resume`` the resumed run's folder, which must exist (titanflow.run.resume checks the rest).
+
+    ``launch=False`` (rendering only) skips the check that this machine can run the target; a run on Slurm
+    (``run.scheduler``) is checked by Slurm instead (``sbatch --test-only``: titanflow.slurm.job.check_submission).
+
+    Raises:
+        ValueError: the message starts with the field to change.
+    """
+    check_pretrained_weights_given(run)
+    if launch and run.scheduler == "slurm":  # its nodes run it, not this machine: Slurm says now whether it would
+        from titanflow.slurm.job import check_submission
+
+        check_submission(run.nnodes_resolved, run.timeout_s)
+    elif launch:
+        check_this_machine(run)
     root = run.runs_root()
     check_runs_dir_writable(root)
     run_dir = root / (run.resume or run.run_id or new_run_id(run))

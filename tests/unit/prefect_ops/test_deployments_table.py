@@ -18,8 +18,9 @@ from titanflow.run.params import INITS, ScenarioRun
 def test_prefect_yaml_holds_every_scenario_x_target_x_init_and_a_nightly_per_target():
     assert check_prefect_yaml() == []
     rows = expected_deployments()
-    # 3 scenarios x 2 targets with a work pool x 2 inits, plus nightly-cpu and nightly-trn2, plus bisect-cpu
-    assert len(rows) == len(SCENARIOS) * len(WORK_POOLS) * len(INITS) + len(WORK_POOLS) + len(BISECT_TARGETS) == 15
+    # 3 scenarios x 3 targets with a work pool (cpu, trn2, trn2-cluster) x 2 inits, a nightly per target, bisect-cpu
+    assert len(rows) == len(SCENARIOS) * len(WORK_POOLS) * len(INITS) + len(WORK_POOLS) + len(BISECT_TARGETS) == 22
+    assert rows["native-trn2-cluster-random"]["work_pool"] == "trn2-cluster"
     assert set(WORK_POOLS) <= set(TARGETS) and set(BISECT_TARGETS) <= set(WORK_POOLS)
     assert rows["bisect-cpu"] == {"flow": "flows/bisection.py:qwen3_bisect", "work_pool": "cpu",
                                   "parameters": {"target": "cpu"}, "tags": ["bisect", "target:cpu"]}

@@ -1,0 +1,80 @@
+"""titanflow.slurm.job's parts that need no cluster: where each line of a launch goes, the node that failed
+first, the time limit and the site's settings. The job itself is followed on a real cluster in
+tests/e2e/test_slurm_runs.py."""
+
+import io
+import json
+import math
+
+import pytest
+
+from titanflow.launch.process import KILL_GRACE_S
+from titanflow.slurm.job import _Router, _Tail, first_failed, node_exits, time_limit
+from titanflow.slurm.settings import SlurmSettings
+
+
+def _router():
+    log, seen = io.BytesIO(), []
+    return _Router(log, seen.append), log, seen
+
+
+def test_train_log_gets_the_rank0_nodes_lines_from_its_first_and_the_prefect_log_every_node():
+    """Lines are held until a node shows global rank 0 (``[default0]:``); then that node's lines, earlier ones
+    included, go to train.log as they are, and the other node's never; the Prefect log gets all, by node."""
+    route, log, seen = _router()
+    route.node("n1", "agent n1 starting")
+    route.node("n2", "agent n2 starting")
+    route.node("n2", "[default0]:step:  1  loss: 11.94006")
+    route.node("n1", "[default1]:step:  1  loss: 11.94006")
+    route.node("n2", "[default0]:step:  2  loss: 11.93394")
+    route.batch("srun: error: n1: task 0: Exited with exit code 1")
+    route.say("slurm job 7 ended FAILED")
+    assert log.getvalue().decode().splitlines() == [
+        "agent n2 starting", "[default0]:step:  1  loss: 11.94006", "[default0]:step:  2  loss: 11.93394",
+        "slurm: srun: error: n1: task 0: Exited with exit code 1", "titanflow: slurm job 7 ended FAILED"]
+    assert seen[:3] == ["[n1] agent n1 starting", "[n2] agent n2 starting", "[n2] [default0]:step:  1  loss: 11.94006"]
+    assert seen[-2:] == ["[slurm] srun: error: n1: task 0: Exited with exit code 1", "titanflow: slurm job 7 ended FAILED"]
+
+
+def test_lines_of_a_job_that_never_showed_rank_0_reach_train_log_by_node():
+    route, log, _ = _router()
+    route.node("n1", "RendezvousTimeoutError")
+    route.node("n2", "agent n2 starting")
+    route.close()
+    assert log.getvalue().decode().splitlines() == ["[n1] RendezvousTimeoutError", "[n2] agent n2 starting"]
+
+
+def test_a_tail_reads_only_what_was_appended_since_it_began_and_holds_a_partial_line(tmp_path):
+    path = tmp_path / "n1.log"
+    path.write_text("an earlier launch\n")
+    tail = _Tail(path)
+    with open(path, "a") as handle:
+        handle.write("line 1\npart")
+    assert tail.lines() == ["line 1"]
+    with open(path, "a") as handle:
+        handle.write("ial\nend")
+    assert tail.lines() == ["partial"] and tail.lines(final=True) == ["end"]
+
+
+def test_the_node_that_failed_first_is_the_earliest_non_zero_exit(tmp_path):
+    for node, code, ended in (("n1", 0, 10.0), ("n2", 137, 12.0), ("n3", 1, 11.0)):
+        (tmp_path / f"{node}.exit.json").write_text(json.dumps({"node": node, "exit_code": code, "signal": None,
+                                                                "ended_at": ended, "peak_rss_bytes": 1}))
+    exits = node_exits(tmp_path, ["n1", "n2", "n3", "n4"])
+    assert exits["n4"] is None  # no record: Slurm ended it before it could write one
+    assert first_failed(exits) == "n3"
+    assert first_failed({"n1": exits["n1"], "n4": None}) is None
+
+
+def test_the_slurm_time_limit_covers_the_timeout_and_the_cancel_grace():
+    assert time_limit(1800) == str(math.ceil((1800 + KILL_GRACE_S) / 60) + 1) == "32"
+    assert time_limit(50) == "2"
+
+
+def test_site_settings_become_sbatch_options_and_a_broken_one_is_named():
+    settings = SlurmSettings.from_env({"TITANFLOW_SLURM_PARTITION": "trn2", "TITANFLOW_SLURM_ACCOUNT": "ml",
+                                       "TITANFLOW_SLURM_SBATCH_ARGS": "--qos=high --constraint='efa'"})
+    assert settings.options() == ["--partition=trn2", "--account=ml", "--qos=high", "--constraint=efa"]
+    assert SlurmSettings.from_env({}).options() == []
+    with pytest.raises(ValueError, match="TITANFLOW_SLURM_SBATCH_ARGS"):
+        SlurmSettings.from_env({"TITANFLOW_SLURM_SBATCH_ARGS": "--comment='open"})

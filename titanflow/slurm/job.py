@@ -1,0 +1,442 @@
+"""A training launch as one Slurm job: submit the job's batch script (titanflow.slurm.batch), follow it, stream
+every node's console, and cancel it (``scancel``) on the timeout, an interrupt or a Prefect cancel, so nothing is
+left on any node.
+
+What a launch writes, under the run folder:
+
+- ``train/nodes/<node>.log``: each node's console (its torchrun agent and local rank 0), written by the node
+  (titanflow.slurm.node); ``train/nodes/<node>.exit.json``: how the node's agent ended.
+- ``train/nodes/batch-<job id>.log``: the batch script's own output (the rendezvous endpoint, srun's messages).
+- ``train/nodes/jobs.txt``: every job id the run submitted, one a line: a later launch of the run cancels any of
+  them Slurm still runs (a runner killed outright cannot cancel its own).
+- ``train.log``: what the run's curve, resume and judge read, as for one node: the console of the node that holds
+  global rank 0 (torchrun prefixes its lines ``[default0]:``, titanflow.launch.render.RANK_PREFIX), every line of
+  the batch log prefixed ``slurm:``, and titanflow's own lines (submitted, state, each node's exit, the last
+  lines of the node that failed first, prefixed with its name).
+
+The Prefect log gets every node's lines, each prefixed ``[<node>]``, and the batch log's, prefixed ``[slurm]``.
+
+The state comes from ``scontrol show job`` (Slurm keeps a finished job there for its MinJobAge, 300 s by
+default; ``sacct`` needs an accounting database, which a cluster may not run); each node's exit code from its
+exit record. The timeout counts from the job's start; a job still pending after as long is cancelled too.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import json
+import math
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from titan_cfg.job import Job
+from titanflow import paths
+from titanflow.launch.process import KILL_GRACE_S, ProcessResult
+from titanflow.slurm.batch import job_name, nodes_dir
+from titanflow.slurm.node import exit_record, log_path as node_log_path
+from titanflow.slurm.settings import SlurmSettings
+
+#: Seconds between two reads of the node logs.
+POLL_S = 0.5
+#: Seconds between two ``scontrol show job`` of a running job.
+STATE_EVERY_S = 2.0
+#: Seconds to wait, after ``scancel``, for Slurm to end every process of the job: its KillWait (30 s by default,
+#: between SIGTERM and SIGKILL) and a margin.
+CANCEL_WAIT_S = 60.0
+#: Seconds a Slurm command may take before it counts as failed.
+COMMAND_TIMEOUT_S = 60.0
+#: Lines of the node that failed first copied into train.log (step lines left out).
+FAILED_NODE_LINES = 40
+#: Job states after which nothing of the job runs (Slurm's job state codes).
+FINAL_STATES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY",
+                          "BOOT_FAIL", "DEADLINE", "REVOKED", "SPECIAL_EXIT"})
+#: The batch log of a job, under the nodes folder (sbatch ``--output``; ``%j`` is the job id).
+BATCH_LOG = "batch-%j.log"
+#: The job ids a run submitted, under the nodes folder.
+JOBS_FILE = "jobs.txt"
+#: The first console line of global rank 0 (torchrun's prefix with the global rank).
+_RANK0 = re.compile(r"^\[default0\]:")
+#: A torchtitan step line (they are left out of the failed node's lines copied into train.log: its ranks are not
+#: rank 0, and the curve is rank 0's).
+_STEP_LINE = re.compile(r"step:\s*\d+\s+loss:")
+
+
+class SlurmError(RuntimeError):
+    """A Slurm command failed or refused; the message carries Slurm's own words."""
+
+
+def slurm_command(args: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Run a Slurm client command (``sbatch``, ``scontrol``, ``scancel``, ``squeue``) and return it, whatever its
+    exit code.
+
+    Raises:
+        SlurmError: the command is not installed here, or did not answer within :data:`COMMAND_TIMEOUT_S`.
+    """
+    try:
+        # a session of its own: a Ctrl-C at the terminal interrupts titanflow, which cancels the job, not the
+        # scancel it runs to do so
+        return subprocess.run(args, capture_output=True, text=True, env=env, timeout=COMMAND_TIMEOUT_S,
+                              cwd=paths.REPO_ROOT, start_new_session=True)
+    except FileNotFoundError:
+        raise SlurmError(f"slurm: {args[0]} is not installed here; run from the cluster's login node (or start a "
+                         "cluster here: make slurm-up)") from None
+    except subprocess.TimeoutExpired:
+        raise SlurmError(f"slurm: {shlex.join(args)} did not answer within {COMMAND_TIMEOUT_S:.0f} s; is slurmctld "
+                         "up (scontrol ping)?") from None
+
+
+def _said(proc: subprocess.CompletedProcess) -> str:
+    return (proc.stderr.strip() or proc.stdout.strip() or f"exit {proc.returncode}").replace("\n", "; ")
+
+
+def job_state(job_id: str) -> dict[str, str] | None:
+    """``scontrol show job <id>``'s fields (``JobState``, ``ExitCode``, ``NodeList``, ``Reason``, ...) or None when
+    Slurm no longer knows the job.
+
+    Raises:
+        SlurmError: scontrol failed for another reason (its message).
+    """
+    proc = slurm_command(["scontrol", "show", "job", "--oneliner", job_id])
+    if proc.returncode:
+        if "Invalid job id" in proc.stderr:
+            return None
+        raise SlurmError(f"slurm: scontrol show job {job_id}: {_said(proc)}")
+    return dict(re.findall(r"(\w+)=(\S*)", proc.stdout))
+
+
+def hostnames(nodelist: str) -> list[str]:
+    """The node names of a Slurm node list (``n[1-2]`` -> ``["n1", "n2"]``), as ``scontrol show hostnames`` expands
+    it; [] for an empty list."""
+    if not nodelist or nodelist == "(null)":
+        return []
+    proc = slurm_command(["scontrol", "show", "hostnames", nodelist])
+    return proc.stdout.split() if proc.returncode == 0 else [nodelist]
+
+
+def time_limit(timeout_s: float) -> str:
+    """sbatch ``--time`` for a launch of ``timeout_s`` seconds: whole minutes, rounded up, plus one for the
+    cancel's grace (Slurm ends the job itself if its follower is gone)."""
+    return str(math.ceil((timeout_s + KILL_GRACE_S) / 60) + 1)
+
+
+def submission_env() -> dict[str, str]:
+    """The environment sbatch exports to the job: this one, with this Python's ``bin`` first on PATH, so that
+    ``python`` and ``torchrun`` on every node are this environment's (the nodes share its file system)."""
+    bin_dir = str(Path(sys.executable).parent)
+    return {**os.environ, "PATH": os.pathsep.join([bin_dir, os.environ.get("PATH", "")])}
+
+
+def sbatch_options(job: Job, timeout_s: float, settings: SlurmSettings) -> list[str]:
+    """What titanflow adds to the batch script's own ``#SBATCH`` lines: ``--time`` (:func:`time_limit`), the batch
+    log (:data:`BATCH_LOG` under the nodes folder), the site's settings."""
+    return [f"--time={time_limit(timeout_s)}", f"--output={nodes_dir(job) / BATCH_LOG}", *settings.options()]
+
+
+def test_only(nnodes: int, timeout_s: float, settings: SlurmSettings) -> None:
+    """Ask Slurm whether it would run a job of ``nnodes`` nodes (one task each, the nodes to itself) for
+    ``timeout_s`` with ``settings``, without submitting it (``sbatch --test-only``).
+
+    Raises:
+        SlurmError: Slurm refused (its message: no such partition, more nodes than the partition has, a time
+            limit past the partition's) or cannot be reached.
+    """
+    args = ["sbatch", "--test-only", f"--nodes={nnodes}", "--ntasks-per-node=1", "--exclusive",
+            f"--time={time_limit(timeout_s)}", *settings.options(), "--wrap=true"]
+    proc = slurm_command(args)
+    if proc.returncode:
+        where = f"partition {settings.partition}" if settings.partition else "the default partition"
+        raise SlurmError(f"slurm: Slurm refuses {nnodes} node(s) on {where}: {_said(proc)}")
+
+
+def check_submission(nnodes: int, timeout_s: float) -> None:
+    """Preflight of a run on Slurm: :func:`test_only` with this environment's settings, as a ValueError that names
+    the fields to change.
+
+    Raises:
+        ValueError: ``nnodes: ...`` with Slurm's refusal and the fix.
+    """
+    try:
+        settings = SlurmSettings.from_env()
+        test_only(nnodes, timeout_s, settings)
+    except SlurmError as err:
+        raise ValueError(f"nnodes: {err}; fix: pass --nnodes the partition has (sinfo) or set "
+                         f"TITANFLOW_SLURM_PARTITION, or check SLURM_CONF") from None
+
+
+def submit(job: Job, batch_script: Path, timeout_s: float, settings: SlurmSettings) -> str:
+    """``sbatch`` the batch script (:func:`sbatch_options`, :func:`submission_env`); returns the job id.
+
+    Raises:
+        SlurmError: Slurm refused the job (its message).
+    """
+    proc = slurm_command(["sbatch", "--parsable", *sbatch_options(job, timeout_s, settings), str(batch_script)],
+                         env=submission_env())
+    if proc.returncode:
+        raise SlurmError(f"slurm: sbatch refused the job: {_said(proc)}")
+    return proc.stdout.strip().split(";")[0]
+
+
+def cancel(job_id: str, wait_s: float = CANCEL_WAIT_S) -> str | None:
+    """``scancel`` the job, then wait up to ``wait_s`` until Slurm says nothing of it runs (a final state, not
+    completing); returns that state, None when Slurm no longer knows the job.
+
+    Raises:
+        SlurmError: the job still runs after ``wait_s`` (its state says where).
+    """
+    slurm_command(["scancel", job_id])
+    deadline = time.monotonic() + wait_s
+    while True:
+        state = job_state(job_id)
+        if state is None or (state.get("JobState") in FINAL_STATES and "COMPLETING" not in state.get("JobState", "")):
+            return state.get("JobState") if state else None
+        if time.monotonic() > deadline:
+            raise SlurmError(f"slurm: job {job_id} still {state.get('JobState')} on {state.get('NodeList')} "
+                             f"{wait_s:.0f} s after scancel")
+        time.sleep(POLL_S)
+
+
+@contextlib.contextmanager
+def _signals_held():
+    """SIGINT and SIGTERM ignored for the block (in the main thread, the only one that can set handlers), then
+    their handlers back; elsewhere the block runs as it is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in held.items():
+            signal.signal(sig, handler)
+
+
+def end_leftovers(nodes: Path) -> list[str]:
+    """Cancel (:func:`cancel`) the jobs of :data:`JOBS_FILE` Slurm still runs; returns their ids."""
+    recorded = nodes / JOBS_FILE
+    ended = []
+    for job_id in (recorded.read_text().split() if recorded.is_file() else []):
+        state = job_state(job_id)
+        if state is not None and state.get("JobState") not in FINAL_STATES:
+            cancel(job_id)
+            ended.append(job_id)
+    return ended
+
+
+class _Tail:
+    """New complete lines of a file that grows (from where it ended when the tail began)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.offset = path.stat().st_size if path.is_file() else 0
+        self.rest = b""
+
+    def lines(self, final: bool = False) -> list[str]:
+        if self.path.is_file():
+            with open(self.path, "rb") as handle:
+                handle.seek(self.offset)
+                data = handle.read()
+            self.offset += len(data)
+            self.rest += data
+        *complete, self.rest = self.rest.split(b"\n")
+        if final and self.rest:
+            complete, self.rest = [*complete, self.rest], b""
+        return [line.decode("utf-8", "replace").removesuffix("\r") for line in complete]
+
+
+class _Router:
+    """Where each line of a launch goes (module docstring): the Prefect log and the tail get every line, prefixed
+    with its node; train.log the rank-0 node's lines as they are, once that node is known (held until then)."""
+
+    def __init__(self, log, on_line: Callable[[str], None], tail_lines: int = 60):
+        self.log, self.on_line = log, on_line
+        self.tail: collections.deque[str] = collections.deque(maxlen=tail_lines)
+        self.rank0_node: str | None = None
+        self.held: dict[str, list[str]] = collections.defaultdict(list)
+
+    def _emit(self, text: str) -> None:
+        self.tail.append(text)
+        try:
+            self.on_line(text)
+        except Exception as err:  # noqa: BLE001 - the Prefect log must not stop following the job
+            self.log.write(f"titanflow: the output callback failed ({type(err).__name__}: {err})\n".encode())
+
+    def write(self, text: str) -> None:
+        self.log.write((text + "\n").encode())
+
+    def say(self, text: str) -> None:
+        """titanflow's own line: train.log and the Prefect log."""
+        self.write(f"titanflow: {text}")
+        self._emit(f"titanflow: {text}")
+
+    def batch(self, line: str) -> None:
+        self.write(f"slurm: {line}")
+        self._emit(f"[slurm] {line}")
+
+    def node(self, node: str, line: str) -> None:
+        self._emit(f"[{node}] {line}")
+        if self.rank0_node is None:
+            self.held[node].append(line)
+            if _RANK0.match(line):
+                self.rank0_node = node
+                for held in self.held.pop(node):
+                    self.write(held)
+                self.held.clear()
+        elif node == self.rank0_node:
+            self.write(line)
+
+    def close(self) -> None:
+        """Lines still held (no node showed rank 0): into train.log, each prefixed with its node."""
+        for node, lines in self.held.items():
+            for line in lines:
+                self.write(f"[{node}] {line}")
+        self.held.clear()
+
+
+def node_exits(nodes: Path, names: list[str]) -> dict[str, dict | None]:
+    """{node: its exit record (titanflow.slurm.node), None when it wrote none (Slurm ended it first)}."""
+    found = {}
+    for name in names:
+        path = exit_record(nodes, name)
+        found[name] = json.loads(path.read_text()) if path.is_file() else None
+    return found
+
+
+def first_failed(exits: dict[str, dict | None]) -> str | None:
+    """The node whose agent failed first (the earliest non-zero exit record), None when none failed."""
+    failed = [(r["ended_at"], n) for n, r in exits.items() if r is not None and r["exit_code"] != 0]
+    return min(failed)[1] if failed else None
+
+
+def _exit_words(record: dict | None) -> str:
+    if record is None:
+        return "no exit recorded (Slurm ended it)"
+    return f"killed by {record['signal']}" if record["signal"] else f"exit {record['exit_code']}"
+
+
+def run_job(rendered, *, timeout_s: float, log_path: Path, on_line: Callable[[str], None] = lambda _: None,
+            settings: SlurmSettings | None = None) -> ProcessResult:
+    """Submit the rendered Slurm job (its ``job/launch.sh``), follow it to its end and return how it ended, as
+    :func:`titanflow.launch.process.run_streaming` does for one node: ``returncode`` 0 when the job COMPLETED and
+    every node's agent exited 0 (else the exit code of the node that failed first, else 1), ``timed_out`` when
+    the timeout (counted from the job's start, or spent pending) cancelled it, ``peak_rss_bytes`` the largest of
+    the nodes' records, ``tail`` the last lines streamed. Jobs of earlier launches of the run still running are
+    cancelled first (:func:`end_leftovers`). Interrupted (Ctrl-C, a Prefect cancel's signal), it cancels the job
+    and waits for Slurm to end it on every node, then re-raises.
+
+    Raises:
+        SlurmError: sbatch refused the job, or the job outlived its cancel.
+    """
+    job = Job.read(Path(rendered.job_path))
+    settings = settings or SlurmSettings.from_env()
+    nodes = nodes_dir(job)
+    nodes.mkdir(parents=True, exist_ok=True)
+    start = time.monotonic()
+    with open(log_path, "ab", buffering=0) as log:
+        route = _Router(log, on_line)
+        for job_id in end_leftovers(nodes):
+            route.say(f"cancelled slurm job {job_id}, left running by an earlier launch of this run")
+        for stale in nodes.glob("*.exit.json"):  # an earlier launch's; each node writes its own again
+            stale.unlink()
+        tails = {name.stem: _Tail(name) for name in nodes.glob("*.log") if not name.name.startswith("batch-")}
+        job_id = submit(job, Path(rendered.job_path).with_name("launch.sh"), timeout_s, settings)
+        with open(nodes / JOBS_FILE, "a") as recorded:
+            recorded.write(job_id + "\n")
+        route.say(f"slurm job {job_id} ({job_name(job.run_id)}) submitted: {job.nnodes} node(s) x "
+                  f"{job.nproc_per_node} rank(s), {' '.join(sbatch_options(job, timeout_s, settings))}")
+        batch = _Tail(nodes / BATCH_LOG.replace("%j", job_id))
+        timed_out, state, started = False, {}, None
+        seen_state, next_state = None, 0.0
+
+        def drain(final: bool = False) -> None:
+            for line in batch.lines(final):
+                route.batch(line)
+            for path in sorted(nodes.glob("*.log")):
+                if not path.name.startswith("batch-") and path.stem not in tails:
+                    tails[path.stem] = _Tail(path)
+                    tails[path.stem].offset = 0  # a node log new in this launch: from its start
+            for name, tail in tails.items():
+                for line in tail.lines(final):
+                    route.node(name, line)
+
+        try:
+            while True:
+                drain()
+                now = time.monotonic()
+                if now >= next_state:
+                    next_state = now + STATE_EVERY_S
+                    state = job_state(job_id) or {"JobState": "GONE"}
+                    current = state.get("JobState")
+                    if current != seen_state:
+                        seen_state = current
+                        where = state.get("NodeList") if current == "RUNNING" else state.get("Reason")
+                        route.say(f"slurm job {job_id} {current}" + (f" ({where})" if where not in (None, "None")
+                                                                    else ""))
+                    if current == "RUNNING" and started is None:
+                        started = now
+                    if current in FINAL_STATES or current == "GONE":
+                        break
+                if now - (started or start) > timeout_s:
+                    timed_out = True
+                    route.say(f"killed after the {timeout_s:.0f} s timeout: scancel {job_id}")
+                    state = {**state, "JobState": cancel(job_id) or "GONE"}
+                    break
+                time.sleep(POLL_S)
+        except BaseException:
+            route.say(f"interrupted: scancel {job_id}")
+            with _signals_held():  # a second Ctrl-C or SIGTERM must not cut the cancel short
+                cancel(job_id)
+            drain(final=True)
+            route.close()
+            raise
+        drain(final=True)
+        route.close()
+        names = hostnames(state.get("NodeList", "")) or sorted(tails)
+        exits = node_exits(nodes, names)
+        for name, record in exits.items():
+            route.say(f"node {name}: {_exit_words(record)}")
+        failed = first_failed(exits)
+        if failed is not None:
+            lines = _last_lines(node_log_path(nodes, failed), FAILED_NODE_LINES)
+            route.write(f"titanflow: node {failed} failed first; its last lines:")
+            for line in lines:
+                route.write(f"[{failed}] {line}")
+        final_state = state.get("JobState", "GONE")
+        route.say(f"slurm job {job_id} ended {final_state}, ExitCode {state.get('ExitCode', '?')}")
+    ok = final_state == "COMPLETED" and all(r is not None and r["exit_code"] == 0 for r in exits.values())
+    code = 0 if ok else (exits[failed]["exit_code"] if failed else 1)
+    peak = max((r["peak_rss_bytes"] for r in exits.values() if r), default=0)
+    return ProcessResult(returncode=code, wall_s=time.monotonic() - start, timed_out=timed_out,
+                         peak_rss_bytes=peak, tail=list(route.tail))
+
+
+def _last_lines(path: Path, count: int) -> list[str]:
+    """The last ``count`` lines of ``path`` that are not step lines (:data:`_STEP_LINE`)."""
+    if not path.is_file():
+        return []
+    lines = path.read_text(errors="replace").splitlines()
+    return [line for line in lines if not _STEP_LINE.search(line)][-count:]
+
+
+def first_node_error(job: Job):
+    """The root cause of a failed Slurm job: on the node that failed first (:func:`first_failed`), its first
+    failing rank's own error from its rank logs and console (titanflow.launch.root_cause.first_rank_error), the
+    message prefixed ``node <name>:``; None when no node recorded a failure."""
+    from titanflow.launch.root_cause import first_rank_error
+
+    nodes = nodes_dir(job)
+    names = sorted(p.name.removesuffix(".exit.json") for p in nodes.glob("*.exit.json"))
+    failed = first_failed(node_exits(nodes, names))
+    if failed is None:
+        return None
+    console = "\n".join(_last_lines(node_log_path(nodes, failed), 200))
+    found = first_rank_error(Path(job.dump_folder) / "ranks" / failed, console)
+    return found.model_copy(update={"message": f"node {failed}: {found.message}"}) if found else None
