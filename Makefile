@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 # The cpu profile's Python (profiles/cpu/.python-version; titanflow doctor reads the same file).
 CPU_PYTHON := $(shell cat profiles/cpu/.python-version)
 
-.PHONY: setup run test test-fast assets clean server stop chromium overlay-trn2 setup-trn2
+.PHONY: setup run test test-fast assets clean server stop chromium overlay-trn2 setup-trn2 slurm-packages slurm-up slurm-down
 
 # The cpu install profile (profiles/cpu). torch is installed first and alone, pinned to the CPU
 # build (2.13.0); the project and its extra `cpu` (torchtitan 0.3.0, transformers 5.23.0) then
@@ -27,7 +27,7 @@ assets: setup
 run: assets
 	$(BIN)/titanflow run native --target cpu
 
-test: setup overlay-trn2 chromium
+test: setup overlay-trn2 chromium slurm-packages
 	$(BIN)/python -m pytest -q
 
 # Unit tests only (skips the end-to-end flow runs).
@@ -55,6 +55,19 @@ setup-trn2:
 # Headless Chromium (Debian package) for tests/e2e/test_browser.py; CI machines are fresh Debian, as root.
 chromium:
 	command -v chromium >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium)
+
+# Debian's Slurm (slurm-wlm 22.05) and munge for the two-node cluster on loopback that the Slurm tests start and
+# stop themselves (titanflow.slurm.cluster, the slurm_cluster fixture); CI machines are fresh Debian, as root.
+slurm-packages:
+	test -x /usr/sbin/slurmctld -a -x /usr/sbin/munged || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends slurm-wlm munge)
+
+# That cluster by hand (nodes n1, n2 on 127.0.0.1, partition debug), in $TMPDIR/titanflow-slurm (default /tmp): prints the
+# SLURM_CONF to export; make slurm-down cancels its jobs and stops the daemons it recorded, by PID.
+slurm-up: setup slurm-packages
+	$(BIN)/python -m titanflow.slurm.cluster up
+
+slurm-down: setup
+	$(BIN)/python -m titanflow.slurm.cluster down
 
 # A local Prefect server (SQLite in .prefect/), the work pools, every deployment of
 # deployments/prefect.yaml and a worker on the cpu pool; prints the UI URL. PORT=0 picks a free port.

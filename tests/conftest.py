@@ -87,3 +87,26 @@ def prefect_server():
     with prefect_test_harness(server_startup_timeout=90), \
             temporary_settings({PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
         yield
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    """A real two-node Slurm cluster on loopback (titanflow.slurm.cluster: munged, slurmctld and two slurmd), started
+    on first use with ``SLURM_CONF`` set for the session, and stopped at the session's end by the PIDs it recorded
+    (its daemons also get SIGTERM if the session dies first). ``make test`` installs the Debian packages
+    (make slurm-packages); without them the tests that need the cluster fail, saying so."""
+    from titanflow.slurm import cluster as slurm
+
+    missing = slurm.missing_programs()
+    if missing:
+        pytest.fail(f"Slurm is not installed ({', '.join(missing)} missing): run make slurm-packages (as root)")
+    folder = Path(tempfile.mkdtemp(prefix="titanflow-slurm-", dir="/tmp"))  # reachable by the munge user
+    running = slurm.up(folder, tie_to_caller=True)
+    env = pytest.MonkeyPatch()
+    env.setenv("SLURM_CONF", running.slurm_conf)
+    try:
+        yield running
+    finally:
+        env.undo()
+        slurm.down(folder)
+        shutil.rmtree(folder, ignore_errors=True)
