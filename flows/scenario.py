@@ -10,7 +10,8 @@ in its own folder, and a retried flow run continues the folder it made (titanflo
 tasks before training answer from Prefect's cache when nothing that decides them changed
 (titanflow.prefect_ops.caching), and the summary names those that did. Rendering, the compile warm-up and
 training hold this node's slot of a Prefect concurrency limit (titanflow.launch.slot),
-so no other run's training slows them down. Every run, passed or failed,
+so no other run's training slows them down; a run on Slurm trains holding its nodes' slots instead
+(the train task), this node's freed once it is rendered. Every run, passed or failed,
 is judged against the run history, appended to it and reported; the verdict is
 decided by titanflow.judge.verdict. A run cancelled in Prefect (the worker's SIGTERM) or
 interrupted (Ctrl-C) stops training at once and is recorded, appended and reported the same way,
@@ -188,7 +189,10 @@ def qwen3_scenario(
                 if TaskName.compile_warmup in summary.cached_tasks:  # it compiled nothing this time
                     summary.compile_warmup = summary.compile_warmup.from_cache()
             with record.task(train):
-                logger.info("holding the training slot %s", held.name)
+                if rendered.scheduler == "slurm":  # it trains on its nodes, whose slots the train task takes
+                    node.close()
+                else:
+                    logger.info("holding the training slot %s", held.name)
                 summary.train = train(rendered, run.timeout_s)
         with record.task(export):
             summary.export = export(rendered.job_path, str(run_dir))

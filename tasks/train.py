@@ -12,6 +12,7 @@ from titan_cfg.job import Job
 from titanflow.launch.metrics import strip_ansi
 from titanflow.launch.render import RenderedJob
 from titanflow.launch.resume import prepare
+from titanflow.launch.slot import node_slots
 from titanflow.launch.torchrun import TrainResult, run_training
 from titanflow.report.artifacts import TrainingProgress, artifact_key
 from titanflow.run.task_names import TaskName
@@ -20,7 +21,8 @@ from titanflow.run.task_names import TaskName
 @task(name=TaskName.train, retries=2, retry_delay_seconds=10, retry_condition_fn=retry_infrastructure_only)
 def train(rendered: RenderedJob, timeout_s: float) -> TrainResult:
     """Prefect task: :func:`titanflow.launch.torchrun.run_training`, each output line forwarded to
-    the run log and each step advancing the ``<key>-progress`` artifact.
+    the run log and each step advancing the ``<key>-progress`` artifact; a Slurm job trains holding the training
+    slots of its nodes.
 
     Retried twice, 10 s apart, only for an infrastructure failure (a killed or timed-out
     launch, a taken port: :func:`tasks.retry.retry_infrastructure_only`); a retry resumes from the
@@ -29,6 +31,8 @@ def train(rendered: RenderedJob, timeout_s: float) -> TrainResult:
     """
     logger = get_run_logger()
     job = Job.read(Path(rendered.job_path))
+    # a Slurm job holds the training slots of its nodes' hosts while it trains (titanflow.launch.slot.node_slots)
+    hold_nodes = (lambda hosts: node_slots(hosts, run_id=job.run_id)) if rendered.scheduler == "slurm" else None
     resume = prepare(job, Path(rendered.run_dir) / "train.log")
     with TrainingProgress(artifact_key(job.model_dump()), job.steps, job.run_id,
                           resumed_from_step=resume.resumed_from_step) as progress:
@@ -37,4 +41,4 @@ def train(rendered: RenderedJob, timeout_s: float) -> TrainResult:
             logger.info(strip_ansi(line))
             progress.on_line(line)
 
-        return run_training(rendered, timeout_s=timeout_s, on_line=on_line, resume=resume)
+        return run_training(rendered, timeout_s=timeout_s, on_line=on_line, resume=resume, hold_nodes=hold_nodes)

@@ -5,6 +5,8 @@ suite, a deployment run started by hand and a CLI run on the same machine queue 
 it instead of sharing the cores or the accelerators. The limit is Prefect's own
 (visible and adjustable in the UI under Concurrency), named ``titanflow-train-<host>``
 with 1 slot; it is created on first use when missing, so no set-up step can be forgotten.
+A run on many nodes (a Slurm job) holds the slot of each node's host while it trains
+(:func:`node_slots`), so no node ever trains two runs at once, on one host or many.
 
 A held slot is a Prefect lease of :data:`LEASE_S` seconds, renewed every :data:`RENEW_EVERY_S`.
 The server keeps leases on disk (``prefect.toml``: filesystem lease storage), so a restart keeps
@@ -304,6 +306,21 @@ def training_slot(host: str | None = None, run_id: str | None = None,
             except Exception as err:  # noqa: BLE001 - the lease expires on its own within LEASE_S
                 log.warning("training slot %s: release failed (%s); the server frees it when the lease "
                             "expires (%.0f s)", name, err, LEASE_S)
+
+
+@contextlib.contextmanager
+def node_slots(hosts: list[str], run_id: str | None = None,
+               on_wait: Callable[[str], None] = lambda _: None) -> Iterator[list[HeldSlot]]:
+    """Hold the training slot of every host in ``hosts`` (the nodes a job will run on) for the block, taken one
+    after another in sorted order, so two runs whose sets of nodes overlap never each hold a part the other waits
+    for; yields them (each :class:`HeldSlot` with its own wait). A Slurm job holds its nodes' slots this way
+    (titanflow.slurm.job), so it never trains on a node where another run trains, Slurm's or not.
+
+    Raises:
+        httpx.HTTPStatusError: as :func:`training_slot`.
+    """
+    with contextlib.ExitStack() as held:
+        yield [held.enter_context(training_slot(host, run_id, on_wait)) for host in sorted(set(hosts))]
 
 
 def release_stale_slots(api_url: str) -> list[str]:

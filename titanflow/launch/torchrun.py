@@ -103,9 +103,10 @@ def resolve_launcher(argv: list[str]) -> list[str]:
 
 
 def launch(rendered: RenderedJob, *, timeout_s: float, log_name: str = "train.log", on_line=lambda _: None,
-           extra_env: dict[str, str] | None = None):
+           extra_env: dict[str, str] | None = None, hold_nodes=None):
     """Run the rendered torchrun line, each output line to ``on_line``; returns (ProcessResult, log path). A Slurm
-    job (``rendered.scheduler``) is submitted and followed instead (titanflow.slurm.job.run_job).
+    job (``rendered.scheduler``) is submitted and followed instead (titanflow.slurm.job.run_job, which holds
+    ``hold_nodes(hosts)`` over the hosts of its nodes while it trains).
 
     Raises:
         ValueError: ``extra_env`` for a Slurm job (its environment is its batch script's).
@@ -116,7 +117,7 @@ def launch(rendered: RenderedJob, *, timeout_s: float, log_name: str = "train.lo
             raise ValueError(f"a Slurm job runs with the environment of its batch script; cannot add {sorted(extra_env)}")
         from titanflow.slurm.job import run_job
 
-        return run_job(rendered, timeout_s=timeout_s, log_path=log_path, on_line=on_line), log_path
+        return run_job(rendered, timeout_s=timeout_s, log_path=log_path, on_line=on_line, hold_nodes=hold_nodes), log_path
     result = run_streaming(
         resolve_launcher(rendered.argv),
         env={**os.environ, **rendered.env, **(extra_env or {})},
@@ -126,10 +127,12 @@ def launch(rendered: RenderedJob, *, timeout_s: float, log_name: str = "train.lo
 
 
 def run_training(rendered: RenderedJob, *, timeout_s: float, on_line=lambda _: None,
-                 resume: Resume | None = None) -> TrainResult:
+                 resume: Resume | None = None, hold_nodes=None) -> TrainResult:
     """Launch from the newest complete step checkpoint (``resume``, else :func:`titanflow.launch.resume.prepare`
     now), its launch line first in train.log and to ``on_line``; then write the run's curve to metrics.csv
-    (module docstring). A NaN or infinite loss fails (a diverged model is not exported).
+    (module docstring). A NaN or infinite loss fails (a diverged model is not exported). ``hold_nodes``: for a
+    Slurm job, what to hold over its nodes' hosts while it trains (:func:`launch`; the train task: their training
+    slots).
 
     Raises:
         TrainingError: non-zero exit, timeout, no step line logged, a step of 1..steps missing from the
@@ -146,7 +149,7 @@ def run_training(rendered: RenderedJob, *, timeout_s: float, on_line=lambda _: N
         log.write(resume.line + "\n")
     on_line(resume.line)
     try:
-        result, log_path = launch(rendered, timeout_s=timeout_s, on_line=on_line)
+        result, log_path = launch(rendered, timeout_s=timeout_s, on_line=on_line, hold_nodes=hold_nodes)
     finally:  # interrupted or not, the steps that ran are kept; the log file has every line the launch printed
         table = metrics_table([line for line in log_lines(log_path) if parse_step_line(line) or parse_launch_line(line)])
         table.to_csv(metrics_path, index=False)

@@ -31,6 +31,7 @@ import os
 import re
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -172,14 +173,46 @@ def check_submission(nnodes: int, timeout_s: float) -> None:
                          f"TITANFLOW_SLURM_PARTITION, or check SLURM_CONF") from None
 
 
-def submit(job: Job, batch_script: Path, timeout_s: float, settings: SlurmSettings) -> str:
-    """``sbatch`` the batch script (:func:`sbatch_options`, :func:`submission_env`); returns the job id.
+def planned_nodes(nnodes: int, timeout_s: float, settings: SlurmSettings) -> list[str]:
+    """The nodes Slurm would give a job of ``nnodes`` now (``sbatch --test-only``: "... on nodes n[1-2] ...").
+
+    Raises:
+        SlurmError: Slurm refused, or named no nodes.
+    """
+    args = ["sbatch", "--test-only", f"--nodes={nnodes}", "--ntasks-per-node=1", "--exclusive",
+            f"--time={time_limit(timeout_s)}", *settings.options(), "--wrap=true"]
+    proc = slurm_command(args)
+    found = re.search(r" on nodes (\S+)", proc.stderr + proc.stdout)
+    if proc.returncode or found is None:
+        raise SlurmError(f"slurm: sbatch --test-only named no nodes for {nnodes} node(s): {_said(proc)}")
+    return hostnames(found[1])
+
+
+def node_hosts(nodes: list[str]) -> list[str]:
+    """The machine each Slurm node runs on (its NodeHostName, else its name), with this machine's own names
+    (localhost, a loopback address) as ``socket.gethostname()``: the hosts whose training slots a job holds
+    (titanflow.launch.slot.node_slots)."""
+    local = {"localhost", socket.gethostname(), socket.getfqdn()}
+    hosts = []
+    for node in nodes:
+        proc = slurm_command(["scontrol", "show", "node", node])
+        fields = dict(re.findall(r"(\w+)=(\S*)", proc.stdout)) if proc.returncode == 0 else {}
+        host = fields.get("NodeHostName") or node
+        hosts.append(socket.gethostname() if host in local or host.startswith("127.") else host)
+    return hosts
+
+
+def submit(job: Job, batch_script: Path, timeout_s: float, settings: SlurmSettings,
+           nodes: list[str] | None = None) -> str:
+    """``sbatch`` the batch script (:func:`sbatch_options`, :func:`submission_env`), on exactly ``nodes`` when given
+    (``--nodelist``); returns the job id.
 
     Raises:
         SlurmError: Slurm refused the job (its message).
     """
-    proc = slurm_command(["sbatch", "--parsable", *sbatch_options(job, timeout_s, settings), str(batch_script)],
-                         env=submission_env())
+    pinned = [f"--nodelist={','.join(nodes)}"] if nodes else []
+    proc = slurm_command(["sbatch", "--parsable", *sbatch_options(job, timeout_s, settings), *pinned,
+                          str(batch_script)], env=submission_env())
     if proc.returncode:
         raise SlurmError(f"slurm: sbatch refused the job: {_said(proc)}")
     return proc.stdout.strip().split(";")[0]
@@ -323,7 +356,8 @@ def _exit_words(record: dict | None) -> str:
 
 
 def run_job(rendered, *, timeout_s: float, log_path: Path, on_line: Callable[[str], None] = lambda _: None,
-            settings: SlurmSettings | None = None) -> ProcessResult:
+            settings: SlurmSettings | None = None,
+            hold_nodes: Callable[[list[str]], contextlib.AbstractContextManager] | None = None) -> ProcessResult:
     """Submit the rendered Slurm job (its ``job/launch.sh``), follow it to its end and return how it ended, as
     :func:`titanflow.launch.process.run_streaming` does for one node: ``returncode`` 0 when the job COMPLETED and
     every node's agent exited 0 (else the exit code of the node that failed first, else 1), ``timed_out`` when
@@ -331,6 +365,11 @@ def run_job(rendered, *, timeout_s: float, log_path: Path, on_line: Callable[[st
     the nodes' records, ``tail`` the last lines streamed. Jobs of earlier launches of the run still running are
     cancelled first (:func:`end_leftovers`). Interrupted (Ctrl-C, a Prefect cancel's signal), it cancels the job
     and waits for Slurm to end it on every node, then re-raises.
+
+    ``hold_nodes(hosts)``: a context held from before submission to the job's end over the hosts of the nodes
+    Slurm would give it (:func:`planned_nodes`, :func:`node_hosts`), the job then pinned to those nodes
+    (``--nodelist``): the train task holds their training slots (titanflow.launch.slot.node_slots) so that no
+    node trains two runs at once; the wait is not part of the timeout.
 
     Raises:
         SlurmError: sbatch refused the job, or the job outlived its cancel.
@@ -346,76 +385,102 @@ def run_job(rendered, *, timeout_s: float, log_path: Path, on_line: Callable[[st
             route.say(f"cancelled slurm job {job_id}, left running by an earlier launch of this run")
         for stale in nodes.glob("*.exit.json"):  # an earlier launch's; each node writes its own again
             stale.unlink()
-        tails = {name.stem: _Tail(name) for name in nodes.glob("*.log") if not name.name.startswith("batch-")}
-        job_id = submit(job, Path(rendered.job_path).with_name("launch.sh"), timeout_s, settings)
-        with open(nodes / JOBS_FILE, "a") as recorded:
-            recorded.write(job_id + "\n")
-        route.say(f"slurm job {job_id} ({job_name(job.run_id)}) submitted: {job.nnodes} node(s) x "
-                  f"{job.nproc_per_node} rank(s), {' '.join(sbatch_options(job, timeout_s, settings))}")
-        batch = _Tail(nodes / BATCH_LOG.replace("%j", job_id))
-        timed_out, state, started = False, {}, None
-        seen_state, next_state = None, 0.0
+        follower = _Follower(job, route, nodes)
+        pinned, held = None, contextlib.nullcontext()
+        if hold_nodes is not None:
+            pinned = planned_nodes(job.nnodes, timeout_s, settings)
+            hosts = node_hosts(pinned)
+            route.say(f"nodes {', '.join(pinned)} (hosts {', '.join(sorted(set(hosts)))}): taking their training "
+                      "slots")
+            held = hold_nodes(hosts)
+        with held:
+            job_id = submit(job, Path(rendered.job_path).with_name("launch.sh"), timeout_s, settings, pinned)
+            with open(nodes / JOBS_FILE, "a") as recorded:
+                recorded.write(job_id + "\n")
+            route.say(f"slurm job {job_id} ({job_name(job.run_id)}) submitted: {job.nnodes} node(s) x "
+                      f"{job.nproc_per_node} rank(s), {' '.join(sbatch_options(job, timeout_s, settings))}")
+            state, timed_out = follower.follow(job_id, timeout_s)
+        exits = follower.report(job_id, state)
+    failed = first_failed(exits)
+    ok = state.get("JobState") == "COMPLETED" and all(r is not None and r["exit_code"] == 0 for r in exits.values())
+    code = 0 if ok else (exits[failed]["exit_code"] if failed else 1)
+    peak = max((r["peak_rss_bytes"] for r in exits.values() if r), default=0)
+    return ProcessResult(returncode=code, wall_s=time.monotonic() - start, timed_out=timed_out,
+                         peak_rss_bytes=peak, tail=list(route.tail))
 
-        def drain(final: bool = False) -> None:
-            for line in batch.lines(final):
-                route.batch(line)
-            for path in sorted(nodes.glob("*.log")):
-                if not path.name.startswith("batch-") and path.stem not in tails:
-                    tails[path.stem] = _Tail(path)
-                    tails[path.stem].offset = 0  # a node log new in this launch: from its start
-            for name, tail in tails.items():
-                for line in tail.lines(final):
-                    route.node(name, line)
 
+class _Follower:
+    """Follows one job of a launch: its state, its batch log and every node's console (module docstring)."""
+
+    def __init__(self, job: Job, route: _Router, nodes: Path):
+        self.job, self.route, self.nodes = job, route, nodes
+        # node logs already there are an earlier launch's: only what this launch appends is new
+        self.tails = {p.stem: _Tail(p) for p in nodes.glob("*.log") if not p.name.startswith("batch-")}
+        self.batch: _Tail | None = None
+
+    def drain(self, final: bool = False) -> None:
+        """Route every new line of the batch log and the node logs (``final``: their last lines too)."""
+        for line in self.batch.lines(final) if self.batch else []:
+            self.route.batch(line)
+        for path in sorted(self.nodes.glob("*.log")):
+            if not path.name.startswith("batch-") and path.stem not in self.tails:
+                self.tails[path.stem] = _Tail(path)
+                self.tails[path.stem].offset = 0  # a node log new in this launch: from its start
+        for name, tail in self.tails.items():
+            for line in tail.lines(final):
+                self.route.node(name, line)
+
+    def follow(self, job_id: str, timeout_s: float) -> tuple[dict[str, str], bool]:
+        """Stream until the job ends, or cancel it past ``timeout_s`` from its start (or pending as long), or when
+        interrupted (then re-raised); returns (its last state, timed out)."""
+        self.batch = _Tail(self.nodes / BATCH_LOG.replace("%j", job_id))
+        self.batch.offset = 0
+        begun, started, seen, next_state, state = time.monotonic(), None, None, 0.0, {}
         try:
             while True:
-                drain()
+                self.drain()
                 now = time.monotonic()
                 if now >= next_state:
                     next_state = now + STATE_EVERY_S
                     state = job_state(job_id) or {"JobState": "GONE"}
                     current = state.get("JobState")
-                    if current != seen_state:
-                        seen_state = current
+                    if current != seen:
+                        seen = current
                         where = state.get("NodeList") if current == "RUNNING" else state.get("Reason")
-                        route.say(f"slurm job {job_id} {current}" + (f" ({where})" if where not in (None, "None")
-                                                                    else ""))
+                        self.route.say(f"slurm job {job_id} {current}" + (f" ({where})" if where not in (None, "None")
+                                                                         else ""))
                     if current == "RUNNING" and started is None:
                         started = now
                     if current in FINAL_STATES or current == "GONE":
-                        break
-                if now - (started or start) > timeout_s:
-                    timed_out = True
-                    route.say(f"killed after the {timeout_s:.0f} s timeout: scancel {job_id}")
-                    state = {**state, "JobState": cancel(job_id) or "GONE"}
-                    break
+                        return state, False
+                if now - (started or begun) > timeout_s:
+                    self.route.say(f"killed after the {timeout_s:.0f} s timeout: scancel {job_id}")
+                    return {**state, "JobState": cancel(job_id) or "GONE"}, True
                 time.sleep(POLL_S)
         except BaseException:
-            route.say(f"interrupted: scancel {job_id}")
+            self.route.say(f"interrupted: scancel {job_id}")
             with _signals_held():  # a second Ctrl-C or SIGTERM must not cut the cancel short
                 cancel(job_id)
-            drain(final=True)
-            route.close()
+            self.drain(final=True)
+            self.route.close()
             raise
-        drain(final=True)
-        route.close()
-        names = hostnames(state.get("NodeList", "")) or sorted(tails)
-        exits = node_exits(nodes, names)
+
+    def report(self, job_id: str, state: dict[str, str]) -> dict[str, dict | None]:
+        """The last lines, then each node's exit, the last lines of the node that failed first and the job's end,
+        into train.log and the Prefect log; returns the nodes' exit records."""
+        self.drain(final=True)
+        self.route.close()
+        exits = node_exits(self.nodes, hostnames(state.get("NodeList", "")) or sorted(self.tails))
         for name, record in exits.items():
-            route.say(f"node {name}: {_exit_words(record)}")
+            self.route.say(f"node {name}: {_exit_words(record)}")
         failed = first_failed(exits)
         if failed is not None:
-            lines = _last_lines(node_log_path(nodes, failed), FAILED_NODE_LINES)
-            route.write(f"titanflow: node {failed} failed first; its last lines:")
-            for line in lines:
-                route.write(f"[{failed}] {line}")
-        final_state = state.get("JobState", "GONE")
-        route.say(f"slurm job {job_id} ended {final_state}, ExitCode {state.get('ExitCode', '?')}")
-    ok = final_state == "COMPLETED" and all(r is not None and r["exit_code"] == 0 for r in exits.values())
-    code = 0 if ok else (exits[failed]["exit_code"] if failed else 1)
-    peak = max((r["peak_rss_bytes"] for r in exits.values() if r), default=0)
-    return ProcessResult(returncode=code, wall_s=time.monotonic() - start, timed_out=timed_out,
-                         peak_rss_bytes=peak, tail=list(route.tail))
+            self.route.write(f"titanflow: node {failed} failed first; its last lines:")
+            for line in _last_lines(node_log_path(self.nodes, failed), FAILED_NODE_LINES):
+                self.route.write(f"[{failed}] {line}")
+        self.route.say(f"slurm job {job_id} ended {state.get('JobState', 'GONE')}, ExitCode "
+                       f"{state.get('ExitCode', '?')}")
+        return exits
 
 
 def _last_lines(path: Path, count: int) -> list[str]:

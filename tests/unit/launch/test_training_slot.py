@@ -89,6 +89,29 @@ def test_a_waiting_run_names_the_holder_and_its_wait_is_measured(api, fast):
                             in m for m in messages)
 
 
+def test_the_slots_of_a_jobs_nodes_are_held_together_and_an_overlapping_set_waits_for_them(api, fast):
+    """node_slots: every host's slot held for the block (a host named twice once); a run whose nodes overlap (b)
+    waits for the whole first set to end, and gets all of its own (b, c) after."""
+    acquired, messages = threading.Event(), []
+
+    def first_job():
+        with slots.node_slots(["test-node-b", "test-node-a", "test-node-b"], run_id="first") as held:
+            assert [h.name for h in held] == [limit_name("test-node-a"), limit_name("test-node-b")]
+            assert _active(api, limit_name("test-node-a")) == _active(api, limit_name("test-node-b")) == 1
+            acquired.set()
+            time.sleep(1.5)
+
+    first = threading.Thread(target=contextvars.copy_context().run, args=(first_job,))
+    first.start()
+    acquired.wait(60)
+    with slots.node_slots(["test-node-c", "test-node-b"], run_id="second", on_wait=messages.append) as held:
+        assert [h.name for h in held] == [limit_name("test-node-b"), limit_name("test-node-c")]
+        assert held[0].waited_s >= 1.0 and held[1].waited_s < 5
+    first.join()
+    assert any("titanflow-train-test-node-b (1 slot), held by run first" in m for m in messages)
+    assert all(_active(api, limit_name(h)) == 0 for h in ("test-node-a", "test-node-b", "test-node-c"))
+
+
 @pytest.mark.fault
 def test_slot_of_a_flow_run_that_ended_is_freed_at_once(api, prefect_api, fast):
     name = limit_name("test-node-e")
