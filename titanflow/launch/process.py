@@ -17,10 +17,11 @@ Bounds (one line of a child's output can be megabytes, a grandchild can hold the
   length) and the line's first :data:`LINE_BYTES`; the tail holds at most
   ``tail_lines`` x :data:`LINE_BYTES`.
 - A slow callback: ``on_line`` runs on a thread of its own, fed through a queue of at most
-  :data:`CALLBACK_QUEUE_LINES` lines, so the pipe readers only ever wait on the log file. When the
-  callback falls that far behind (a Prefect API call retrying while the server is down), the lines it
-  has no room for skip it (the log and the tail keep them) and the log says how many; an exception
-  of the callback is written to the log once and the launch goes on. At the end the callback gets
+  :data:`CALLBACK_QUEUE_LINES` lines. A full queue holds the pipe readers back while the callback keeps
+  taking lines (it gets every line); once one call has lasted :data:`CALLBACK_STALL_S` (a Prefect API call
+  retrying while the server is down), the lines with no room skip it instead (the log and the tail keep
+  them) and the log says how many, so the readers never wait on a stuck callback. An exception of the
+  callback is written to the log once and the launch goes on. At the end the callback gets
   :data:`CALLBACK_DRAIN_S` to catch up; a callback still blocked then is abandoned (it is called no more).
 - Time: once the launched process exits, its output gets :data:`EXIT_GRACE_S` to end; then its
   group and every process of the launch still running are ended (SIGTERM, SIGKILL after
@@ -70,6 +71,8 @@ READ_BYTES = 64 * 1024
 LOG_HOLD_BYTES = 256 * 1024
 #: Most lines waiting for the callback; further lines skip it while it is this far behind.
 CALLBACK_QUEUE_LINES = 10_000
+#: Seconds one call of the callback may last before lines that find its queue full skip it.
+CALLBACK_STALL_S = 2.0
 #: Seconds the callback gets, once the launch ended, to take the lines still queued for it.
 CALLBACK_DRAIN_S = 5.0
 #: Environment variable every process of a launch inherits: ``<runner pid>:<runner start time>:<launch id>``.
@@ -186,6 +189,7 @@ class _Output:
         self._queue: queue.Queue = queue.Queue(maxsize=CALLBACK_QUEUE_LINES)
         self.skipped = 0  # lines the callback had no room for
         self.callback_error: str | None = None
+        self._call_started: float | None = None  # when the callback's current call began (None: between calls)
         self._forwarder = threading.Thread(target=self._forward, daemon=True)
         self._forwarder.start()
 
@@ -200,15 +204,23 @@ class _Output:
             if self._closed:
                 return
             self._tail.append(text)
+        while True:  # a full queue: wait while the callback takes lines, skip it once a call is stuck
             try:
                 self._queue.put_nowait(text)
+                return
             except queue.Full:
-                self.skipped += 1
+                call_started = self._call_started
+                if self._closed or call_started is not None and time.monotonic() - call_started > CALLBACK_STALL_S:
+                    with self._lock:
+                        self.skipped += 1
+                    return
+                time.sleep(0.01)
 
     def _forward(self) -> None:
         while (text := self._queue.get()) is not self._END:
             if self._closed:
                 return
+            self._call_started = time.monotonic()
             try:
                 self._on_line(text)
             except Exception as err:  # noqa: BLE001 - the callback (a log, an artifact) must not stop the launch
@@ -216,6 +228,8 @@ class _Output:
                     self.callback_error = f"{type(err).__name__}: {err}"
                     self.write(f"titanflow: the output callback failed, the launch goes on: "
                                f"{self.callback_error}\n".encode())
+            finally:
+                self._call_started = None
 
     def tail_now(self) -> list[str]:
         with self._lock:

@@ -18,6 +18,7 @@ import pytest
 from titanflow.launch.process import (
     CALLBACK_DRAIN_S,
     CALLBACK_QUEUE_LINES,
+    CALLBACK_STALL_S,
     EXIT_GRACE_S,
     LEFTOVER_GRACE_S,
     LINE_BYTES,
@@ -47,8 +48,8 @@ def test_lines_stream_to_callback_and_log_from_both_pipes(tmp_path):
 @pytest.mark.fault
 def test_a_blocked_callback_holds_up_neither_the_log_nor_the_launch(tmp_path):
     """The callback blocks on its first line (a Prefect API call while the server is down): the log still gets
-    every line, the callback's queue fills and the rest skip it, and the call returns
-    CALLBACK_DRAIN_S after the launch ended, saying both in the log."""
+    every line, the callback's queue fills and, once the call has lasted CALLBACK_STALL_S, the rest skip it; the
+    call returns CALLBACK_DRAIN_S after the launch ended, saying both in the log."""
     release = threading.Event()
     seen = []
 
@@ -71,7 +72,7 @@ def test_a_blocked_callback_holds_up_neither_the_log_nor_the_launch(tmp_path):
     assert f"titanflow: {lines - 1 - CALLBACK_QUEUE_LINES} output lines skipped the run log" in log[-1]
     assert "the output callback was still busy" in log[-2]
     assert seen == ["line 0"]
-    assert CALLBACK_DRAIN_S <= wall_s < CALLBACK_DRAIN_S + 30
+    assert CALLBACK_DRAIN_S <= wall_s < CALLBACK_STALL_S + CALLBACK_DRAIN_S + 30
 
 
 def test_a_callback_that_raises_is_noted_once_and_the_launch_goes_on(tmp_path):
