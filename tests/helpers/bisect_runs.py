@@ -20,9 +20,11 @@ PLANTED_LR_LINE = "lr: float = Field(3e-3, gt=0)"
 #: A passing run: native, cpu, random init, 10 steps at lr 8e-4 (its losses are the golden curve's).
 PASSING_RUN = FIXTURES / "run_folders" / "native-cpu-random"
 
-#: Its curve with step 2 as lr 3e-3 gives it, 11.90538 (measured: tests/e2e/test_compare_runs.py), the other steps
-#: kept: the golden_curve rule's worst step is then step 2, |11.90538 - 11.93394| = 0.02856 > 0.02 nats.
-PLANTED_STEP_2 = 11.90538
+#: The same run at lr 3e-3 (the planted commit's default), measured by tests/e2e/test_bisect_runs.py (its probes of
+#: the planted revisions: torch 2.13.0 CPU, torchtitan 0.3.0, 2 ranks): step 1 equal, the loss before any update;
+#: from step 2 on below the golden (11.90538 vs 11.93394), 0.83611 nats below it at step 10.
+PLANTED_LR_LOSSES = [11.94006, 11.90538, 11.73101, 11.55792, 11.40092, 11.16024, 11.03764, 10.94388, 10.86009,
+                     10.79066]
 
 
 def commit(repo: Path, message: str, files: dict[str, str] | None = None) -> str:
@@ -96,9 +98,8 @@ def judged_summary(run_dir: Path, losses: list[float] | None = None) -> RunSumma
 
 
 def planted_losses() -> list[float]:
-    """The passing run's curve with :data:`PLANTED_STEP_2` at step 2."""
-    losses = read_summary(PASSING_RUN / SUMMARY).losses
-    return [losses[0], PLANTED_STEP_2, *losses[2:]]
+    """:data:`PLANTED_LR_LOSSES`, a copy."""
+    return list(PLANTED_LR_LOSSES)
 
 
 def probe_run(revision: str, summary: RunSummary | None, run_dir: Path, why: str | None = None) -> ProbeRun:

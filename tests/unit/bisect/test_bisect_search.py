@@ -1,6 +1,6 @@
 """The bisect without training (titanflow.bisect.search): a scratch chain of 8 commits after good, number 5
 planted, and probes that answer with runs judged by titanflow's own rules (helpers/bisect_runs.py): the passing
-10-step native run before the plant, the same run with lr 3e-3's step-2 loss from it on."""
+10-step native run before the plant, the same run at lr 3e-3, as measured, from it on."""
 
 import math
 

@@ -1,5 +1,5 @@
 """A probe's run as git bisect's good, bad or skip (titanflow.bisect.verdict), on runs judged by titanflow's own
-rules: the passing 10-step native run and the same run with lr 3e-3's step-2 loss (helpers/bisect_runs.py)."""
+rules: the passing 10-step native run and the same run at lr 3e-3, as measured (helpers/bisect_runs.py)."""
 
 import pytest
 from helpers import FIXTURES

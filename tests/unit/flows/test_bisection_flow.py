@@ -20,7 +20,7 @@ def chained(tmp_path):
 
 
 def fake_probe(tmp_path, hashes, bad_from):
-    """A stand-in for the probe task: the run of a revision at or after ``bad_from`` has lr 3e-3's step 2."""
+    """A stand-in for the probe task: the run of a revision at or after ``bad_from`` is the measured one at lr 3e-3."""
     def probe(repo, revision, folder, parameters, scenario_flow, api_url, timeout_s):
         assert scenario_flow.name == "qwen3-scenario" and api_url.startswith("http")
         run_dir = tmp_path / "runs" / revision[:12]
