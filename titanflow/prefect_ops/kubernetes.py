@@ -1,0 +1,140 @@
+"""trn2-cluster on Amazon EKS, on paper: the base job template of a Prefect work pool of type ``kubernetes``
+(``deployments/kubernetes/trn2-eks.json``, written from :func:`trn2_eks_job_template`), not run anywhere yet.
+
+    prefect work-pool create trn2-eks --type kubernetes --base-job-template deployments/kubernetes/trn2-eks.json
+
+What the template holds (README "Many nodes"): a Kubernetes Indexed Job of ``nnodes`` pods, one per
+trn2.48xlarge (a required pod anti-affinity on the host name, the instance type as node selector, the Neuron
+taint tolerated), each pod with the node's 16 Neuron devices (``aws.amazon.com/neuron``, the Neuron device
+plugin's resource) and its EFA interfaces (``vpc.amazonaws.com/efa``, the EFA device plugin's), the trn2-cluster
+target's rank environment with its EFA settings (titan_cfg.targets), ``/dev/shm`` in memory, the shared file
+system that holds the checkout and the run folders, and the rendezvous endpoint of pod 0 under a headless
+service (``<job>-0.<service>``). Resource names: "Manage Neuron devices on Amazon EKS"
+(https://docs.aws.amazon.com/eks/latest/userguide/device-management-neuron.html) and the Neuron EKS guide
+(https://awsdocs-neuron.readthedocs-hosted.com/en/latest/deploy/eks/index.html).
+
+What is missing to run it: each pod runs Prefect's flow-run command (``{{ command }}``, as every Kubernetes work
+pool does); titanflow has no Kubernetes engine beside titanflow.slurm that would make pod 0 run the flow and the
+other pods join its torchrun rendezvous as agents. The template is validated here with the official Kubernetes
+client's models (tests/unit/prefect_ops/test_kubernetes_template.py) and Prefect's own placeholder resolution.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from titan_cfg.targets import TARGETS
+from titanflow.paths import REPO_ROOT
+
+#: The template file ``prefect work-pool create --base-job-template`` reads.
+TEMPLATE_PATH = REPO_ROOT / "deployments" / "kubernetes" / "trn2-eks.json"
+#: The Neuron device plugin's resource: whole Neuron devices (Trainium2 chips).
+NEURON_RESOURCE = "aws.amazon.com/neuron"
+#: The EFA device plugin's resource: EFA network interfaces.
+EFA_RESOURCE = "vpc.amazonaws.com/efa"
+#: Neuron devices of one trn2.48xlarge: 16 Trainium2 chips (x 8 physical cores / LNC 2 = the target's 64 ranks).
+NEURON_DEVICES_PER_NODE = 16
+#: EFA interfaces of one trn2.48xlarge (its 3.2 Tbps EFAv3 as 16 interfaces); `kubectl describe node` shows the
+#: count the EFA device plugin advertises: set the work pool variable ``efa_interfaces`` to it.
+EFA_PER_NODE = 16
+#: The c10d rendezvous port on pod 0 (torchrun's default).
+RDZV_PORT = 29400
+
+
+def _variable(kind: str, default, description: str) -> dict:
+    return {"type": kind, "default": default, "description": description}
+
+
+def trn2_eks_job_template() -> dict:
+    """The work pool's base job template: ``job_configuration`` (Prefect's ``command``, ``env``, ``labels``,
+    ``name``, ``namespace`` and the ``job_manifest``, a batch/v1 Job with ``{{ variable }}`` placeholders) and
+    ``variables`` (the JSON schema of what a deployment may set, each with its default)."""
+    target = TARGETS["trn2-cluster"]()
+    rank_env = [{"name": name, "value": value} for name, value in sorted(target.env.items())]
+    node_env = [
+        {"name": "TITANFLOW_ROOT", "value": "{{ checkout }}"},
+        # pod 0's stable name under the headless service: the c10d endpoint every pod's agent joins
+        {"name": "TITANFLOW_RDZV_ENDPOINT", "value": f"{{{{ name }}}}-0.{{{{ service }}}}:{RDZV_PORT}"},
+    ]
+    devices = {NEURON_RESOURCE: "{{ neuron_devices }}", EFA_RESOURCE: "{{ efa_interfaces }}",
+               "hugepages-2Mi": "{{ hugepages }}", "memory": "{{ memory }}"}
+    manifest = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "{{ name }}", "namespace": "{{ namespace }}", "labels": "{{ labels }}"},
+        "spec": {
+            "completionMode": "Indexed",  # pod i has JOB_COMPLETION_INDEX=i and the host name <job>-<i>
+            "completions": "{{ nnodes }}",
+            "parallelism": "{{ nnodes }}",  # every node at once: the rendezvous needs them all
+            "backoffLimit": 0,  # a failed node fails the job; the train task's retry relaunches the whole
+            "ttlSecondsAfterFinished": "{{ finished_job_ttl }}",
+            "template": {
+                "metadata": {"labels": {"titanflow/job": "{{ name }}"}},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "subdomain": "{{ service }}",
+                    "nodeSelector": {"node.kubernetes.io/instance-type": "trn2.48xlarge"},
+                    "tolerations": [{"key": NEURON_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
+                    "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
+                        "labelSelector": {"matchLabels": {"titanflow/job": "{{ name }}"}},
+                        "topologyKey": "kubernetes.io/hostname"}]}},  # one pod per node
+                    "containers": [{
+                        "name": "prefect-job",
+                        "image": "{{ image }}",
+                        "imagePullPolicy": "IfNotPresent",
+                        "workingDir": "{{ checkout }}",
+                        "args": ["/bin/bash", "-c", "{{ command }}"],
+                        "env": rank_env + node_env,
+                        "resources": {"requests": devices, "limits": devices},
+                        "volumeMounts": [{"name": "shm", "mountPath": "/dev/shm"},
+                                         {"name": "shared", "mountPath": "{{ shared_mount }}"}],
+                    }],
+                    "volumes": [{"name": "shm", "emptyDir": {"medium": "Memory"}},
+                                {"name": "shared", "persistentVolumeClaim": {"claimName": "{{ shared_claim }}"}}],
+                },
+            },
+        },
+    }
+    variables = {
+        "type": "object",
+        "properties": {
+            "name": _variable("string", None, "the job's name (Prefect sets the flow run's)"),
+            "namespace": _variable("string", "default", "the Kubernetes namespace"),
+            "labels": {"type": "object", "default": {}, "description": "labels of the job",
+                       "additionalProperties": {"type": "string"}},
+            "command": _variable("string", None, "the flow-run command (Prefect sets it)"),
+            "env": {"type": "object", "default": {}, "description": "further environment of every pod",
+                    "additionalProperties": {"type": "string"}},
+            "image": _variable("string", None, "an image with the trn2 install profile (profiles/trn2) and titanflow"),
+            "nnodes": _variable("integer", target.nnodes, "trn2.48xlarge nodes: one pod each"),
+            # quantities are strings in the Kubernetes API (a number would be one too, but not in its models)
+            "neuron_devices": _variable("string", str(NEURON_DEVICES_PER_NODE), f"{NEURON_RESOURCE} per pod: the "
+                                        "node's"),
+            "efa_interfaces": _variable("string", str(EFA_PER_NODE), f"{EFA_RESOURCE} per pod: the node's"),
+            "hugepages": _variable("string", "5120Mi", "hugepages-2Mi per pod (EFA's libfabric registers memory "
+                                   "in huge pages)"),
+            "memory": _variable("string", "1800Gi", "memory per pod (a trn2.48xlarge has 2 TiB)"),
+            "service": _variable("string", "titanflow-trn2", "the headless service giving pods stable names "
+                                 "(selector titanflow/job, clusterIP None); created once per namespace"),
+            "checkout": _variable("string", "/fsx/titanflow", "the titanflow checkout on the shared file system"),
+            "shared_mount": _variable("string", "/fsx", "where the shared file system is mounted"),
+            "shared_claim": _variable("string", "fsx-claim", "its PersistentVolumeClaim (FSx for Lustre)"),
+            "finished_job_ttl": _variable("integer", 3600, "seconds a finished job's pods are kept for their logs"),
+        },
+        "required": ["image"],
+    }
+    configuration = {"command": "{{ command }}", "env": "{{ env }}", "labels": "{{ labels }}", "name": "{{ name }}",
+                     "namespace": "{{ namespace }}", "job_manifest": manifest}
+    return {"job_configuration": configuration, "variables": variables}
+
+
+def write_template(path: Path = TEMPLATE_PATH) -> Path:
+    """Write :func:`trn2_eks_job_template` as indented JSON to ``path``; returns it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(trn2_eks_job_template(), indent=2) + "\n")
+    return path
+
+
+if __name__ == "__main__":
+    print(write_template())
