@@ -493,8 +493,9 @@ def _last_lines(path: Path, count: int) -> list[str]:
 
 def first_node_error(job: Job):
     """The root cause of a failed Slurm job: on the node that failed first (:func:`first_failed`), its first
-    failing rank's own error from its rank logs and console (titanflow.launch.root_cause.first_rank_error), the
-    message prefixed ``node <name>:``; None when no node recorded a failure."""
+    failing rank's own error from its rank logs and console (titanflow.launch.root_cause.first_rank_error), with
+    its global rank (the local one on that node when torchrun's report does not pair them) and the message
+    prefixed ``node <name>:``; None when no node recorded a failure."""
     from titanflow.launch.root_cause import first_rank_error
 
     nodes = nodes_dir(job)
@@ -504,4 +505,9 @@ def first_node_error(job: Job):
         return None
     console = "\n".join(_last_lines(node_log_path(nodes, failed), 200))
     found = first_rank_error(Path(job.dump_folder) / "ranks" / failed, console)
-    return found.model_copy(update={"message": f"node {failed}: {found.message}"}) if found else None
+    if found is None:
+        return None
+    # the rank as the job knows it: torchrun's failure report on that node pairs the global rank with the local one
+    pairs = re.findall(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)", console)
+    rank = next((int(g) for g, local in reversed(pairs) if int(local) == found.rank), found.rank)
+    return found.model_copy(update={"rank": rank, "message": f"node {failed}: {found.message}"})
