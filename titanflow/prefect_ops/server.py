@@ -113,8 +113,9 @@ def prefect_env(home: Path, api_url: str) -> dict[str, str]:
             "TITANFLOW_ROOT": str(REPO_ROOT)}
 
 
-def _alive(proc: Started) -> psutil.Process | None:
-    """The recorded process if it still runs (same PID and start time), else None."""
+def alive(proc: Started) -> psutil.Process | None:
+    """The recorded process (anything with ``pid`` and ``create_time``, psutil's start time) if it still runs (same
+    PID and start time), else None."""
     try:
         found = psutil.Process(proc.pid)
         if abs(found.create_time() - proc.create_time) < 0.5 and found.status() != psutil.STATUS_ZOMBIE:
@@ -140,7 +141,7 @@ def _wait_for(what: str, ready, proc: Started, timeout_s: float) -> float:
     """
     t0 = time.monotonic()
     while not ready():
-        if _alive(proc) is None:
+        if alive(proc) is None:
             raise ServerError(f"{proc.role} exited before {what}; its log: {proc.log}")
         if time.monotonic() - t0 > timeout_s:
             raise ServerError(f"{what}: not within {timeout_s:.0f} s; the {proc.role} log: {proc.log}")
@@ -254,7 +255,7 @@ def start(home: Path = DEFAULT_HOME, port: int = DEFAULT_PORT, startup_timeout_s
                           f"(titanflow.prefect_ops.deployments): {'; '.join(stale)}")
     home.mkdir(parents=True, exist_ok=True)
     previous = ServerState.load(home)
-    if previous and all(_alive(p) for p in previous.processes) and api_healthy(previous.api_url):
+    if previous and all(alive(p) for p in previous.processes) and api_healthy(previous.api_url):
         previous.alerts = _alerts(previous.api_url)
         previous.save()
         return previous
@@ -318,7 +319,7 @@ def stop(home: Path = DEFAULT_HOME, grace_s: float = 20.0) -> list[int]:
         return []
     ended: list[psutil.Process] = []
     for started in reversed(state.processes):
-        leader = _alive(started)
+        leader = alive(started)
         if leader is None:
             continue
         family = [leader, *leader.children(recursive=True)]  # taken before signalling

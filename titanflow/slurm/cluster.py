@@ -36,6 +36,8 @@ from pathlib import Path
 import psutil
 from pydantic import BaseModel, Field
 
+from titanflow.prefect_ops.server import alive
+
 #: Where the cluster lives unless told otherwise.
 DEFAULT_DIR = Path(tempfile.gettempdir()) / "titanflow-slurm"
 #: The node names, one slurmd each.
@@ -148,17 +150,6 @@ def read_cluster(folder: Path = DEFAULT_DIR) -> Cluster | None:
     return Cluster.model_validate_json(path.read_text()) if path.is_file() else None
 
 
-def _alive(daemon: Daemon) -> psutil.Process | None:
-    """The daemon's process if it still runs (same PID and start time), else None."""
-    try:
-        proc = psutil.Process(daemon.pid)
-        if abs(proc.create_time() - daemon.create_time) < 0.01 and proc.status() != psutil.STATUS_ZOMBIE:
-            return proc
-    except psutil.NoSuchProcess:
-        pass
-    return None
-
-
 def _start(name: str, argv: list[str], log: Path, preexec_fn=None, **popen) -> Daemon:
     with open(log, "ab") as out:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
@@ -179,7 +170,7 @@ def up(folder: Path = DEFAULT_DIR, *, tie_to_caller: bool = False) -> Cluster:
 
     folder = Path(folder).resolve()
     running = read_cluster(folder)
-    if running is not None and any(_alive(d) for d in running.daemons):
+    if running is not None and any(alive(d) for d in running.daemons):
         raise ClusterError(f"a cluster is already running in {folder}; stop it first: python -m "
                            f"titanflow.slurm.cluster down --dir {folder}")
     programs = {name: _which(name) for name in _DAEMONS}
@@ -258,12 +249,12 @@ def down(folder: Path = DEFAULT_DIR) -> list[Daemon]:
     cluster = read_cluster(folder)
     if cluster is None:
         return []
-    if any(d.name == "slurmctld" and _alive(d) for d in cluster.daemons):
+    if any(d.name == "slurmctld" and alive(d) for d in cluster.daemons):
         try:
             _cancel_jobs(cluster)
         except (OSError, subprocess.SubprocessError):  # the daemons are stopped whatever the queue says
             pass
-    running = [(d, p) for d in reversed(cluster.daemons) if (p := _alive(d)) is not None]
+    running = [(d, p) for d in reversed(cluster.daemons) if (p := alive(d)) is not None]
     for daemon, proc in running:
         proc.send_signal(signal.SIGTERM)
         try:

@@ -41,7 +41,7 @@ def test_stop_ends_recorded_processes_and_their_children_in_other_sessions(tmp_p
 
     assert sorted(ended) == sorted([leader.pid, child.pid])
     assert not psutil.pid_exists(child.pid) or psutil.Process(child.pid).status() == psutil.STATUS_ZOMBIE
-    assert server._alive(leader) is None
+    assert server.alive(leader) is None
     assert server.ServerState.load(tmp_path) is None  # the record is gone with the processes
 
 
