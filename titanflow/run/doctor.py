@@ -181,8 +181,8 @@ def check_devices(run: ScenarioRun, dev_dir: Path = Path("/dev")) -> Check:
     """Enough Neuron devices for the run's ranks x LNC physical cores: ``neuron-ls --json-output`` (its
     ``nc_count`` per device are the logical cores the Neuron tools see), else the ``/dev/neuron<N>`` nodes."""
     target = run.target_spec
-    lnc, ranks = target.lnc or 1, run.world_size
-    per_device = PHYSICAL_CORES_PER_DEVICE[run.target]
+    lnc, ranks = target.lnc or 1, run.nproc_per_node_resolved  # the ranks of this node
+    per_device = PHYSICAL_CORES_PER_DEVICE[target.node]
     needed = ranks * lnc
     tool = neuron_ls()
     logical = None
@@ -452,8 +452,9 @@ def default_weights(target: str, scenario: str) -> str | None:
 
 def run_checks(run: ScenarioRun, weights: str | None, *, with_weights: bool = True) -> list[Check]:
     """Every check of the module docstring for ``run`` (its target, scenario, init, ranks, runs folder) and
-    ``weights``; ``with_weights=False`` leaves out the weights and the disk (sized from them)."""
-    target = run.target
+    ``weights``; ``with_weights=False`` leaves out the weights and the disk (sized from them). A target of many
+    nodes is checked as one of its nodes (trn2-cluster as trn2: run it there, ``srun -N1 titanflow doctor``)."""
+    target = run.target_spec.node
     checks = [check_python(target), *check_packages(target)]
     if target == "trn2":
         checks += [check_fork(), check_devices(run), check_lnc(run)]

@@ -107,6 +107,8 @@ def test_neuron_devices_from_neuron_ls(monkeypatch):
     check = doctor.check_devices(ScenarioRun(target="trn2"))
     assert check.ok and check.detail == ("16 devices x 8 physical cores = 128 (neuron-ls --json-output); neuron-ls "
                                          "counts 64 logical cores; 64 ranks x LNC 2 need 128")
+    # trn2-cluster's 2 x 64 ranks: a node is checked for its own 64
+    assert doctor.check_devices(ScenarioRun(target="trn2-cluster")).detail == check.detail
     monkeypatch.setenv("NEURON_LS_STAND_IN_DEVICES", "8")
     half = doctor.check_devices(ScenarioRun(target="trn2"))
     assert not half.ok and "8 devices x 8 physical cores = 64" in half.detail and "--nproc 32 or fewer" in half.fix
