@@ -1,7 +1,7 @@
 """The trend table (titanflow.judge.trends) as small plots in one PNG, markdown, terminal text and
 the Prefect artifact ``trends-<target>``.
 
-    png = write_trends_png(table, history_root() / "trends-cpu.png")
+    png = write_trends_png(table, history_root() / "_trends-cpu.png")
     publish_trends("cpu", table, png, 14)
     nightly_trends("cpu", run_ids)           # after each nightly (tasks/trends.py): table, PNG, artifact
     print(trend_text(table))                 # titanflow history --last 20
@@ -142,7 +142,8 @@ def nightly_trends(target: str, run_ids: list[str], nights: int = DEFAULT_NIGHTS
                    history_dir: Path | str | None = None) -> Path | None:
     """After a nightly: the trend table of ``target`` over the workloads of the nightly's runs ``run_ids``
     (every workload of the target when none of them is in the history), its PNG written beside the
-    history table (``trends-<target>.png``) and the artifact ``trends-<target>`` published; returns the
+    history table (``_trends-<target>.png``: the leading underscore keeps ``pandas.read_parquet`` of the history
+    folder reading the table alone, as pyarrow skips such files) and the artifact ``trends-<target>`` published; returns the
     PNG, or None when the history has no run of the target (the artifact says so).
 
     Raises:
@@ -156,6 +157,6 @@ def nightly_trends(target: str, run_ids: list[str], nights: int = DEFAULT_NIGHTS
     if not table.empty:
         folder = history.history_file(history_dir).parent
         folder.mkdir(parents=True, exist_ok=True)
-        png = write_trends_png(table, folder / f"trends-{target}.png", title=f"the last {nights} nights on {target}")
+        png = write_trends_png(table, folder / f"_trends-{target}.png", title=f"the last {nights} nights on {target}")
     publish_trends(target, table, png, nights)
     return png

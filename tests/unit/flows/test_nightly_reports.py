@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import pandas as pd
 import pytest
 from helpers.prefect_harness import artifacts_of
 from helpers.history_rows import NATIVE_CPU_RANDOM_LOSSES, history_row
@@ -43,7 +44,8 @@ def test_failed_run_compared_and_trends_published(prefect_server, tmp_path, monk
     compared, missing, png = state.result()
     assert compared.startswith("n4 (fail) vs n3 (pass): curves part at step 4 ")  # 0.05 > 0.02 from step 4
     assert missing is None
-    assert png == str(tmp_path / "history" / "trends-cpu.png")
+    assert png == str(tmp_path / "history" / "_trends-cpu.png")
+    assert len(pd.read_parquet(tmp_path / "history")) == 4  # the folder still reads as the history table alone
     artifacts = artifacts_of(state.state_details.flow_run_id)
     assert set(artifacts) == {"native-cpu-random-compare", "native-cpu-random-compare-steps", "trends-cpu"}
     steps = json.loads(artifacts["native-cpu-random-compare-steps"].data)
