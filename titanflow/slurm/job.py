@@ -142,7 +142,14 @@ def sbatch_options(job: Job, timeout_s: float, settings: SlurmSettings) -> list[
     return [f"--time={time_limit(timeout_s)}", f"--output={nodes_dir(job) / BATCH_LOG}", *settings.options()]
 
 
-def test_only(nnodes: int, timeout_s: float, settings: SlurmSettings) -> None:
+def _test_only(nnodes: int, timeout_s: float, settings: SlurmSettings) -> subprocess.CompletedProcess:
+    """``sbatch --test-only`` of a job as titanflow submits one: ``nnodes`` nodes, one task each, the nodes to itself,
+    the time limit of ``timeout_s`` and the site's ``settings``."""
+    return slurm_command(["sbatch", "--test-only", f"--nodes={nnodes}", "--ntasks-per-node=1", "--exclusive",
+                          f"--time={time_limit(timeout_s)}", *settings.options(), "--wrap=true"])
+
+
+def sbatch_test_only(nnodes: int, timeout_s: float, settings: SlurmSettings) -> None:
     """Ask Slurm whether it would run a job of ``nnodes`` nodes (one task each, the nodes to itself) for
     ``timeout_s`` with ``settings``, without submitting it (``sbatch --test-only``).
 
@@ -150,16 +157,14 @@ def test_only(nnodes: int, timeout_s: float, settings: SlurmSettings) -> None:
         SlurmError: Slurm refused (its message: no such partition, more nodes than the partition has, a time
             limit past the partition's) or cannot be reached.
     """
-    args = ["sbatch", "--test-only", f"--nodes={nnodes}", "--ntasks-per-node=1", "--exclusive",
-            f"--time={time_limit(timeout_s)}", *settings.options(), "--wrap=true"]
-    proc = slurm_command(args)
+    proc = _test_only(nnodes, timeout_s, settings)
     if proc.returncode:
         where = f"partition {settings.partition}" if settings.partition else "the default partition"
         raise SlurmError(f"slurm: Slurm refuses {nnodes} node(s) on {where}: {_said(proc)}")
 
 
 def check_submission(nnodes: int, timeout_s: float) -> None:
-    """Preflight of a run on Slurm: :func:`test_only` with this environment's settings, as a ValueError that names
+    """Preflight of a run on Slurm: :func:`sbatch_test_only` with this environment's settings, as a ValueError that names
     the fields to change.
 
     Raises:
@@ -167,7 +172,7 @@ def check_submission(nnodes: int, timeout_s: float) -> None:
     """
     try:
         settings = SlurmSettings.from_env()
-        test_only(nnodes, timeout_s, settings)
+        sbatch_test_only(nnodes, timeout_s, settings)
     except SlurmError as err:
         raise ValueError(f"nnodes: {err}; fix: pass --nnodes the partition has (sinfo) or set "
                          f"TITANFLOW_SLURM_PARTITION, or check SLURM_CONF") from None
@@ -179,9 +184,7 @@ def planned_nodes(nnodes: int, timeout_s: float, settings: SlurmSettings) -> lis
     Raises:
         SlurmError: Slurm refused, or named no nodes.
     """
-    args = ["sbatch", "--test-only", f"--nodes={nnodes}", "--ntasks-per-node=1", "--exclusive",
-            f"--time={time_limit(timeout_s)}", *settings.options(), "--wrap=true"]
-    proc = slurm_command(args)
+    proc = _test_only(nnodes, timeout_s, settings)
     found = re.search(r" on nodes (\S+)", proc.stderr + proc.stdout)
     if proc.returncode or found is None:
         raise SlurmError(f"slurm: sbatch --test-only named no nodes for {nnodes} node(s): {_said(proc)}")
