@@ -193,7 +193,7 @@ def qwen3_scenario(
                     node.close()
                 else:
                     logger.info("holding the training slot %s", held.name)
-                summary.train = train(rendered, run.timeout_s)
+                summary.train = call(train, rendered, run.timeout_s)
         with record.task(export):
             summary.export = export(rendered.job_path, str(run_dir))
         with record.task(validate):

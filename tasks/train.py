@@ -14,11 +14,13 @@ from titanflow.launch.render import RenderedJob
 from titanflow.launch.resume import prepare
 from titanflow.launch.slot import node_slots
 from titanflow.launch.torchrun import TrainResult, run_training
+from titanflow.prefect_ops import caching
 from titanflow.report.artifacts import TrainingProgress, artifact_key
 from titanflow.run.task_names import TaskName
 
 
-@task(name=TaskName.train, retries=2, retry_delay_seconds=10, retry_condition_fn=retry_infrastructure_only)
+@task(name=TaskName.train, retries=2, retry_delay_seconds=10, retry_condition_fn=retry_infrastructure_only,
+      cache_policy=caching.TRAIN, persist_result=True)
 def train(rendered: RenderedJob, timeout_s: float) -> TrainResult:
     """Prefect task: :func:`titanflow.launch.torchrun.run_training`, each output line forwarded to
     the run log and each step advancing the ``<key>-progress`` artifact; a Slurm job trains holding the training
@@ -28,6 +30,9 @@ def train(rendered: RenderedJob, timeout_s: float) -> TrainResult:
     launch, a taken port: :func:`tasks.retry.retry_infrastructure_only`); a retry resumes from the
     newest complete step checkpoint (titanflow.launch.resume), and its progress goes on from there.
     A NaN or infinite loss fails as numerics and is never retried.
+
+    A training that finished is cached for its own run folder (titanflow.prefect_ops.caching.TRAIN): a retried
+    flow run or a resumed run whose export or a later task failed goes on from there without training again.
     """
     logger = get_run_logger()
     job = Job.read(Path(rendered.job_path))

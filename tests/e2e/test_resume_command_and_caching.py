@@ -175,7 +175,8 @@ def test_a_retried_flow_run_continues_its_own_run_folder(tmp_path, monkeypatch):
     """A flow run retried in place (same flow run, run count 2: what the UI's Retry of a failed flow run does; here
     through the flow's own retries) continues the run folder its first attempt made: its export fails once, the
     retry resumes that run (one folder, resumed once, from the flow run itself), answers pull_weights,
-    render_config and compile_warmup from the cache, and passes."""
+    render_config, compile_warmup and the finished training from the cache (train.log holds one launch), runs
+    the export again, and passes."""
     from prefect.testing.utilities import prefect_test_harness
 
     import tasks.export
@@ -205,5 +206,8 @@ def test_a_retried_flow_run_continues_its_own_run_folder(tmp_path, monkeypatch):
     assert (continued.flow_run_id, continued.previous_flow_run_id, continued.previous_verdict) == (
         flow_run_id, flow_run_id, "fail")
     assert "planted failure" in (continued.previous_reason or "")
-    assert summary.cached_tasks == ["pull_weights", "render_config", "compile_warmup"]
-    assert len(summary.losses) == 3
+    # the training finished before the export failed: the retry takes it from the cache, without a launch
+    assert summary.cached_tasks == ["pull_weights", "render_config", "compile_warmup", "train"]
+    assert len(summary.losses) == 3 and summary.train.attempts == 1
+    launches = [line for line in log_lines(tmp_path / "retried" / "train.log") if parse_launch_line(line)]
+    assert len(launches) == 1

@@ -21,6 +21,9 @@ render_config        the run (less ``resume`` and ``timeout_s``, which do not ch
 torchtitan_config    the job without its run (titanflow.launch.render.without_run), the weights folder's
                      files, titan_cfg's source, torch / torchtitan / transformers: reused across run ids
 compile_warmup       the job without its run, the keyed compile-cache folder, the compiler's versions
+train                the run folder and its job files (job.json, torchtitan's config): a training belongs to its
+                     run, so only a retried or resumed run of it finds it, never a new run; trusted while the
+                     final step's HF save (every shard its index names) and metrics.csv are there
 ==================== =========================================================================================
 
 A stored result is trusted only while the files it names are there (``intact``): one whose files were deleted is
@@ -252,3 +255,32 @@ TORCHTITAN_CONFIG = Keyed(exclude=["env"], material=lambda inputs: {**_config_ma
                                                                      "env": _env_without_job(inputs)})
 #: compile_warmup(rendered, timeout_s): rendered names the run folder, so the job without its run stands for it.
 COMPILE_WARMUP = Keyed(exclude=["rendered", "timeout_s"], material=_warmup_material, intact=_warm_intact)
+
+
+def _train_material(inputs: Mapping[str, Any]) -> dict:
+    rendered = inputs["rendered"]
+    return {"run_dir": rendered.run_dir,
+            "job": {name: file_fingerprint(Path(path)) for name, path in
+                    (("job", rendered.job_path), ("trainer_config", rendered.trainer_config_path))
+                    if Path(path).is_file()},
+            "source": source_digest("titanflow.launch", "titan_cfg")}
+
+
+def _trained_intact(result) -> bool:
+    """A training holds while its metrics table and the final step's HF save (every shard its index names) are
+    there: what export and the judge read."""
+    from titan_cfg.job import Job
+
+    run_dir = Path(result.metrics_path).parent if result.metrics_path else None
+    if run_dir is None or not Path(result.metrics_path).is_file() or not (run_dir / "job" / "job.json").is_file():
+        return False
+    step_dir = Job.read(run_dir / "job" / "job.json").export_step_dir
+    index = step_dir / "model.safetensors.index.json"
+    if not index.is_file():
+        return False
+    shards = set(json.loads(index.read_text()).get("weight_map", {}).values())
+    return all((step_dir / shard).is_file() for shard in shards)
+
+
+#: train(rendered, timeout_s): a run's training, for its own retries and resumes (module docstring).
+TRAIN = Keyed(exclude=["rendered", "timeout_s"], material=_train_material, intact=_trained_intact)

@@ -115,6 +115,40 @@ def test_weights_intact_needs_config_and_every_indexed_shard(tmp_path):
     assert not caching.weights_intact(folder)
 
 
+def test_a_training_is_cached_for_its_own_run_folder_while_its_final_save_and_metrics_are_there(tmp_path, tiny_assets):
+    """train's key names the run folder and its job files: a retry or resume of the run finds it, another run of the
+    same job (another folder) does not; the stored TrainResult holds while metrics.csv and every shard the final
+    step's index names are there."""
+    from titanflow.launch.render import RenderedJob, make_job
+    from titanflow.launch.torchrun import TrainResult
+    from titanflow.run.params import ScenarioRun
+
+    def rendered(run_id: str) -> RenderedJob:
+        run_dir = tmp_path / run_id
+        (run_dir / "job").mkdir(parents=True)
+        job = make_job(ScenarioRun(steps=3), tiny_assets.weights_dir, run_dir)
+        job.write(run_dir / "job" / "job.json")
+        (run_dir / "job" / "trainer_config.json").write_text("{}")
+        return RenderedJob(run_dir=str(run_dir), job_path=str(run_dir / "job" / "job.json"), env={}, argv=[],
+                           trainer_config_path=str(run_dir / "job" / "trainer_config.json"))
+
+    def key(job: RenderedJob, timeout_s: float = 600) -> str:
+        return caching.TRAIN.compute_key(_task_ctx(), {"rendered": job, "timeout_s": timeout_s}, {})
+
+    a, b = rendered("run-a"), rendered("run-b")
+    assert key(a) == key(a, timeout_s=60) != key(b)  # a resume may change the timeout; another run never hits
+    step_dir = tmp_path / "run-a" / "train" / "checkpoint" / "step-3"
+    step_dir.mkdir(parents=True)
+    (step_dir / "model.safetensors.index.json").write_text('{"weight_map": {"w": "model-00001-of-00001.safetensors"}}')
+    (step_dir / "model-00001-of-00001.safetensors").write_bytes(b"\0" * 64)
+    (tmp_path / "run-a" / "metrics.csv").write_text("step,loss\n")
+    result = TrainResult(log_path=str(tmp_path / "run-a" / "train.log"), metrics_path=str(tmp_path / "run-a" / "metrics.csv"),
+                         losses=[12.0, 11.9, 11.8], tokens_per_s=1.0, peak_memory_gib=1.0, peak_rss_bytes=1, wall_s=1.0)
+    assert caching.TRAIN.intact(result)
+    (step_dir / "model-00001-of-00001.safetensors").unlink()  # the final save gone: train again
+    assert not caching.TRAIN.intact(result)
+
+
 @pytest.fixture(scope="module")
 def prefect_server():
     """A temporary Prefect server for this module, its results stored under a temporary folder."""
