@@ -101,7 +101,7 @@ def test_the_planted_learning_rate_is_found_in_log2_n_probes(planted_repo, tmp_p
 
     # the history keeps the bisect; nothing is left of the worktrees
     (row,) = read_bisects().query(f"bisect_id == '{result.bisect_id}'").itertuples()
-    assert (row.status, row.first_bad, row.bisect_probes) == ("found", hashes[PLANT_AT], 3)
+    assert (row.status, row.first_bad, row.bisect_probes) == ("found", hashes[PLANT_AT], result.steps_taken)
     assert git(repo, "worktree", "list", "--porcelain").count("worktree ") == 1
     assert not (folder / "worktrees").exists() or not any((folder / "worktrees").iterdir())
     print(f"probes (s): {[round(p.wall_s) for p in result.probes]}; bisect wall {result.wall_s:.0f} s")
