@@ -48,9 +48,9 @@ def test_server_has_the_pools_the_deployments_of_prefect_yaml_and_a_cpu_worker(d
 
     config = yaml.safe_load(server.PREFECT_YAML.read_text())
     pools, names, skipped = server.deployment_plan()
-    assert set(pools) == {"cpu", "trn2"}
-    # every deployment whose flow file exists is deployed; flows/nightly.py may not exist yet
-    assert set(skipped) <= {"nightly-cpu", "nightly-trn2"} and deployed.deployments == names
+    assert set(pools) == {"cpu", "trn2", "trn2-cluster"}  # this host, a trn2 node, a trn2 cluster's login node
+    # every deployment whose flow file exists is deployed
+    assert skipped == [] and deployed.deployments == names
     with _client(deployed) as client:
         assert {client.read_work_pool(p).type for p in pools} == {"process"}
         assert len(client.read_workers_for_work_pool("cpu")) == 1
