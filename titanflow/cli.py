@@ -153,11 +153,15 @@ def _with_api(call) -> tuple[bool, object]:
                   "server, or unset PREFECT_API_URL to use a temporary local one", file=sys.stderr)
             return False, None
         return True, call()
-    # Prefect reads PREFECT_API_URL when first imported: start the server before importing it.
+    # Prefect reads PREFECT_API_URL when first imported: start the server before importing it; a command that
+    # imported Prefect already to check its input (bisect) gets the URL through Prefect's own settings context.
     with temporary_server(prefect_home() / "titanflow-server.log") as api_url:
         os.environ["PREFECT_API_URL"] = api_url
+        from prefect.settings import PREFECT_API_URL, temporary_settings
+
         try:
-            return True, call()
+            with temporary_settings({PREFECT_API_URL: api_url}):
+                return True, call()
         finally:
             del os.environ["PREFECT_API_URL"]
 

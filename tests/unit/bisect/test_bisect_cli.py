@@ -30,3 +30,17 @@ def test_bad_input_is_refused_naming_the_field(repo, capsys, argv, message):
 def test_a_folder_outside_git_is_refused(tmp_path, capsys):
     assert main(["bisect", "native", "--good", "a", "--bad", "b", "--repo", str(tmp_path)]) == 2
     assert f"repo: {tmp_path} is not a git checkout" in capsys.readouterr().err
+
+
+def test_without_prefect_api_url_the_flow_gets_the_temporary_servers_url(monkeypatch):
+    """titanflow bisect imports Prefect to check its input, before _with_api starts the temporary server: the call
+    must still see that server's URL through Prefect's settings (the probes, processes of their own, report to it);
+    it had read PREFECT_API_URL as unset and refused every bisect started without one."""
+    from prefect.settings import PREFECT_API_URL
+
+    from titanflow import cli
+
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    reached, url = cli._with_api(lambda: PREFECT_API_URL.value())
+    assert reached and url.startswith("http://127.0.0.1:") and url.endswith("/api")
+    assert "PREFECT_API_URL" not in __import__("os").environ  # set for the call only
