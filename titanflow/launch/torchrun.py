@@ -145,6 +145,11 @@ def run_training(rendered: RenderedJob, *, timeout_s: float, on_line=lambda _: N
     resume = resume or prepare(job, log_path)
     metrics_path = Path(rendered.run_dir) / "metrics.csv"
     slurm_job = job if rendered.scheduler == "slurm" else None
+    if slurm_job is not None:  # steps an earlier launch's job trained after its follower was killed
+        from titanflow.slurm.batch import nodes_dir
+        from titanflow.slurm.job import recover_rank0_steps
+
+        recover_rank0_steps(nodes_dir(job), log_path)
     with open(log_path, "a") as log:
         log.write(resume.line + "\n")
     on_line(resume.line)

@@ -144,6 +144,13 @@ def resumed_run(given: dict) -> Resumption:
     live = live_processes(run_dir)
     if live:
         pids = ", ".join(f"{p.pid} ({p.name()})" for p in live[:5])
+        from titanflow.slurm.job import running_jobs
+
+        jobs = running_jobs(run_dir / "train" / "nodes") if (run_dir / "train" / "nodes").is_dir() else []
+        if jobs:  # a Slurm job trains on after its flow process died: only Slurm can end it
+            raise ValueError(f"resume: run {run_id} is still running: its Slurm job(s) {', '.join(jobs)} (processes "
+                             f"{pids}); wait for them to end, or end them with: scancel {' '.join(jobs)}; then resume "
+                             "(the steps they log are taken into the run's curve)")
         raise ValueError(f"resume: run {run_id} is still running (processes {pids}); wait for it to end, or cancel "
                          f"it (prefect flow-run cancel {previous.flow_run_id}; Ctrl-C of its titanflow run)")
     job_path = run_dir / "job" / JOB_FILE

@@ -255,16 +255,62 @@ def _signals_held():
             signal.signal(sig, handler)
 
 
-def end_leftovers(nodes: Path) -> list[str]:
-    """Cancel (:func:`cancel`) the jobs of :data:`JOBS_FILE` Slurm still runs; returns their ids."""
+def running_jobs(nodes: Path) -> list[str]:
+    """Ids of the jobs of :data:`JOBS_FILE` under ``nodes`` that Slurm still runs (or holds pending)."""
     recorded = nodes / JOBS_FILE
-    ended = []
+    running = []
     for job_id in (recorded.read_text().split() if recorded.is_file() else []):
         state = job_state(job_id)
         if state is not None and state.get("JobState") not in FINAL_STATES:
-            cancel(job_id)
-            ended.append(job_id)
+            running.append(job_id)
+    return running
+
+
+def end_leftovers(nodes: Path) -> list[str]:
+    """Cancel (:func:`cancel`) the jobs of :data:`JOBS_FILE` Slurm still runs; returns their ids."""
+    ended = running_jobs(nodes)
+    for job_id in ended:
+        cancel(job_id)
     return ended
+
+
+def recover_rank0_steps(nodes: Path, log_path: Path) -> list[int]:
+    """Copy into train.log (``log_path``) the rank-0 step lines the node logs under ``nodes`` hold for steps after
+    the last one train.log has: the lines a launch's follower never copied because it was killed (a flow process
+    SIGKILLed while its job trained on). Cancels the run's jobs Slurm still runs first (:func:`end_leftovers`), so
+    the node logs are final. Each step's latest line is taken (node logs are appended launch after launch; the
+    newest log is read last), under one titanflow line naming the steps and the logs. Returns the steps copied.
+
+    Why: train.log is what the curve, resume and the judge read; without the steps the next launch would resume
+    from a checkpoint past the curve's end and the run could never be judged whole.
+    """
+    from titanflow.launch.metrics import log_lines, parse_launch_line, parse_step_line
+
+    if not nodes.is_dir():
+        return []
+    end_leftovers(nodes)
+    logged = 0
+    for line in log_lines(log_path):
+        if (launch := parse_launch_line(line)) is not None:
+            logged = min(logged, launch[1] or 0)  # a launch trains again from its resumed step
+        elif (row := parse_step_line(line)) is not None:
+            logged = max(logged, row["step"])
+    found: dict[int, tuple[str, str]] = {}
+    for node_log in sorted(nodes.glob("*.log"), key=lambda p: p.stat().st_mtime):
+        if node_log.name.startswith("batch-"):
+            continue
+        for line in log_lines(node_log):
+            row = parse_step_line(line) if _RANK0.match(line) else None
+            if row is not None and row["step"] > logged:
+                found[row["step"]] = (line, node_log.name)
+    steps = sorted(found)
+    if steps:
+        sources = ", ".join(sorted({found[s][1] for s in steps}))
+        with open(log_path, "a") as log:
+            log.write(f"titanflow: steps {steps[0]}-{steps[-1]} recovered from {sources} (an earlier launch's "
+                      "follower ended before copying them)\n")
+            log.writelines(found[step][0] + "\n" for step in steps)
+    return steps
 
 
 class _Tail:
