@@ -45,7 +45,7 @@ from titanflow.launch.slot import training_slot
 from titanflow.report.artifacts import artifact_key, waiting_progress
 from titanflow.run.params import ScenarioName, ScenarioRun, TargetName, Trim
 from titanflow.run.preflight import preflight
-from titanflow.run.resume import Resumption, own_run_folder, resumed_run
+from titanflow.run.resume import Resumption, end_previous_flow_run, own_run_folder, resumed_run
 from titanflow.run.summary import RunRecorder, RunSummary
 from titanflow.run.task_names import TaskName
 from titanflow.weights.digest import weights_digest
@@ -139,6 +139,9 @@ def qwen3_scenario(
         environment=numerics_environment(), resumed=resumed))
     summary = record.summary
     record.write()  # from the start: a run killed before its end keeps its parameters, to be resumed
+    if resumption and end_previous_flow_run(resumption.previous.flow_run_id, flow_run_id):
+        logger.info("flow run %s of the resumed run set Crashed: its processes are gone (its training slot is "
+                    "free)", resumption.previous.flow_run_id)
     if resumption:
         logger.info("resuming run %s (time %d; it ended %s) from step %s", run_dir.name, len(resumed),
                     resumed[-1].previous_verdict or "without a verdict (killed)", resumption.from_step or "1: "

@@ -173,3 +173,27 @@ def own_run_folder(run: ScenarioRun, flow_run_id: str) -> Path | None:
         except (OSError, ValueError):  # no summary, or not a titanflow one: not this flow run's
             continue
     return None
+
+
+def end_previous_flow_run(previous_flow_run_id: str | None, flow_run_id: str) -> str | None:
+    """Set the resumed run's earlier flow run Crashed when Prefect still shows it running: its processes are gone
+    (:func:`resumed_run` checked), as a worker marks a flow run whose process died, which a `titanflow run` killed
+    outright has no worker to do. Its training slot is then freed at once instead of when its lease expires (up to
+    two minutes of waiting for itself). Nothing happens for the flow run itself (a retry in place), an unknown or
+    already final one. Returns the state name set, or None.
+    """
+    if not previous_flow_run_id or previous_flow_run_id == flow_run_id:
+        return None
+    from prefect.client.orchestration import get_client
+    from prefect.states import Crashed
+
+    with get_client(sync_client=True) as client:
+        try:
+            state = client.read_flow_run(previous_flow_run_id).state
+        except Exception:  # noqa: BLE001 - another server's flow run (a temporary one): nothing to end here
+            return None
+        if state is None or state.is_final():
+            return None
+        client.set_flow_run_state(previous_flow_run_id, Crashed(
+            message=f"its processes are gone; run {flow_run_id} resumes it"), force=True)
+    return "Crashed"
