@@ -99,7 +99,11 @@ def find_run(ref: str, runs: pd.DataFrame, runs_root: Path | None = None) -> dic
     for folder in (Path(ref), root / ref):
         summary_path = folder / SUMMARY if folder.is_dir() else folder
         if summary_path.name == SUMMARY and summary_path.is_file():
-            return {k: _cell(v) for k, v in _folder_row(summary_path.resolve()).items()} | {"source": "run folder"}
+            row = _folder_row(summary_path.resolve())
+            kept = runs[(runs.run_id == row["run_id"]) & (runs.run_dir == row["run_dir"])] if not runs.empty else runs
+            if len(kept):  # the same run by its folder: the history's row, with the provenance it recorded
+                return {k: _cell(v) for k, v in kept.iloc[-1].items()} | {"source": "history"}
+            return {k: _cell(v) for k, v in row.items()} | {"source": "run folder"}
         if folder.is_dir():
             _no_summary(folder.resolve())
     raise LookupError(f"run: {ref!r} is neither a run_id of the history ({len(runs)} run(s)) nor a run folder "
@@ -216,7 +220,16 @@ class RunComparison(BaseModel):
 
 
 def _losses(row: dict) -> list[float]:
-    return [float(v) for v in (row.get("losses") or [])]
+    """The row's logged losses, then NaN for the step torchtitan stopped at when its error says so ("Loss is not
+    finite ... at step N", raised before the step is logged: titanflow.run.summary.NON_FINITE_STOP), so a
+    diverged run parts from a finite one where it diverged instead of agreeing over the steps before."""
+    from titanflow.run.summary import NON_FINITE_STOP
+
+    losses = [float(v) for v in (row.get("losses") or [])]
+    stop = NON_FINITE_STOP.search(row.get("error") or "")
+    if stop and int(stop.group(1)) == len(losses) + 1:
+        losses.append(float("nan"))
+    return losses
 
 
 def step_pairs(losses_a: list[float], losses_b: list[float], margin: float) -> list[StepPair]:

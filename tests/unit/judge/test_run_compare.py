@@ -64,7 +64,10 @@ def test_a_nan_run_against_a_passing_one_lists_the_changed_parameters():
         ("lr", 0.0008, 1e6), ("runs_dir", None, "/tmp/a-work/runs"), ("steps", 10, 4),
         ("tolerances.parity_router", 1.0, None)]
     assert c.steps[1].difference == pytest.approx(11.93121 - 11.93394)  # both metrics.csv files, step 2
-    assert [p.parted for p in c.steps] == [False, False] + [None] * 8  # the NaN run logged 2 steps
+    # the NaN run logged 2 steps; torchtitan stopped at step 3 ("Loss is not finite ... at step 3" in its error,
+    # raised before the step is logged): a non-finite loss against a finite one parts
+    assert [p.parted for p in c.steps] == [False, False, True] + [None] * 7
+    assert c.divergence_step == 3 and math.isnan(c.steps[2].loss_b)
     markdown = comparison_markdown(c)
     assert "| 2 | 11.93394 | 11.93121 | -0.00273 |  |" in markdown
     assert "| parameter | lr | 0.0008 | 1000000.0 |" in markdown
@@ -108,7 +111,8 @@ def test_compare_command_prints_the_tables_and_writes_the_png(tmp_path, capsys):
     png = tmp_path / "pair.png"
     assert main(["compare", "base-native", str(NAN_RUN), "--history-dir", str(LEGACY), "--png", str(png)]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("native-nan2 (fail) vs base-native (pass): curves within 0.02 nats over 2 common steps")
+    assert out.startswith("native-nan2 (fail) vs base-native (pass): curves part at step 3 (nan vs 11.89889, "
+                          "|difference| > 0.02 nats)")
     assert "loss per step (nats):" in out and f"plot: {png}" in out
     assert png.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
     assert main(["compare", "base-native", "nope", "--history-dir", str(LEGACY), "--runs-dir", str(tmp_path)]) == 2
@@ -159,3 +163,22 @@ def test_a_run_without_a_loss_curve_is_refused_naming_it_and_no_png_is_written(t
     assert str(refused.value) == ("run: no loss curve to compare: a: its history row records no losses; b: its history "
                                   "row records no losses; it failed in train. Compare runs that logged at least one "
                                   "training step")
+
+
+def test_a_run_by_its_folder_is_its_history_row_when_the_history_has_it(tmp_path):
+    """The same run by id and by folder gives the same row (the history's, with the provenance it recorded), so
+    two spellings of one comparison agree; a folder the history lacks is read from its summary."""
+    import shutil
+
+    folder = tmp_path / "runs" / "native-a1"
+    shutil.copytree(RANDOM_RUN, folder)
+    summary = (folder / "summary.json").read_text()
+    (folder / "summary.json").write_text(summary.replace(str(RANDOM_RUN), str(folder)))
+    assert find_run(str(folder), read_history(history_dir=tmp_path / "empty"))["source"] == "run folder"
+    from titanflow.judge.history import row_from_summary
+
+    row = row_from_summary(folder / "summary.json").as_record() | {"git_commit": "abc123"}
+    append_rows([row], tmp_path / "history")
+    runs = read_history(history_dir=tmp_path / "history")
+    by_id, by_folder = find_run("native-a1", runs), find_run(str(folder), runs)
+    assert by_folder == by_id and by_folder["source"] == "history" and by_folder["git_commit"] == "abc123"
