@@ -505,7 +505,7 @@ def main(argv: list[str] | None = None) -> int:
     doc.add_argument("--init", default="random", help="random | pretrained (default: random)")
     doc.add_argument("--weights", help="HF folder or Hub id (default: the target's deployments': on trn2 the "
                                        "walkthrough's models, else the embedded tiny model)")
-    doc.add_argument("--nproc", help="ranks (default: the target's)")  # validated by ScenarioRun
+    doc.add_argument("--nproc-per-node", "--nproc", dest="nproc", help="ranks per node (default: the target's)")  # validated by ScenarioRun
     doc.add_argument("--runs-dir", help="parent of the runs' folders, where the export's disk is checked")
     trim = sub.add_parser("trim", help="write an MoE checkpoint trimmed to its first layers and experts",
                           description="Copy a Qwen3 MoE Hugging Face folder (or Hub id) keeping the first --layers "

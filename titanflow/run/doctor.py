@@ -204,7 +204,7 @@ def check_devices(run: ScenarioRun, dev_dir: Path = Path("/dev")) -> Check:
     most_ranks = physical // lnc
     seen = f"; neuron-ls counts {logical} logical cores" if logical is not None else ""
     fix = "run on a trn2.48xlarge (16 devices) with the Neuron driver loaded" + (
-        f", or pass --nproc {most_ranks} or fewer" if most_ranks else "")
+        f", or pass --nproc-per-node {most_ranks} or fewer" if most_ranks else "")
     return Check("neuron devices", physical >= needed and (logical is None or logical >= ranks),
                  f"{count} devices x {per_device} physical cores = {physical} ({source}){seen}; {ranks} ranks x "
                  f"LNC {lnc} need {needed}", fix)
@@ -225,7 +225,7 @@ def check_cuda(run: ScenarioRun) -> Check:
         return Check("cuda devices", False, f"torch.cuda.is_available() is False: {why}; {ranks} ranks need {ranks} "
                      "GPUs", f"run on a machine with {ranks} GPUs and their driver, and {install}")
     count = torch.cuda.device_count()
-    fix = f"run on a machine with {ranks} GPUs" + (f", or pass --nproc {count} or fewer" if count else "")
+    fix = f"run on a machine with {ranks} GPUs" + (f", or pass --nproc-per-node {count} or fewer" if count else "")
     return Check("cuda devices", count >= ranks, f"{count} CUDA devices (torch.cuda.device_count()); {ranks} ranks "
                  f"need {ranks}", fix)
 

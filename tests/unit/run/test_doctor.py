@@ -111,7 +111,7 @@ def test_neuron_devices_from_neuron_ls(monkeypatch):
     assert doctor.check_devices(ScenarioRun(target="trn2-cluster")).detail == check.detail
     monkeypatch.setenv("NEURON_LS_STAND_IN_DEVICES", "8")
     half = doctor.check_devices(ScenarioRun(target="trn2"))
-    assert not half.ok and "8 devices x 8 physical cores = 64" in half.detail and "--nproc 32 or fewer" in half.fix
+    assert not half.ok and "8 devices x 8 physical cores = 64" in half.detail and "--nproc-per-node 32 or fewer" in half.fix
     assert doctor.check_devices(ScenarioRun(target="trn2", nproc=32, global_batch_size=32)).ok
 
 
@@ -140,7 +140,7 @@ def test_cuda_devices_against_the_ranks(monkeypatch):
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
     four = doctor.check_cuda(run)
     assert not four.ok and four.detail == "4 CUDA devices (torch.cuda.device_count()); 8 ranks need 8"
-    assert four.fix == "run on a machine with 8 GPUs, or pass --nproc 4 or fewer"
+    assert four.fix == "run on a machine with 8 GPUs, or pass --nproc-per-node 4 or fewer"
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 8)
     assert doctor.check_cuda(run).ok
     assert "cuda devices" in [c.name for c in doctor.run_checks(run, None, with_weights=False)]
@@ -324,12 +324,12 @@ def test_doctor_bad_input_exits_2():
     assert result.returncode == 2 and "target: unknown 'tpu'; known: cpu, trn2, cuda" in result.stderr
 
 
-#: The field --nproc sets (ScenarioRun's ranks field), as describe names it.
-RANKS = "nproc_per_node" if "nproc_per_node" in ScenarioRun.model_fields else "nproc"
+#: The field --nproc-per-node sets (ScenarioRun's ranks field), as describe names it; its fix names doctor's own flag.
+RANKS = "nproc_per_node"
 
 
 @pytest.mark.parametrize(("args", "line"), [
-    (("--nproc", "-3"), f"{RANKS}: Input should be greater than or equal to 1, given -3; fix: pass 1 or more for "
+    (("--nproc-per-node", "-3"), f"{RANKS}: Input should be greater than or equal to 1, given -3; fix: pass 1 or more for "
                         f"--{RANKS.replace('_', '-')}"),
     (("--nproc", "abc"), f"{RANKS}: Input should be a valid integer, unable to parse string as an integer, given abc; "
                          f"fix: pass a whole number for --{RANKS.replace('_', '-')}"),
