@@ -80,13 +80,18 @@ def pytest_sessionfinish(session, exitstatus):
 
 @pytest.fixture(scope="module")
 def prefect_server():
-    """A temporary Prefect server (SQLite in a temporary folder) for the module, heartbeats off."""
+    """A temporary Prefect server (SQLite in a temporary folder) for the module, heartbeats off. Prefect's events
+    worker is drained before and after: it stays bound to the API it first sent to, so without this the module's
+    task-run events (which record task runs, e.g. a probe task's) would go to an earlier module's server, gone."""
+    from prefect.events.worker import EventsWorker
     from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
     from prefect.testing.utilities import prefect_test_harness
 
+    EventsWorker.drain_all()
     with prefect_test_harness(server_startup_timeout=90), \
             temporary_settings({PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
         yield
+        EventsWorker.drain_all()
 
 
 @pytest.fixture(scope="session")

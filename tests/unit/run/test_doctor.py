@@ -52,8 +52,10 @@ def test_python_is_read_from_the_files_setup_and_make_read(tmp_path, monkeypatch
     setup = subprocess.run(["bash", "profiles/trn2/setup.sh", "--print"], capture_output=True, text=True, check=True,
                            cwd=doctor.paths.REPO_ROOT, env={**os.environ, "HOME": "/home/ubuntu"}).stdout
     assert "sys.version_info[:2] != (3, 12)" in setup.splitlines()[0] and doctor.profile_python("trn2") == "3.12"
-    make = subprocess.run(["make", "-n", "-B", ".venv/.installed"], capture_output=True, text=True, check=True,
-                          cwd=doctor.paths.REPO_ROOT).stdout
+    # a make of its own, not a sub-make of `make test` (whose MAKEFLAGS would print "Entering directory" first)
+    make = subprocess.run(["make", "--no-print-directory", "-n", "-B", ".venv/.installed"], capture_output=True,
+                          text=True, check=True, cwd=doctor.paths.REPO_ROOT,
+                          env={k: v for k, v in os.environ.items() if not k.startswith("MAKE")}).stdout
     assert 'v = "3.11"' in make.splitlines()[0] and doctor.profile_python("cpu") == "3.11"
     shutil.copytree(doctor.paths.REPO_ROOT / "profiles", tmp_path / "profiles")
     (tmp_path / "profiles" / "trn2" / ".python-version").write_text("3.13\n")
