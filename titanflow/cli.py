@@ -319,6 +319,12 @@ def cmd_history(args: argparse.Namespace) -> int:
         if args.last < 1:
             print(f"titanflow: bad input:\nlast: {args.last}; pass a number of nights, at least 1", file=sys.stderr)
             return 2
+        from titan_cfg.targets import TARGETS
+
+        if args.target is not None and args.target not in TARGETS:
+            print(f"titanflow: bad input:\ntarget: unknown {args.target!r}; pass one of {', '.join(sorted(TARGETS))}",
+                  file=sys.stderr)
+            return 2
         print(trend_text(trend_table(table, target=args.target, nights=args.last)), end="")
     return 0
 
@@ -341,6 +347,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
         comparison = run_compare.compare(a, b)
     except (LookupError, run_compare.NoCurveError) as err:
         print(f"titanflow: bad input:\n{err.args[0]}", file=sys.stderr)
+        return 2
+    if args.png and not Path(args.png).resolve().parent.is_dir():
+        print(f"titanflow: bad input:\npng: {Path(args.png).resolve().parent} is not a folder; pass a path in an "
+              "existing folder, or leave --png out (the PNG then goes into run B's folder)", file=sys.stderr)
         return 2
     png = report.write_comparison_png(comparison, Path(args.png) if args.png else report.default_png(comparison))
     print(report.comparison_text(comparison, png), end="")

@@ -117,6 +117,10 @@ def test_compare_command_prints_the_tables_and_writes_the_png(tmp_path, capsys):
     assert png.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
     assert main(["compare", "base-native", "nope", "--history-dir", str(LEGACY), "--runs-dir", str(tmp_path)]) == 2
     assert "run: 'nope' is neither a run_id of the history (1 run(s))" in capsys.readouterr().err
+    # a PNG path in a folder that does not exist: bad input naming --png, not a traceback
+    assert main(["compare", "base-native", str(NAN_RUN), "--history-dir", str(LEGACY), "--png",
+                 str(tmp_path / "absent" / "x.png")]) == 2
+    assert f"png: {tmp_path / 'absent'} is not a folder" in capsys.readouterr().err
 
 
 def test_a_rendered_run_folder_is_named_as_such_not_as_missing(tmp_path, capsys):

@@ -123,3 +123,6 @@ def test_history_last_prints_the_same_table(runs, tmp_path, capsys):
     assert runs_shown == ["m4", "m5", "n5", "n6", "manual"]  # the last 2 nights of each workload (k10, then k3) on cpu
     assert main(["history", "--history-dir", str(tmp_path / "history"), "--last", "0"]) == 2
     assert "last: 0; pass a number of nights, at least 1" in capsys.readouterr().err
+    # a target that does not exist is bad input, not an empty table ("no runs", exit 0)
+    assert main(["history", "--history-dir", str(tmp_path / "history"), "--last", "5", "--target", "bogus"]) == 2
+    assert "target: unknown 'bogus'; pass one of cpu, " in capsys.readouterr().err
