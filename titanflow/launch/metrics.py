@@ -84,6 +84,11 @@ def metrics_table(lines: list[str]) -> pd.DataFrame:
     return pd.DataFrame([rows[step] for step in sorted(rows)], columns=COLUMNS)
 
 
+def run_curve(train_log: Path) -> pd.DataFrame:
+    """:func:`metrics_table` of the step and launch lines of a run's train.log (every launch; empty without a log)."""
+    return metrics_table([line for line in log_lines(train_log) if parse_step_line(line) or parse_launch_line(line)])
+
+
 def log_lines(path: Path, max_bytes: int = 4096):
     """Each line of the log at ``path`` in order, without its line end, cut to its first ``max_bytes`` bytes
     (decoded as UTF-8); the rest of a longer line is skipped unread into memory. Nothing when there is no log.

@@ -21,13 +21,7 @@ from pydantic import BaseModel, Field
 from titan_cfg.job import Job
 from titanflow import paths
 from titanflow.judge.loss import non_finite_steps
-from titanflow.launch.metrics import (
-    log_lines,
-    log_tail,
-    metrics_table,
-    parse_launch_line,
-    parse_step_line,
-)
+from titanflow.launch.metrics import log_tail, run_curve
 from titanflow.launch.process import ProcessResult, run_streaming
 from titanflow.launch.render import RenderedJob
 from titanflow.launch.resume import Resume, prepare
@@ -156,7 +150,7 @@ def run_training(rendered: RenderedJob, *, timeout_s: float, on_line=lambda _: N
     try:
         result, log_path = launch(rendered, timeout_s=timeout_s, on_line=on_line, hold_nodes=hold_nodes)
     finally:  # interrupted or not, the steps that ran are kept; the log file has every line the launch printed
-        table = metrics_table([line for line in log_lines(log_path) if parse_step_line(line) or parse_launch_line(line)])
+        table = run_curve(log_path)
         table.to_csv(metrics_path, index=False)
     if result.timed_out or result.returncode != 0 or table.empty:
         why = (f"timed out after {timeout_s:.0f} s" if result.timed_out

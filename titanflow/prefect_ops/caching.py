@@ -117,17 +117,23 @@ def files_fingerprint(folder: Path) -> dict[str, str] | None:
             if p.is_file() and not any(part.startswith(".") for part in p.relative_to(folder).parts)}
 
 
+def indexed_shards_present(folder: Path) -> bool | None:
+    """Whether every shard ``folder``'s ``model.safetensors.index.json`` names is there; None without an index."""
+    index = folder / "model.safetensors.index.json"
+    if not index.is_file():
+        return None
+    shards = set(json.loads(index.read_text()).get("weight_map", {}).values())
+    return all((folder / shard).is_file() for shard in shards)
+
+
 def weights_intact(folder: str | Path) -> bool:
     """The weights folder still has its config.json and its weights: every shard its index names, else at least
     one ``*.safetensors``."""
     folder = Path(folder)
     if not (folder / "config.json").is_file():
         return False
-    index = folder / "model.safetensors.index.json"
-    if index.is_file():
-        shards = set(json.loads(index.read_text()).get("weight_map", {}).values())
-        return all((folder / shard).is_file() for shard in shards)
-    return any(folder.glob("*.safetensors"))
+    present = indexed_shards_present(folder)
+    return present if present is not None else any(folder.glob("*.safetensors"))
 
 
 @dataclass
@@ -274,12 +280,7 @@ def _trained_intact(result) -> bool:
     run_dir = Path(result.metrics_path).parent if result.metrics_path else None
     if run_dir is None or not Path(result.metrics_path).is_file() or not (run_dir / "job" / "job.json").is_file():
         return False
-    step_dir = Job.read(run_dir / "job" / "job.json").export_step_dir
-    index = step_dir / "model.safetensors.index.json"
-    if not index.is_file():
-        return False
-    shards = set(json.loads(index.read_text()).get("weight_map", {}).values())
-    return all((step_dir / shard).is_file() for shard in shards)
+    return indexed_shards_present(Job.read(run_dir / "job" / "job.json").export_step_dir) is True
 
 
 #: train(rendered, timeout_s): a run's training, for its own retries and resumes (module docstring).

@@ -284,17 +284,13 @@ def recover_rank0_steps(nodes: Path, log_path: Path) -> list[int]:
     Why: train.log is what the curve, resume and the judge read; without the steps the next launch would resume
     from a checkpoint past the curve's end and the run could never be judged whole.
     """
-    from titanflow.launch.metrics import log_lines, parse_launch_line, parse_step_line
+    from titanflow.launch.metrics import log_lines, parse_step_line, run_curve
 
     if not nodes.is_dir():
         return []
     end_leftovers(nodes)
-    logged = 0
-    for line in log_lines(log_path):
-        if (launch := parse_launch_line(line)) is not None:
-            logged = min(logged, launch[1] or 0)  # a launch trains again from its resumed step
-        elif (row := parse_step_line(line)) is not None:
-            logged = max(logged, row["step"])
+    curve = run_curve(log_path)  # the run's curve so far, launches folded
+    logged = int(curve.step.max()) if not curve.empty else 0
     found: dict[int, tuple[str, str]] = {}
     for node_log in sorted(nodes.glob("*.log"), key=lambda p: p.stat().st_mtime):
         if node_log.name.startswith("batch-"):
