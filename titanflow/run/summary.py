@@ -37,7 +37,7 @@ from titanflow.launch.metrics import logged_losses
 from titanflow.launch.torchrun import TrainResult
 from titanflow.launch.warmup import WarmupResult
 from titanflow.paths import write_atomic
-from titanflow.run.task_names import TaskName
+from titanflow.run.task_names import PHASE_LOGGER, TaskName
 
 #: torchtitan's message when a step's loss is NaN or inf (torchtitan/trainer.py, Trainer.train_step).
 NON_FINITE_STOP = re.compile(r"Loss is not finite \(global_avg_loss=[^)]*\) at step (\d+)")
@@ -235,18 +235,27 @@ class RunRecorder:
         """Time the block as the Prefect task ``task`` (its ``name``); on an exception record it (a
         cancel as :meth:`cancelled_by`, anything else as the failed task and its error) and re-raise
         (the flow writes the summary in its ``finally``). Yields a :class:`TaskTiming` whose
-        ``exclude_wait`` takes a wait for the training slot out of the task's time."""
+        ``exclude_wait`` takes a wait for the training slot out of the task's time. The start and the end are
+        told on :data:`PHASE_LOGGER`."""
         start = time.monotonic()
         timing = TaskTiming(self.summary)
+        PHASE_LOGGER.info("%s started", task.name, extra={"phase": task.name, "phase_state": "started"})
+        state = "completed"
         try:
             yield timing
         except BaseException as err:
+            state = "cancelled"
             if not self.cancelled_by(err, TaskName(task.name)):
                 self.summary.failed_task = TaskName(task.name)
                 self.summary.error = f"{type(err).__name__}: {err}"
+                state = "failed"
             raise
         finally:
-            self.summary.timings_s[task.name] = round(time.monotonic() - start - timing.waited_s, 3)
+            seconds = self.summary.timings_s[task.name] = round(time.monotonic() - start - timing.waited_s, 3)
+            if state == "completed" and task.name in self.summary.cached_tasks:
+                state = "cached"
+            PHASE_LOGGER.info("%s %s in %.1f s", task.name, state, seconds,
+                              extra={"phase": task.name, "phase_state": state, "phase_s": seconds})
 
     def cancelled_by(self, err: BaseException, task: TaskName | None = None) -> bool:
         """Whether ``err`` is a cancel (:func:`cancel_cause`); if so, and none is recorded yet, record it

@@ -2,12 +2,20 @@
 
 They are the Prefect task names (``@task(name=...)``), the keys of ``timings_s`` in
 summary.json, the ``seconds_<task>`` columns of the history and the ``failed_task`` a
-failure is classified by.
+failure is classified by. :data:`PHASE_LOGGER` tells when each starts and ends.
 """
 
 from __future__ import annotations
 
+import logging
 from enum import StrEnum
+
+#: The logger on which the flow's RunRecorder.task (titanflow.run.summary) tells each task's start and end, one
+#: INFO record each, carrying ``phase`` (the task's name), ``phase_state`` (started, then completed | cached |
+#: failed | cancelled) and, at the end, ``phase_s`` (the task's seconds, as in ``timings_s``). Not a Prefect
+#: logger: the records reach neither the Prefect API nor its console; at the default level (the root logger's
+#: WARNING) they are not even made, unless a reader such as titanflow.run.console sets it to INFO.
+PHASE_LOGGER = logging.getLogger("titanflow.run.phases")
 
 
 class TaskName(StrEnum):
