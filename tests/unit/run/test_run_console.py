@@ -170,3 +170,46 @@ def test_the_view_shows_only_on_a_terminal_and_without_log(monkeypatch):
         assert not wants_view(False, tty, io.StringIO())  # stderr to a pipe or file
         monkeypatch.setenv("TERM", "dumb")
         assert not wants_view(False, tty, tty)
+
+
+def test_a_prefect_flow_drives_the_view_and_its_api_log_keeps_every_line(prefect_server, tmp_path, capfd):
+    """A flow as qwen3-scenario is built (RunRecorder around tasks named as its tasks, the train task logging the
+    launch's lines with its run logger), run with the view attached: the terminal gets the status lines and the
+    bar, Prefect's console handler prints nothing, and the Prefect API's log holds every line the tasks logged."""
+    from prefect import flow, get_client, task
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+    from prefect.logging import get_run_logger
+    from prefect.logging.handlers import APILogWorker
+
+    @task(name="pull_weights")
+    def pull_weights():
+        get_run_logger().info("weights folder: /w")
+
+    @task(name="train")
+    def train():
+        logger = get_run_logger()
+        for line in LOG_LINES:
+            logger.info(line)
+
+    @flow
+    def scenario_like():
+        record = RunRecorder(tmp_path, RunSummary(run_id="r", scenario="native", target="cpu", init="random", steps=3))
+        for called in (pull_weights, train):
+            with record.task(called):
+                called()
+        return record.summary.timings_s
+
+    view, out = _view()
+    capfd.readouterr()
+    with view.attached():
+        state = scenario_like(return_state=True)
+    seconds = state.result()
+    assert "weights folder" not in capfd.readouterr().err  # Prefect's console handler printed none of it
+    assert out.getvalue().splitlines() == [f"✓ pull_weights     {seconds['pull_weights']:6.1f} s",
+                                           f"✓ train            {seconds['train']:6.1f} s  3/3 steps · loss 11.8989 · "
+                                           "360 tokens/s"]
+    APILogWorker.drain_all(timeout=10)  # as titanflow run does before its server stops
+    with get_client(sync_client=True) as client:
+        logged = [log.message for log in client.read_logs(LogFilter(
+            flow_run_id=LogFilterFlowRunId(any_=[state.state_details.flow_run_id])))]
+    assert "weights folder: /w" in logged and all(line in logged for line in LOG_LINES)
