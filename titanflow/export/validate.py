@@ -71,7 +71,12 @@ class ValidationReport(BaseModel):
 
 
 def validate_export(export_dir: Path, job: Job, tolerances: Tolerances) -> ValidationReport:
-    """Run the four levels (module docstring); raises when a check cannot run at all."""
+    """Run the four levels (module docstring); raises when a check cannot run at all.
+
+    Memory: structure reads headers only, the round trip one layer's tensors at a time; transformers
+    loads the export once (float32: about its size in bytes for a float32 export, twice for bfloat16)
+    for the load checks and parity, and releases it before the walkthrough's tie check loads it again.
+    """
     seconds: dict[str, float] = {}
     start = time.monotonic()
     structure = check_structure(export_dir, job.export_dtype, job.rope_theta)
@@ -87,19 +92,20 @@ def validate_export(export_dir: Path, job: Job, tolerances: Tolerances) -> Valid
                 problems.append(f"round trip: tensors {what} after HF -> torchtitan -> HF: "
                                 f"{getattr(round_trip, what)[:5]}")
     start = time.monotonic()
-    loaded = load_export(export_dir)
+    loaded = load_export(export_dir)  # the one load, shared by the load checks and parity
     load = check_export(export_dir, loaded)
     seconds["load"] = round(time.monotonic() - start, 3)
     problems += [f"load: {p}" for p in load.problems]
+    start = time.monotonic()
+    parity = check_parity(loaded[0], Path(job.dump_folder) / PROBE_FILE)
+    seconds["parity"] = round(time.monotonic() - start, 3)
+    del loaded  # released before the walkthrough's check loads the export a second time
     walkthrough_tie = None
     if job.tied and not load.tied:  # hf_backend: the export carries the trained head, untied
         start = time.monotonic()
         walkthrough_tie = check_tied_as_saved(export_dir)
         seconds["walkthrough_tie"] = round(time.monotonic() - start, 3)
         problems += [f"walkthrough tie: {p}" for p in walkthrough_tie.problems]
-    start = time.monotonic()
-    parity = check_parity(loaded[0], Path(job.dump_folder) / PROBE_FILE)
-    seconds["parity"] = round(time.monotonic() - start, 3)
     if parity.kl > tolerances.parity_kl or parity.top1_agreement < tolerances.parity_top1:
         problems.append(f"parity: KL {parity.kl:.3g} (max {tolerances.parity_kl:g}), top-1 agreement "
                         f"{parity.top1_agreement:.4f} (min {tolerances.parity_top1:g}) between the trained model "

@@ -91,3 +91,35 @@ def test_unexpected_tensor_is_reported(tmp_path, tiny_assets):
     save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
     report = check_export(folder)
     assert report.unexpected == ["model.layers.0.mlp.extra.weight"] and report.problems
+
+
+def test_validate_loads_the_export_in_transformers_once_for_the_load_checks_and_parity(tmp_path, tiny_assets,
+                                                                                        monkeypatch):
+    """The four levels on a clean export of the tiny model, whose probe logits are its own: no problem, KL 0;
+    ``AutoModelForCausalLM.from_pretrained`` called once (the load checks and parity share the model)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from titan_cfg.probe import PROBE_FILE, probe_ids
+    from titanflow.export.validate import validate_export
+    from titanflow.run.params import Tolerances
+
+    job = _job(tmp_path, tiny_assets.weights_dir)
+    _torchtitan_save(job, tiny_assets.weights_dir)
+    export_dir = assemble_export(job, tmp_path / "run")
+    ids = probe_ids(tiny_assets.weights_dir)
+    with torch.no_grad():
+        logits = AutoModelForCausalLM.from_pretrained(tiny_assets.weights_dir, dtype=torch.float32)(ids).logits
+    torch.save({"input_ids": ids, "logits": logits}, Path(job.dump_folder) / PROBE_FILE)
+    loads = []
+    upstream = AutoModelForCausalLM.from_pretrained
+
+    def counted(*args, **kwargs):
+        loads.append(args[0])
+        return upstream(*args, **kwargs)
+
+    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", counted)
+    report = validate_export(export_dir, job, Tolerances())
+    assert loads == [export_dir]
+    assert report.problems == [] and report.parity.kl == 0.0 and report.parity.tokens == ids.shape[1]
+    assert list(report.seconds) == ["structure", "round_trip", "load", "parity"]
