@@ -76,6 +76,7 @@ def validate_export(export_dir: Path, job: Job, tolerances: Tolerances) -> Valid
     Memory: structure reads headers only, the round trip one layer's tensors at a time; transformers
     loads the export once (float32: about its size in bytes for a float32 export, twice for bfloat16)
     for the load checks and parity, and releases it before the walkthrough's tie check loads it again.
+    The flow records the task's peak resident set (titanflow.run.summary.RunSummary.task_peak_rss_bytes).
     """
     seconds: dict[str, float] = {}
     start = time.monotonic()

@@ -204,6 +204,9 @@ class HistoryRow(BaseModel):
     resumes: int | None = Field(None, description="times the run was continued in its own folder (titanflow run "
                                 "--resume, the resume parameter, a retried flow run: summary.json resumed); None: "
                                 "before they were counted")
+    validate_peak_rss_bytes: int | None = Field(None, description="peak resident set of the flow process while "
+                                                "the validate task ran (summary.json task_peak_rss_bytes); None: "
+                                                "not reached, or before it was recorded")
 
     def as_record(self) -> dict:
         """The row as the table stores it: the columns in table order, ``seconds_<task>`` after
@@ -269,6 +272,7 @@ def row_from_summary(summary_path: Path | str, summary: RunSummary | None = None
         resumed_from_step=train.resumed_from_step if train else (launched[-1][1] if launched else None),
         attempts=train.attempts if train else (len(launched) or None),
         resumes=summary.resumes,
+        validate_peak_rss_bytes=summary.task_peak_rss_bytes.get("validate"),
     )
 
 
@@ -297,7 +301,8 @@ def _read_table(table: Path) -> pd.DataFrame:
 def _frame(rows: list[dict]) -> pd.DataFrame:
     """Rows as a DataFrame with stable dtypes (nullable integers, UTC timestamps)."""
     df = pd.DataFrame(rows)
-    for column in ("peak_rss_bytes", "nproc", "steps", "resumed_from_step", "attempts", "resumes"):
+    for column in ("peak_rss_bytes", "nproc", "steps", "resumed_from_step", "attempts", "resumes",
+                   "validate_peak_rss_bytes"):
         if column in df:
             df[column] = df[column].astype("Int64")
     return df

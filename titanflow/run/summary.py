@@ -37,6 +37,7 @@ from titanflow.launch.metrics import logged_losses
 from titanflow.launch.torchrun import TrainResult
 from titanflow.launch.warmup import WarmupResult
 from titanflow.paths import write_atomic
+from titanflow.run.peak_rss import peak_rss_bytes, reset_peak_rss
 from titanflow.run.task_names import PHASE_LOGGER, TaskName
 
 #: torchtitan's message when a step's loss is NaN or inf (torchtitan/trainer.py, Trainer.train_step).
@@ -135,6 +136,11 @@ class RunSummary(BaseModel):
                                            "outside got (a Prefect cancel, Ctrl-C); None when it was not")
     timings_s: dict[str, float] = Field(default_factory=dict, description="wall seconds per task, in run order; "
                                         "a wait for the training slot is not in them (slot_wait_s)")
+    task_peak_rss_bytes: dict[str, int] = Field(
+        default_factory=dict, description="per task, in run order: the flow process's peak resident set (bytes) "
+        "while the task ran, the kernel's high-water mark reset at the task's start (titanflow.run.peak_rss); it "
+        "includes what the process held before, not processes the task started (train: train.peak_rss_bytes). "
+        "{} for a summary written before it was recorded, or where the kernel cannot reset the mark")
     history_error: str | None = Field(None, description="why the run could not be compared with the history "
                                       "or appended to it (its verdict stands; the report and CLI say so)")
     slot_wait_s: float = Field(0.0, description="seconds spent waiting for the node's training slot "
@@ -236,11 +242,13 @@ class RunRecorder:
         cancel as :meth:`cancelled_by`, anything else as the failed task and its error) and re-raise
         (the flow writes the summary in its ``finally``). Yields a :class:`TaskTiming` whose
         ``exclude_wait`` takes a wait for the training slot out of the task's time. The start and the end are
-        told on :data:`PHASE_LOGGER`."""
+        told on :data:`PHASE_LOGGER`. The task's peak resident set goes to ``task_peak_rss_bytes``
+        (titanflow.run.peak_rss)."""
         start = time.monotonic()
         timing = TaskTiming(self.summary)
         PHASE_LOGGER.info("%s started", task.name, extra={"phase": task.name, "phase_state": "started"})
         state = "completed"
+        measured = reset_peak_rss()
         try:
             yield timing
         except BaseException as err:
@@ -252,6 +260,9 @@ class RunRecorder:
             raise
         finally:
             seconds = self.summary.timings_s[task.name] = round(time.monotonic() - start - timing.waited_s, 3)
+            peak = peak_rss_bytes() if measured else None
+            if peak is not None:
+                self.summary.task_peak_rss_bytes[task.name] = peak
             if state == "completed" and task.name in self.summary.cached_tasks:
                 state = "cached"
             PHASE_LOGGER.info("%s %s in %.1f s", task.name, state, seconds,

@@ -59,7 +59,7 @@ def test_a_history_table_of_the_previous_layout_is_read_and_appended_to(tmp_path
     # the same columns in the same order, and the columns added since after them
     assert list(table.columns) == [*pd.read_parquet(LEGACY / "runs.parquet").columns, "slot_wait_s",
                                    "environment_key", "weights_digest", "resumed_from_step", "attempts",
-                                   "resumes"]
+                                   "resumes", "validate_peak_rss_bytes"]
     assert list(table.columns) == list(row.as_record())
     legacy = pd.read_parquet(LEGACY / "runs.parquet").iloc[0]
     same = [c for c in legacy.index if c not in ("started_at", "finished_at", "run_dir", "git_commit", "git_dirty",
