@@ -48,10 +48,14 @@ def load_export(export_dir: Path):
     return AutoModelForCausalLM.from_pretrained(export_dir, output_loading_info=True, dtype=torch.float32)
 
 
-def check_export(export_dir: Path, loaded=None) -> LoadReport:
-    """Run the load checks above on ``loaded`` (from :func:`load_export`; loaded here when None)."""
+def check_export(export_dir: Path, loaded=None, input_ids=None) -> LoadReport:
+    """Run the load checks above on ``loaded`` (from :func:`load_export`; loaded here when None).
+
+    ``input_ids``: [1, L] int64 ids of :data:`~titan_cfg.probe.PROBE_TEXT` for the forward, e.g. the probe
+    file's (the run's tokenizer, no special tokens); None: encoded here by the export's own tokenizer
+    (``AutoTokenizer``, about 0.2 GB resident for Qwen3's vocabulary).
+    """
     import torch
-    from transformers import AutoTokenizer
 
     model, info = loaded or load_export(export_dir)
     tied = bool(model.config.tie_word_embeddings)
@@ -70,10 +74,12 @@ def check_export(export_dir: Path, loaded=None) -> LoadReport:
         lm_head_is_embedding = bool(head.data_ptr() == embed.data_ptr() or torch.equal(head, embed))
         if not lm_head_is_embedding:
             problems.append("tie_word_embeddings is true but lm_head differs from embed_tokens after load")
-    tokenizer = AutoTokenizer.from_pretrained(export_dir)
-    ids = tokenizer(PROBE_TEXT, return_tensors="pt").input_ids
+    if input_ids is None:
+        from transformers import AutoTokenizer
+
+        input_ids = AutoTokenizer.from_pretrained(export_dir)(PROBE_TEXT, return_tensors="pt").input_ids
     with torch.no_grad():
-        logits = model(ids).logits
+        logits = model(input_ids).logits
     forward_finite = bool(torch.isfinite(logits).all())
     if not forward_finite:
         problems.append("forward pass on the probe sentence gave non-finite logits")
@@ -89,10 +95,11 @@ def check_export(export_dir: Path, loaded=None) -> LoadReport:
     )
 
 
-def check_tied_as_saved(export_dir: Path) -> LoadReport:
+def check_tied_as_saved(export_dir: Path, input_ids=None) -> LoadReport:
     """:func:`check_export` on the export as the walkthrough loads it (module docstring): a folder beside
     ``export_dir`` with links to its shards except the one holding only ``lm_head.weight``, its index
     without that key, and its config.json with ``tie_word_embeddings: true``; removed afterwards.
+    ``input_ids`` as in :func:`check_export`.
 
     Raises:
         ValueError: the export has no index naming lm_head.weight in a shard of its own (nothing to untie).
@@ -111,7 +118,7 @@ def check_tied_as_saved(export_dir: Path) -> LoadReport:
         (tied / INDEX).write_text(json.dumps({**index, "weight_map": weight_map}))
         config = json.loads((export_dir / "config.json").read_text())
         (tied / "config.json").write_text(json.dumps({**config, "tie_word_embeddings": True}))
-        return check_export(tied)
+        return check_export(tied, input_ids=input_ids)
 
 
 def checkpoint_keys(model) -> set[str]:

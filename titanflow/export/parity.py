@@ -106,9 +106,7 @@ def check_parity(exported_model, probe_path: Path) -> ParityReport:
     """
     import torch
 
-    if not probe_path.is_file():
-        raise FileNotFoundError(f"validate: {probe_path} missing; the trained model's probe logits were not saved")
-    probe = torch.load(probe_path)
+    probe = read_probe(probe_path)
     routes, hooks = _record_hf_routes(exported_model)
     try:
         with torch.no_grad():
@@ -123,6 +121,20 @@ def check_parity(exported_model, probe_path: Path) -> ParityReport:
     router = router_agreement(probe["router_topk"], torch.stack(routes)) if "router_topk" in probe else None
     return ParityReport(kl=kl, top1_agreement=top1, max_abs_logit_diff=max_diff, tokens=trained.shape[1],
                         router_agreement=router, router_layers=len(routes))
+
+
+def read_probe(probe_path: Path) -> dict:
+    """The probe file titan_cfg.probe saved: {"input_ids": [1, L] int64, "logits": [1, L, vocab] float32,
+    and for an MoE "router_topk": [moe layers, L, top_k] int64}.
+
+    Raises:
+        FileNotFoundError: no probe file (the training run did not finish its probe).
+    """
+    import torch
+
+    if not probe_path.is_file():
+        raise FileNotFoundError(f"validate: {probe_path} missing; the trained model's probe logits were not saved")
+    return torch.load(probe_path)
 
 
 def router_agreement(trained_topk, exported_topk) -> float:

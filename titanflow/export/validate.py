@@ -14,6 +14,7 @@ the task with its own message, which summary.json keeps as the error.
 
 from __future__ import annotations
 
+import gc
 import time
 from pathlib import Path
 
@@ -28,10 +29,14 @@ from titanflow.export.load import (
     check_tied_as_saved,
     load_export,
 )
-from titanflow.export.parity import ParityReport, check_parity
+from titanflow.export.parity import ParityReport, check_parity, read_probe
 from titanflow.export.roundtrip import RoundTripReport, check_round_trip
 from titanflow.export.structure import StructureReport, check_structure
 from titanflow.run.params import Tolerances
+
+
+#: The levels in report order (ValidationReport.seconds, problems); they run in another (validate_export).
+LEVELS = ("structure", "round_trip", "load", "walkthrough_tie", "parity")
 
 
 class ExportCheckError(RuntimeError):
@@ -73,40 +78,48 @@ class ValidationReport(BaseModel):
 def validate_export(export_dir: Path, job: Job, tolerances: Tolerances) -> ValidationReport:
     """Run the four levels (module docstring); raises when a check cannot run at all.
 
-    Memory: structure reads headers only, the round trip one layer's tensors at a time; transformers
-    loads the export once (float32: about its size in bytes for a float32 export, twice for bfloat16)
-    for the load checks and parity, and releases it before the walkthrough's tie check loads it again.
+    Memory, so that the peak is about one transformers load of the export and no more: structure reads
+    headers only; transformers loads the export once (float32: about its size for a float32 export,
+    twice for bfloat16) for the load checks and parity, whose forwards both run on the probe file's ids
+    (no tokenizer is loaded); the model is released before the round trip, which imports torchtitan and
+    converts one layer's tensors at a time, and before the walkthrough's tie check loads the export again.
     The flow records the task's peak resident set (titanflow.run.summary.RunSummary.task_peak_rss_bytes).
+
+    Raises:
+        FileNotFoundError: no probe file in the job's dump folder.
+        ValueError: a damaged shard, or logits of another shape than the probe's.
     """
     seconds: dict[str, float] = {}
     start = time.monotonic()
     structure = check_structure(export_dir, job.export_dtype, job.rope_theta)
     seconds["structure"] = round(time.monotonic() - start, 3)
-    problems = [f"structure: {p}" for p in structure.problems]
+    probe_path = Path(job.dump_folder) / PROBE_FILE
+    input_ids = read_probe(probe_path)["input_ids"]
+    start = time.monotonic()
+    loaded = load_export(export_dir)  # the one load, shared by the load checks and parity
+    load = check_export(export_dir, loaded, input_ids)
+    seconds["load"] = round(time.monotonic() - start, 3)
+    start = time.monotonic()
+    parity = check_parity(loaded[0], probe_path)
+    seconds["parity"] = round(time.monotonic() - start, 3)
+    del loaded
+    gc.collect()  # the model's memory goes back before the round trip and the walkthrough's second load
     round_trip = None
     if SCENARIOS[job.scenario].round_trip:  # the transformers backend keeps HF names: nothing is converted
         start = time.monotonic()
         round_trip = check_round_trip(export_dir, job.shape)
         seconds["round_trip"] = round(time.monotonic() - start, 3)
-        for what in ("differing", "lost", "gained"):
-            if getattr(round_trip, what):
-                problems.append(f"round trip: tensors {what} after HF -> torchtitan -> HF: "
-                                f"{getattr(round_trip, what)[:5]}")
-    start = time.monotonic()
-    loaded = load_export(export_dir)  # the one load, shared by the load checks and parity
-    load = check_export(export_dir, loaded)
-    seconds["load"] = round(time.monotonic() - start, 3)
-    problems += [f"load: {p}" for p in load.problems]
-    start = time.monotonic()
-    parity = check_parity(loaded[0], Path(job.dump_folder) / PROBE_FILE)
-    seconds["parity"] = round(time.monotonic() - start, 3)
-    del loaded  # released before the walkthrough's check loads the export a second time
     walkthrough_tie = None
     if job.tied and not load.tied:  # hf_backend: the export carries the trained head, untied
         start = time.monotonic()
-        walkthrough_tie = check_tied_as_saved(export_dir)
+        walkthrough_tie = check_tied_as_saved(export_dir, input_ids)
         seconds["walkthrough_tie"] = round(time.monotonic() - start, 3)
-        problems += [f"walkthrough tie: {p}" for p in walkthrough_tie.problems]
+    problems = [f"structure: {p}" for p in structure.problems]
+    for what in ("differing", "lost", "gained"):
+        if round_trip is not None and getattr(round_trip, what):
+            problems.append(f"round trip: tensors {what} after HF -> torchtitan -> HF: {getattr(round_trip, what)[:5]}")
+    problems += [f"load: {p}" for p in load.problems]
+    problems += [f"walkthrough tie: {p}" for p in walkthrough_tie.problems] if walkthrough_tie else []
     if parity.kl > tolerances.parity_kl or parity.top1_agreement < tolerances.parity_top1:
         problems.append(f"parity: KL {parity.kl:.3g} (max {tolerances.parity_kl:g}), top-1 agreement "
                         f"{parity.top1_agreement:.4f} (min {tolerances.parity_top1:g}) between the trained model "
@@ -114,5 +127,6 @@ def validate_export(export_dir: Path, job: Job, tolerances: Tolerances) -> Valid
     if parity.router_agreement is not None and parity.router_agreement < tolerances.parity_router:
         problems.append(f"parity: router top-k choices agree on {parity.router_agreement:.4f} of (layer, token) "
                         f"pairs (min {tolerances.parity_router:g}) between the trained model and its export")
+    seconds = {level: seconds[level] for level in LEVELS if level in seconds}
     return ValidationReport(structure=structure, round_trip=round_trip, load=load, walkthrough_tie=walkthrough_tie,
                             parity=parity, seconds=seconds, problems=problems)

@@ -96,9 +96,10 @@ def test_unexpected_tensor_is_reported(tmp_path, tiny_assets):
 def test_validate_loads_the_export_in_transformers_once_for_the_load_checks_and_parity(tmp_path, tiny_assets,
                                                                                         monkeypatch):
     """The four levels on a clean export of the tiny model, whose probe logits are its own: no problem, KL 0;
-    ``AutoModelForCausalLM.from_pretrained`` called once (the load checks and parity share the model)."""
+    ``AutoModelForCausalLM.from_pretrained`` called once (the load checks and parity share the model), no
+    tokenizer loaded (both forwards run on the probe file's ids)."""
     import torch
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from titan_cfg.probe import PROBE_FILE, probe_ids
     from titanflow.export.validate import validate_export
@@ -118,7 +119,11 @@ def test_validate_loads_the_export_in_transformers_once_for_the_load_checks_and_
         loads.append(args[0])
         return upstream(*args, **kwargs)
 
+    def no_tokenizer(*args, **kwargs):
+        raise AssertionError("validate loaded a tokenizer")
+
     monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", counted)
+    monkeypatch.setattr(AutoTokenizer, "from_pretrained", no_tokenizer)
     report = validate_export(export_dir, job, Tolerances())
     assert loads == [export_dir]
     assert report.problems == [] and report.parity.kl == 0.0 and report.parity.tokens == ids.shape[1]
