@@ -101,6 +101,9 @@ def print_summary(summary: RunSummary) -> None:
         rows += [("tokens/s", f"{summary.train.tokens_per_s:.0f}"),
                  ("peak RSS", f"{summary.train.peak_rss_bytes / 2**30:.2f} GiB")]
     rows += [(f"  {k} (s)", f"{v:.1f}") for k, v in summary.timings_s.items()]
+    validate_peak = summary.task_peak_rss_bytes.get("validate")  # the flow process's (titanflow.run.peak_rss)
+    if validate_peak is not None:
+        rows += [("validate peak RSS", f"{validate_peak / 2**30:.2f} GiB")]
     if summary.export:
         rows += [("export", summary.export.export_dir)]
     if summary.history_error:

@@ -90,8 +90,10 @@ def summary_markdown(summary: RunSummary, *, loss_curve: Path | None = None, log
                   f"{summary.train.peak_rss_bytes / 2**30:.2f} GiB"]
     if log is not None and verdict in ("FAIL", "CANCELLED"):  # before the timings and the plot: it says why
         lines += ["", f"## Last {len(log.splitlines())} lines of train.log", "", fenced(log)]
-    lines += ["", "| task | seconds |", "|---|---|"]
-    lines += [f"| {name} | {s:.1f} |" for name, s in summary.timings_s.items()]
+    peaks = summary.task_peak_rss_bytes  # the flow process's, per task (titanflow.run.peak_rss)
+    lines += ["", "| task | seconds | flow process peak RSS (GiB) |", "|---|---|---|"]
+    lines += [f"| {name} | {s:.1f} | {f'{peaks[name] / 2**30:.2f}' if name in peaks else '-'} |"
+              for name, s in summary.timings_s.items()]
     if loss_curve is not None:
         lines += ["", "## Loss curve", "", png_markdown(loss_curve, f"loss per step, run {summary.run_id}"),
                   "", f"`{loss_curve}`"]

@@ -49,3 +49,15 @@ def test_validate_peak_is_a_history_column(tmp_path):
     older = RunSummary(run_id="r", scenario="native", target="cpu", init="random", steps=3)
     path.write_text(older.model_dump_json(exclude={"task_peak_rss_bytes"}))  # a summary written before it
     assert read_summary(path).task_peak_rss_bytes == {} and row_from_summary(path).validate_peak_rss_bytes is None
+
+
+def test_the_report_and_the_cli_show_the_peaks(capsys):
+    from titanflow.cli import print_summary
+    from titanflow.report.markdown import summary_markdown
+
+    summary = RunSummary(run_id="r", scenario="native", target="cpu", init="random", steps=3,
+                         timings_s={"export": 1.0, "validate": 2.0}, task_peak_rss_bytes={"validate": 3 * 2**29})
+    markdown = summary_markdown(summary)
+    assert "| export | 1.0 | - |" in markdown and "| validate | 2.0 | 1.50 |" in markdown  # 3 x 2**29 B = 1.5 GiB
+    print_summary(summary)
+    assert "1.50 GiB" in capsys.readouterr().out
