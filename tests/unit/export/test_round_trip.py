@@ -119,3 +119,20 @@ def test_moe_experts_stacked_per_layer_come_back_bit_exact():
     report = _round_trip(folder)
     assert report.tensors == len(load_file(folder / "model.safetensors"))
     assert report.differing == report.lost == report.gained == []
+
+
+def test_each_read_is_one_conversion_group(tiny_assets, monkeypatch):
+    """The shards are read a group at a time (never the whole export at once), each tensor once."""
+    from titanflow.export import roundtrip
+
+    reads = []
+    upstream = roundtrip._read_group
+
+    def recorded(export_dir, names, shard_of):
+        reads.append(list(names))
+        return upstream(export_dir, names, shard_of)
+
+    monkeypatch.setattr(roundtrip, "_read_group", recorded)
+    _round_trip(tiny_assets.weights_dir)
+    names = load_file(tiny_assets.weights_dir / "model.safetensors").keys()
+    assert reads == conversion_groups(names) and len(reads) == 3  # layers 0 and 1, then the rest
