@@ -21,6 +21,7 @@ failing is logged, never the suite's failure.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from prefect import flow
 from prefect.artifacts import create_markdown_artifact
@@ -132,9 +133,11 @@ def qwen3_nightly(
     steps: int | None = None,
     lr: float | None = None,
     runs_dir: str | None = None,
+    scheduler: Literal["slurm", "kubernetes"] | None = None,
 ) -> State:
-    """Run the suite of ``target`` (module docstring); ``steps``/``lr`` override every run's
-    (None: ScenarioRun's defaults). Returns :func:`suite_state`: Completed, Failed naming how many runs
+    """Run the suite of ``target`` (module docstring); ``steps``/``lr``/``scheduler`` override every run's
+    (None: ScenarioRun's defaults; ``scheduler`` kubernetes: the suite's runs train on the pods of the Kubernetes job
+    this flow runs in, titanflow.kubernetes). Returns :func:`suite_state`: Completed, Failed naming how many runs
     failed, or Cancelled when runs were cancelled and none failed.
 
     Raises:
@@ -148,7 +151,8 @@ def qwen3_nightly(
         create_markdown_artifact(key=f"nightly-{target}", markdown=suite_markdown(target, rows),
                                  description=f"nightly suite on {target}")
 
-    for params, run in nightly_runs(target, scenarios, inits, steps=steps, lr=lr, runs_dir=runs_dir):
+    for params, run in nightly_runs(target, scenarios, inits, steps=steps, lr=lr, runs_dir=runs_dir,
+                                    scheduler=scheduler):
         scenario, init = run.scenario, run.init
         run_id = new_run_id(run)
         summary_path = run.runs_root() / run_id / "summary.json"

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
+from typing import Literal
 
 from prefect import flow, runtime
 from prefect.logging import get_run_logger
@@ -108,6 +109,7 @@ def qwen3_scenario(
     seq_len: int | None = None,
     nnodes: int | None = None,
     nproc_per_node: int | None = None,
+    scheduler: Literal["slurm", "kubernetes"] | None = None,
     lr: float | None = None,
     warmup_steps: int | None = None,
     seed: int | None = None,

@@ -14,9 +14,10 @@ import os
 from pathlib import Path
 from typing import Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, model_serializer
+from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
 from titan_cfg.model_spec import Qwen3MoeShape, Qwen3Shape
+from titan_cfg.targets import Scheduler, implied_scheduler
 
 #: Environment variable naming the job file inside torchrun's ranks.
 JOB_ENV = "TITANFLOW_JOB"
@@ -68,6 +69,9 @@ class Job(BaseModel):
     shape: ModelShape = Field(discriminator="model_type")  # the folder's config.json, read once at render
     world_size: int          # ranks over all nodes
     nnodes: int = Field(1, ge=1)  # nodes the ranks run on (world_size / nnodes each); 1 is left out of job.json
+    # how the nodes are started (titan_cfg.targets.Scheduler); left out of job.json when it is the implied one
+    # (titan_cfg.targets.implied_scheduler: slurm on more than one node, else the target's)
+    scheduler: Scheduler = "local"
     dataset_path: str        # c4_test-format folder (JSON lines with "text")
     dataset: str = "botchan"  # the text's name (titanflow.launch.dataset): botchan (cpu) or c4_test (trn2)
     dataset_located_by: str | None = None  # how dataset_path was found (titanflow.launch.dataset)
@@ -94,10 +98,21 @@ class Job(BaseModel):
     model_spec: ModelSpecSource = "config"  # native: spec from config.json, or as the walkthrough builds it
     files_only: bool = False  # `titanflow render`: written to be read, not run; weights checked for config.json only
 
+    @model_validator(mode="before")
+    @classmethod
+    def _scheduler_implied(cls, data):
+        """A job file without ``scheduler`` has the implied one."""
+        if isinstance(data, dict) and "scheduler" not in data and "target" in data:
+            data = {**data, "scheduler": implied_scheduler(data["target"], data.get("nnodes", 1))}
+        return data
+
     @model_serializer(mode="wrap")
     def _one_node_as_before(self, handler):
-        """``nnodes`` 1 is not written: a one-node job file stays byte for byte what it was before jobs had nodes."""
+        """``nnodes`` 1 and the implied scheduler are not written: a job file stays byte for byte what it was
+        before jobs had nodes and schedulers."""
         data = handler(self)
+        if data.get("scheduler") == implied_scheduler(self.target, self.nnodes):
+            data.pop("scheduler")
         if data.get("nnodes") == 1:
             data.pop("nnodes")
         return data

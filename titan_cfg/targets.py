@@ -13,10 +13,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
-#: How a target's training is started: ``local`` runs torchrun on this machine (one node); ``slurm`` submits one
-#: Slurm job whose tasks run one torchrun agent per node (titanflow.slurm). A run on more than one node is
-#: always a Slurm job.
-Scheduler = Literal["local", "slurm"]
+#: How a training is started: ``local`` runs torchrun on this machine (one node); ``slurm`` submits one Slurm job
+#: whose tasks run one torchrun agent per node (titanflow.slurm); ``kubernetes``: the flow runs in pod 0 of a
+#: Kubernetes Indexed Job, one pod per node, and every pod runs a torchrun agent (titanflow.kubernetes). A run on
+#: more than one node is a Slurm job unless it says ``kubernetes``.
+Scheduler = Literal["local", "slurm", "kubernetes"]
 
 
 class Target(BaseModel):
@@ -67,8 +68,9 @@ class Target(BaseModel):
     def _one_node_or_slurm(self) -> "Target":
         if self.nnodes < 1 or self.nproc_per_node < 1:
             raise ValueError(f"{self.name}: nnodes and nproc_per_node must be at least 1")
-        if self.nnodes > 1 and self.scheduler != "slurm":
-            raise ValueError(f"{self.name}: {self.nnodes} nodes need scheduler='slurm' (local runs one node)")
+        if self.nnodes > 1 and self.scheduler == "local":
+            raise ValueError(f"{self.name}: {self.nnodes} nodes need scheduler='slurm' or 'kubernetes' (local runs "
+                             "one node)")
         return self
 
     @property
@@ -83,10 +85,11 @@ class Target(BaseModel):
 
     def missing_runtime(self) -> str | None:
         """Why this machine cannot launch the target (None when it can); checked before any compute. A target
-        Slurm schedules runs on its nodes, not here: None (Slurm's own check is titanflow.slurm.job.check_submission)."""
+        Slurm or Kubernetes schedules runs on its nodes, not here: None (Slurm's own check is
+        titanflow.slurm.job.check_submission)."""
         import importlib.util
 
-        if self.scheduler == "slurm":
+        if self.scheduler != "local":
             return None
 
         if self.device == "neuron" and importlib.util.find_spec("torch_neuronx") is None:
@@ -225,3 +228,9 @@ def trn2_cluster() -> Target:
 
 
 TARGETS = {"cpu": cpu, "trn2": trn2, "cuda": cuda, "trn2-cluster": trn2_cluster}
+
+
+def implied_scheduler(target: str, nnodes: int) -> Scheduler:
+    """The scheduler of a job that names none: ``slurm`` on more than one node, else the target's."""
+    scheduler = TARGETS[target]().scheduler
+    return "slurm" if nnodes > 1 and scheduler == "local" else scheduler

@@ -18,6 +18,7 @@ import pytest
 import yaml
 from helpers.deployment_runs import PASS_DEPLOYMENT, PASS_RUN_ID, PASS_STEPS, run_deployment, state_times
 
+from titanflow.kubernetes.template import trn2_eks_job_template
 from titanflow.prefect_ops import server
 from titanflow.run.params import ScenarioRun
 from titanflow.run.summary import read_summary
@@ -48,11 +49,14 @@ def test_server_has_the_pools_the_deployments_of_prefect_yaml_and_a_cpu_worker(d
 
     config = yaml.safe_load(server.PREFECT_YAML.read_text())
     pools, names, skipped = server.deployment_plan()
-    assert set(pools) == {"cpu", "trn2", "trn2-cluster"}  # this host, a trn2 node, a trn2 cluster's login node
+    # this host, a trn2 node, a trn2 cluster's login node, trn2 nodes on EKS
+    assert set(pools) == {"cpu", "trn2", "trn2-cluster", "trn2-eks"}
     # every deployment whose flow file exists is deployed
     assert skipped == [] and deployed.deployments == names
     with _client(deployed) as client:
-        assert {client.read_work_pool(p).type for p in pools} == {"process"}
+        assert {p: client.read_work_pool(p).type for p in pools} == {
+            "cpu": "process", "trn2": "process", "trn2-cluster": "process", "trn2-eks": "kubernetes"}
+        assert client.read_work_pool("trn2-eks").base_job_template == trn2_eks_job_template()
         assert len(client.read_workers_for_work_pool("cpu")) == 1
         found = {d.name: d for d in client.read_deployments(
             deployment_filter=DeploymentFilter(name=DeploymentFilterName(any_=names)))}

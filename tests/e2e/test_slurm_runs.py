@@ -42,7 +42,7 @@ def _queue() -> list[str]:
 
 
 def _sleeping_job(run_dir: Path, tiny_assets, command: str = "sleep 600"):
-    """A rendered 2-node Slurm job whose nodes run ``command`` under titanflow.slurm.node instead of torchrun: the
+    """A rendered 2-node Slurm job whose nodes run ``command`` under titanflow.launch.node instead of torchrun: the
     engine's own handling of a job, without training."""
     rendered = render(ScenarioRun(steps=3, nnodes=2, nproc_per_node=1), tiny_assets.weights_dir, run_dir)
     script = Path(rendered.job_path).with_name("launch.sh")

@@ -1,4 +1,4 @@
-"""trn2-cluster on Amazon EKS, on paper: the base job template of a Prefect work pool of type ``kubernetes``
+"""trn2-cluster on Amazon EKS: the base job template of a Prefect work pool of type ``kubernetes``
 (``deployments/kubernetes/trn2-eks.json``, written from :func:`trn2_eks_job_template`), not run anywhere yet.
 
     prefect work-pool create trn2-eks --type kubernetes --base-job-template deployments/kubernetes/trn2-eks.json
@@ -7,16 +7,18 @@ What the template holds (README "Many nodes"): a Kubernetes Indexed Job of ``nno
 trn2.48xlarge (a required pod anti-affinity on the host name, the instance type as node selector, the Neuron
 taint tolerated), each pod with the node's 16 Neuron devices (``aws.amazon.com/neuron``, the Neuron device
 plugin's resource) and its EFA interfaces (``vpc.amazonaws.com/efa``, the EFA device plugin's), the trn2-cluster
-target's rank environment with its EFA settings (titan_cfg.targets), ``/dev/shm`` in memory, the shared file
-system that holds the checkout and the run folders, and the rendezvous endpoint of pod 0 under a headless
-service (``<job>-0.<service>``). Resource names: "Manage Neuron devices on Amazon EKS"
+target's rank environment with its EFA settings (titan_cfg.targets), ``/dev/shm`` in memory and the shared file
+system that holds the checkout and the run folders. Resource names: "Manage Neuron devices on Amazon EKS"
 (https://docs.aws.amazon.com/eks/latest/userguide/device-management-neuron.html) and the Neuron EKS guide
 (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/deploy/eks/index.html).
 
-What is missing to run it: each pod runs Prefect's flow-run command (``{{ command }}``, as every Kubernetes work
-pool does); titanflow has no Kubernetes engine beside titanflow.slurm that would make pod 0 run the flow and the
-other pods join its torchrun rendezvous as agents. The template is validated here with the official Kubernetes
-client's models (tests/unit/prefect_ops/test_kubernetes_template.py) and Prefect's own placeholder resolution.
+Every pod runs titanflow.kubernetes.pod around Prefect's flow-run command: pod 0 (``JOB_COMPLETION_INDEX``, which
+Kubernetes sets in an Indexed Job) runs the flow, the others join each training launch of its train task as
+torchrun agents (titanflow.kubernetes.launch, run with ``--scheduler kubernetes``). The Kubernetes downward API
+gives each pod the job's uid (``batch.kubernetes.io/controller-uid``, the key of the launch records shared by the
+pods), its IP (pod 0's is the rendezvous endpoint) and its name (the node's name in the run's logs). Validated
+with the Prefect Kubernetes worker's own job configuration (prefect-kubernetes: the manifest a worker would
+submit) and the official Kubernetes client's models (tests/unit/kubernetes/test_kubernetes_template.py).
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ import json
 from pathlib import Path
 
 from titan_cfg.targets import TARGETS
+from titanflow.kubernetes import pods
+from titanflow.launch.node import NODE_ENV
 from titanflow.paths import REPO_ROOT
 
 #: The template file ``prefect work-pool create --base-job-template`` reads.
@@ -38,8 +42,6 @@ NEURON_DEVICES_PER_NODE = 16
 #: EFA interfaces of one trn2.48xlarge (its 3.2 Tbps EFAv3 as 16 interfaces); `kubectl describe node` shows the
 #: count the EFA device plugin advertises: set the work pool variable ``efa_interfaces`` to it.
 EFA_PER_NODE = 16
-#: The c10d rendezvous port on pod 0 (torchrun's default).
-RDZV_PORT = 29400
 
 
 def _variable(kind: str, default, description: str) -> dict:
@@ -52,28 +54,39 @@ def trn2_eks_job_template() -> dict:
     ``variables`` (the JSON schema of what a deployment may set, each with its default)."""
     target = TARGETS["trn2-cluster"]()
     rank_env = [{"name": name, "value": value} for name, value in sorted(target.env.items())]
-    node_env = [
-        {"name": "TITANFLOW_ROOT", "value": "{{ checkout }}"},
-        # pod 0's stable name under the headless service: the c10d endpoint every pod's agent joins
-        {"name": "TITANFLOW_RDZV_ENDPOINT", "value": f"{{{{ name }}}}-0.{{{{ service }}}}:{RDZV_PORT}"},
+
+    def field(path: str) -> dict:
+        return {"valueFrom": {"fieldRef": {"fieldPath": path}}}
+
+    pod_env = [
+        {"name": "TITANFLOW_ROOT", "value": "{{ checkout }}"},  # where the deployments' pull step starts a flow run
+        # the downward API: what titanflow.kubernetes.pods reads in each pod
+        {"name": pods.GROUP_ENV, **field("metadata.labels['batch.kubernetes.io/controller-uid']")},
+        {"name": pods.POD_IP_ENV, **field("status.podIP")},
+        {"name": NODE_ENV, **field("metadata.name")},
     ]
     devices = {NEURON_RESOURCE: "{{ neuron_devices }}", EFA_RESOURCE: "{{ efa_interfaces }}",
                "hugepages-2Mi": "{{ hugepages }}", "memory": "{{ memory }}"}
     manifest = {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {"name": "{{ name }}", "namespace": "{{ namespace }}", "labels": "{{ labels }}"},
+        # a name of its own per submission (the worker's default): two flow runs of one name never clash
+        "metadata": {"generateName": "{{ name }}-", "namespace": "{{ namespace }}", "labels": "{{ labels }}"},
         "spec": {
-            "completionMode": "Indexed",  # pod i has JOB_COMPLETION_INDEX=i and the host name <job>-<i>
+            "completionMode": "Indexed",  # pod i has JOB_COMPLETION_INDEX=i: pod 0 runs the flow
             "completions": "{{ nnodes }}",
             "parallelism": "{{ nnodes }}",  # every node at once: the rendezvous needs them all
-            "backoffLimit": 0,  # a failed node fails the job; the train task's retry relaunches the whole
+            "backoffLimit": 0,  # a failed pod fails the job; the train task's retries relaunch on the same pods
             "ttlSecondsAfterFinished": "{{ finished_job_ttl }}",
             "template": {
                 "metadata": {"labels": {"titanflow/job": "{{ name }}"}},
                 "spec": {
                     "restartPolicy": "Never",
-                    "subdomain": "{{ service }}",
+                    # Prefect's Kubernetes worker refuses a template without these two here (its job configuration
+                    # checks the manifest against its own base one, which has them in the pod spec); Kubernetes
+                    # ignores them there: the job's own completions and parallelism above are what count
+                    "parallelism": 1,
+                    "completions": 1,
                     "nodeSelector": {"node.kubernetes.io/instance-type": "trn2.48xlarge"},
                     "tolerations": [{"key": NEURON_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
                     "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
@@ -84,8 +97,12 @@ def trn2_eks_job_template() -> dict:
                         "image": "{{ image }}",
                         "imagePullPolicy": "IfNotPresent",
                         "workingDir": "{{ checkout }}",
-                        "args": ["/bin/bash", "-c", "{{ command }}"],
-                        "env": rank_env + node_env,
+                        # the pod's role by its index (titanflow.kubernetes.pod): pod 0 runs the flow-run command,
+                        # which Prefect's worker makes the arguments (it fills only a string or absent ``args``),
+                        # the others the agent
+                        "command": ["python", "-m", "titanflow.kubernetes.pod", "--"],
+                        "args": "{{ command }}",
+                        "env": rank_env + pod_env,
                         "resources": {"requests": devices, "limits": devices},
                         "volumeMounts": [{"name": "shm", "mountPath": "/dev/shm"},
                                          {"name": "shared", "mountPath": "{{ shared_mount }}"}],
@@ -115,8 +132,6 @@ def trn2_eks_job_template() -> dict:
             "hugepages": _variable("string", "5120Mi", "hugepages-2Mi per pod (EFA's libfabric registers memory "
                                    "in huge pages)"),
             "memory": _variable("string", "1800Gi", "memory per pod (a trn2.48xlarge has 2 TiB)"),
-            "service": _variable("string", "titanflow-trn2", "the headless service giving pods stable names "
-                                 "(selector titanflow/job, clusterIP None); created once per namespace"),
             "checkout": _variable("string", "/fsx/titanflow", "the titanflow checkout on the shared file system"),
             "shared_mount": _variable("string", "/fsx", "where the shared file system is mounted"),
             "shared_claim": _variable("string", "fsx-claim", "its PersistentVolumeClaim (FSx for Lustre)"),

@@ -1,13 +1,17 @@
-"""What each node of a Slurm job runs (``srun`` of the batch script, one task per node): the job's torchrun line,
-its placeholders given their value on this node, its console into ``<nodes>/<node>.log``, and its exit recorded in
-``<nodes>/<node>.exit.json`` for the train task (titanflow.slurm.job), which reads the exit code of every node.
+"""What each node of a multi-node job runs: the job's torchrun line, its placeholders given their value on this node,
+its console into ``<nodes>/<node>.log``, and its exit recorded in ``<nodes>/<node>.exit.json`` for the train task,
+which reads the exit code of every node. A Slurm job's nodes run it under ``srun`` (titanflow.slurm.batch), a
+Kubernetes job's pods under titanflow.kubernetes.pod.
 
-    python -m titanflow.slurm.node <nodes folder> -- torchrun ... '--log-dir=.../${SLURMD_NODENAME}' ...
+    python -m titanflow.launch.node <nodes folder> -- torchrun ... '--log-dir=.../${TITANFLOW_NODE}' ...
+
+The node's name (:func:`node_name`) is ``TITANFLOW_NODE`` when set (a pod's name), else Slurm's
+``SLURMD_NODENAME``, else the host name; it is given to the line as ``${TITANFLOW_NODE}``.
 
 Why a module and not a line of shell: the exit record carries the node, the exit code or the signal, when it
 ended and the largest resident set of the node's processes (``wait4`` of the agent, which waits for its ranks),
-written atomically; a SIGTERM from Slurm (``scancel``, the time limit) reaches torchrun directly (Slurm signals
-every process of the step) and this process outlives it to record how the agent ended.
+written atomically; a SIGTERM (``scancel``, Slurm's time limit, a pod's cancel) reaches torchrun directly and this
+process outlives it to record how the agent ended.
 """
 
 from __future__ import annotations
@@ -25,13 +29,17 @@ from pathlib import Path
 _PLACEHOLDER = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
+#: The variable that names the node: set by the pod (titanflow.kubernetes.pod), else taken from Slurm or the host.
+NODE_ENV = "TITANFLOW_NODE"
+
+
 class NodeError(RuntimeError):
     """A placeholder of the launch line has no value on this node (the variable is not set)."""
 
 
 def node_name() -> str:
-    """This node's Slurm name (``SLURMD_NODENAME``; the host name outside Slurm)."""
-    return os.environ.get("SLURMD_NODENAME") or os.uname().nodename
+    """This node's name: ``TITANFLOW_NODE`` (a pod's), else Slurm's (``SLURMD_NODENAME``), else the host name."""
+    return os.environ.get(NODE_ENV) or os.environ.get("SLURMD_NODENAME") or os.uname().nodename
 
 
 def expand(argv: list[str], env: dict[str, str]) -> list[str]:
@@ -64,10 +72,10 @@ def run_node(nodes: Path, argv: list[str]) -> int:
     exit code to give Slurm (128 + signal for a killed agent, as a shell reports it)."""
     node = node_name()
     nodes.mkdir(parents=True, exist_ok=True)
-    signal.signal(signal.SIGTERM, lambda *_: None)  # Slurm signals the agent too; stay to record its end
+    signal.signal(signal.SIGTERM, lambda *_: None)  # the agent is signalled too; stay to record its end
     with open(log_path(nodes, node), "ab", buffering=0) as log:
         try:
-            command = expand(argv, dict(os.environ))
+            command = expand(argv, {**os.environ, NODE_ENV: node})
         except NodeError as err:
             log.write(f"titanflow: {err}\n".encode())
             return _record(nodes, node, 2, None, 0)
@@ -91,7 +99,7 @@ def _record(nodes: Path, node: str, code: int, killed: int | None, peak_rss: int
 def main(args: list[str]) -> int:
     """``<nodes folder> -- <argv...>``."""
     if len(args) < 3 or args[1] != "--":
-        print("usage: python -m titanflow.slurm.node <nodes folder> -- <command...>", file=sys.stderr)
+        print("usage: python -m titanflow.launch.node <nodes folder> -- <command...>", file=sys.stderr)
         return 2
     return run_node(Path(args[0]), args[2:])
 

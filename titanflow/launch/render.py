@@ -5,7 +5,8 @@ Files written (all a reviewer needs to rerun the job by hand):
   launch.json          torchrun argv and the environment the ranks get
   launch.sh            the same as a shell script; for a job on Slurm (more than one node, or a target
                        Slurm schedules) the batch script, one torchrun agent per node
-                       (titanflow.slurm.batch), which ``sbatch launch.sh`` submits as it is
+                       (titanflow.slurm.batch), which ``sbatch launch.sh`` submits as it is; for a
+                       job on Kubernetes what each pod runs (titanflow.kubernetes.launch)
   trainer_config.json  torchtitan's Trainer.Config.to_dict() of the job, built
                        in a subprocess by the torchrun entry module, so a config
                        torchtitan rejects fails here, before any rank starts
@@ -51,7 +52,9 @@ class RenderedJob(BaseModel):
     env: dict[str, str]
     trainer_config_path: str
     dataset: str = "botchan"  # the text's name (titanflow.launch.dataset)
-    scheduler: str = "local"  # local: torchrun here; slurm: launch.sh is a Slurm batch script (titanflow.slurm)
+    # local: torchrun here; slurm: launch.sh is a Slurm batch script (titanflow.slurm); kubernetes: launch.sh is what
+    # each pod of the Kubernetes job runs (titanflow.kubernetes)
+    scheduler: str = "local"
 
 
 def make_job(run: ScenarioRun, weights_dir: Path, run_dir: Path, files_only: bool = False) -> Job:
@@ -86,6 +89,7 @@ def make_job(run: ScenarioRun, weights_dir: Path, run_dir: Path, files_only: boo
         shape=shape,
         world_size=run.world_size,
         nnodes=run.nnodes_resolved,
+        scheduler=run.scheduler_resolved,
         dataset_path=dataset.path,
         dataset=dataset.name,
         dataset_located_by=dataset.located_by + ("" if dataset.present else "; absent where this job was rendered"),
@@ -112,29 +116,27 @@ def make_job(run: ScenarioRun, weights_dir: Path, run_dir: Path, files_only: boo
     )
 
 
-#: Placeholders in a Slurm job's torchrun line, given their value on each node by titanflow.slurm.node: the
-#: rendezvous endpoint (first node of the allocation, a free port there; set by the batch script), the Slurm
-#: job id as the rendezvous id (every launch of every flow run is a job of its own), and the node's name.
+#: Placeholders in a multi-node job's torchrun line, given their value on each node by titanflow.launch.node: the
+#: rendezvous endpoint (a free port on the first node), the rendezvous id (unique per launch: the Slurm job id, or
+#: the Kubernetes job's id and the launch's number) and the node's name. The Slurm batch script
+#: (titanflow.slurm.batch) or pod 0's launcher (titanflow.kubernetes.launch) sets the first two.
 RDZV_ENDPOINT_ENV = "TITANFLOW_RDZV_ENDPOINT"
-NODE_PLACEHOLDERS = {"endpoint": f"${{{RDZV_ENDPOINT_ENV}}}", "rdzv_id": "${SLURM_JOB_ID}",
-                     "node": "${SLURMD_NODENAME}"}
+RDZV_ID_ENV = "TITANFLOW_RDZV_ID"
+NODE_PLACEHOLDERS = {"endpoint": f"${{{RDZV_ENDPOINT_ENV}}}", "rdzv_id": f"${{{RDZV_ID_ENV}}}",
+                     "node": "${TITANFLOW_NODE}"}
 #: torchrun's console prefix with the global rank (``[default0]:`` is rank 0 on whichever node it runs), so that
 #: the node holding rank 0 is known from its log (one node: the local rank is the global rank, same prefix).
 RANK_PREFIX = {"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": "[${role_name}${rank}]:"}
 
 
-def is_slurm_job(job: Job) -> bool:
-    """The job runs as one Slurm job: more than one node, or a target Slurm schedules."""
-    return job.nnodes > 1 or TARGETS[job.target]().scheduler == "slurm"
-
-
 def torchrun_line(job: Job) -> list[str]:
-    """torchrun's arguments up to the entry module: ``--standalone`` on one node; on Slurm, c10d rendezvous on
-    the first node (:data:`NODE_PLACEHOLDERS`) with the target's join timeout and no restarts (a failed node
-    ends the job; the train task's retry relaunches it), every node's rank logs under ``train/ranks/<node>``."""
+    """torchrun's arguments up to the entry module: ``--standalone`` for a local job; on Slurm or Kubernetes, c10d
+    rendezvous on the first node (:data:`NODE_PLACEHOLDERS`) with the target's join timeout and no restarts (a
+    failed node ends the launch; the train task's retry relaunches it), every node's rank logs under
+    ``train/ranks/<node>``."""
     ranks = Path(job.dump_folder) / "ranks"
     console = ["--tee", "3", "--local-ranks-filter", "0"]
-    if not is_slurm_job(job):
+    if job.scheduler == "local":
         return ["torchrun", "--standalone", f"--nproc_per_node={job.world_size}", "--log-dir", str(ranks), *console]
     target = TARGETS[job.target]()
     return ["torchrun", f"--nnodes={job.nnodes}", f"--nproc_per_node={job.nproc_per_node}",
@@ -149,7 +151,7 @@ def launch_line(job: Job, job_path: Path) -> tuple[list[str], dict[str, str]]:
     target = TARGETS[job.target]()
     argv = [*torchrun_line(job), *ENTRY]
     env = {
-        **(RANK_PREFIX if is_slurm_job(job) else {}),
+        **(RANK_PREFIX if job.scheduler != "local" else {}),
         **target.env,
         **cache_env(job, target, job.shape.model_dump(), paths.cache_root()),
         JOB_ENV: str(job_path),
@@ -232,10 +234,14 @@ def render(run: ScenarioRun, weights_dir: Path, run_dir: Path, files_only: bool 
     argv, env = launch_line(job, job_path)
     (job_dir / "launch.json").write_text(json.dumps({"argv": argv, "env": env}, indent=2, sort_keys=True) + "\n")
     exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in sorted(env.items()))
-    if is_slurm_job(job):
+    if job.scheduler == "slurm":
         from titanflow.slurm.batch import batch_script
 
         script = batch_script(job, argv, exports)
+    elif job.scheduler == "kubernetes":
+        from titanflow.kubernetes.launch import pod_script
+
+        script = pod_script(job, argv, exports)
     else:
         script = f"#!/usr/bin/env bash\nset -euo pipefail\n{exports}exec {shlex.join(argv)}\n"
     (job_dir / "launch.sh").write_text(script)
@@ -247,4 +253,4 @@ def render(run: ScenarioRun, weights_dir: Path, run_dir: Path, files_only: bool 
         config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
     return RenderedJob(run_dir=str(run_dir), job_path=str(job_path), argv=argv, env=env,
                        trainer_config_path=str(config_path), dataset=job.dataset,
-                       scheduler="slurm" if is_slurm_job(job) else "local")
+                       scheduler=job.scheduler)

@@ -37,18 +37,18 @@ class TrainingError(RuntimeError):
 
 
 def launch_error(what: str, why: str, result: ProcessResult, log_path: Path, ranks_dir: Path,
-                 slurm_job: Job | None = None) -> TrainingError:
+                 nodes_job: Job | None = None) -> TrainingError:
     """``<what>: <why>; root cause (rank N): <its exception>; full log <path>`` and the last
     :data:`ERROR_TAIL_LINES` lines of the launch, each at most :data:`ERROR_LINE_CHARS` characters. The root cause
-    is read from torchrun's rank logs under ``ranks_dir`` and the launcher's log; for a Slurm job (``slurm_job``)
-    on the node that failed first (titanflow.slurm.job.first_node_error)."""
+    is read from torchrun's rank logs under ``ranks_dir`` and the launcher's log; for a job on Slurm or Kubernetes
+    (``nodes_job``) on the node that failed first (titanflow.launch.nodes.first_node_error)."""
     # a launch the watchdog ended has no rank error of its own: the ranks only report being stopped
     if result.timed_out:
         root = None
-    elif slurm_job is not None:
-        from titanflow.slurm.job import first_node_error
+    elif nodes_job is not None:
+        from titanflow.launch.nodes import first_node_error
 
-        root = first_node_error(slurm_job)
+        root = first_node_error(nodes_job)
     else:
         root = first_rank_error(ranks_dir, log_tail(log_path, 200) or "")
     cause = f"; root cause (rank {root.rank}): {root.message}" if root else ""
@@ -100,18 +100,24 @@ def launch(rendered: RenderedJob, *, timeout_s: float, log_name: str = "train.lo
            extra_env: dict[str, str] | None = None, hold_nodes=None):
     """Run the rendered torchrun line, each output line to ``on_line``; returns (ProcessResult, log path). A Slurm
     job (``rendered.scheduler``) is submitted and followed instead (titanflow.slurm.job.run_job, which holds
-    ``hold_nodes(hosts)`` over the hosts of its nodes while it trains).
+    ``hold_nodes(hosts)`` over the hosts of its nodes while it trains); a Kubernetes job's launch is handed to its
+    pods (titanflow.kubernetes.launch.run_pods).
 
     Raises:
-        ValueError: ``extra_env`` for a Slurm job (its environment is its batch script's).
+        ValueError: ``extra_env`` for a job on Slurm or Kubernetes (its environment is its launch.sh's).
     """
     log_path = Path(rendered.run_dir) / log_name
+    if rendered.scheduler != "local" and extra_env:
+        raise ValueError(f"a {rendered.scheduler} job runs with the environment of its launch.sh; cannot add "
+                         f"{sorted(extra_env)}")
     if rendered.scheduler == "slurm":
-        if extra_env:
-            raise ValueError(f"a Slurm job runs with the environment of its batch script; cannot add {sorted(extra_env)}")
         from titanflow.slurm.job import run_job
 
         return run_job(rendered, timeout_s=timeout_s, log_path=log_path, on_line=on_line, hold_nodes=hold_nodes), log_path
+    if rendered.scheduler == "kubernetes":
+        from titanflow.kubernetes.launch import run_pods
+
+        return run_pods(rendered, timeout_s=timeout_s, log_path=log_path, on_line=on_line), log_path
     result = run_streaming(
         resolve_launcher(rendered.argv),
         env={**os.environ, **rendered.env, **(extra_env or {})},
@@ -138,9 +144,9 @@ def run_training(rendered: RenderedJob, *, timeout_s: float, on_line=lambda _: N
     job = Job.read(Path(rendered.job_path))
     resume = resume or prepare(job, log_path)
     metrics_path = Path(rendered.run_dir) / "metrics.csv"
-    slurm_job = job if rendered.scheduler == "slurm" else None
-    if slurm_job is not None:  # steps an earlier launch's job trained after its follower was killed
-        from titanflow.slurm.batch import nodes_dir
+    nodes_job = job if rendered.scheduler != "local" else None
+    if rendered.scheduler == "slurm":  # steps an earlier launch's job trained after its follower was killed
+        from titanflow.launch.nodes import nodes_dir
         from titanflow.slurm.job import recover_rank0_steps
 
         recover_rank0_steps(nodes_dir(job), log_path)
@@ -155,11 +161,11 @@ def run_training(rendered: RenderedJob, *, timeout_s: float, on_line=lambda _: N
     if result.timed_out or result.returncode != 0 or table.empty:
         why = (f"timed out after {timeout_s:.0f} s" if result.timed_out
                else f"torchrun exited {result.returncode}" if result.returncode else "no training step was logged")
-        raise launch_error("train", why, result, log_path, ranks_dir(rendered), slurm_job)
+        raise launch_error("train", why, result, log_path, ranks_dir(rendered), nodes_job)
     missing = sorted(set(range(1, job.steps + 1)) - set(table.step))
     if missing:  # exit 0 with steps unlogged: the log lost output; a curve with holes is never judged
         raise launch_error("train", f"torchrun exited 0 but steps {_spans(missing)} of 1-{job.steps} were not "
-                           "logged", result, log_path, ranks_dir(rendered), slurm_job)
+                           "logged", result, log_path, ranks_dir(rendered), nodes_job)
     bad_steps = non_finite_steps([float(x) for x in table.loss])
     if bad_steps:
         raise TrainingError(f"train: non-finite loss at steps {bad_steps}; full log {log_path}")

@@ -63,9 +63,10 @@ def warm_up(rendered: RenderedJob, timeout_s: float, on_line=lambda _: None) -> 
     if not job.compile:
         return WarmupResult(status="skipped", reason="compile is off: eager mode has nothing to compile ahead",
                             seconds=0.0, cache_dir=None)
-    if rendered.scheduler == "slurm":  # the warm-up runs here, on one node; the job's nodes compile their own
-        return WarmupResult(status="skipped", reason="a Slurm job: its nodes compile in the first step, into the "
-                            "keyed cache folder they share", seconds=0.0, cache_dir=str(cache) if cache else None)
+    if rendered.scheduler != "local":  # the warm-up runs here, on one node; the job's nodes compile their own
+        return WarmupResult(status="skipped", reason=f"a {rendered.scheduler} job: its nodes compile in the first "
+                            "step, into the keyed cache folder they share", seconds=0.0,
+                            cache_dir=str(cache) if cache else None)
     if cache is not None and is_warm(cache, backend):
         entries = cache_entries(cache, backend, ignore=(WARM_MARKER,))
         return WarmupResult(status="reused", reason=f"cache {cache.name} is warm ({entries} compiled entries)",

@@ -22,10 +22,17 @@ from titanflow.run.params import INITS
 #: The deployments file, deployed from the repository root (entrypoints are relative to it).
 PREFECT_YAML = REPO_ROOT / "deployments" / "prefect.yaml"
 
-#: Target -> the work pool whose worker runs it. ``cuda`` has none: no CUDA node is part of the
-#: reference set-up, and a deployment nothing can pick up would only queue runs. ``trn2-cluster``'s worker runs
-#: on the Slurm cluster's login node and submits each training as a Slurm job (titanflow.slurm).
-WORK_POOLS = {"cpu": "cpu", "trn2": "trn2", "trn2-cluster": "trn2-cluster"}
+#: Work pool -> (the target its runs take, the parameters every run of it adds). ``cuda`` has none: no CUDA node is
+#: part of the reference set-up, and a deployment nothing can pick up would only queue runs. ``trn2-cluster``'s
+#: worker runs on the Slurm cluster's login node and submits each training as a Slurm job (titanflow.slurm);
+#: ``trn2-eks`` is a Kubernetes work pool (deployments/kubernetes/trn2-eks.json): each flow run is a Kubernetes
+#: job whose pods are the trn2-cluster target's nodes (titanflow.kubernetes).
+WORK_POOLS: dict[str, tuple[str, dict]] = {
+    "cpu": ("cpu", {}), "trn2": ("trn2", {}), "trn2-cluster": ("trn2-cluster", {}),
+    "trn2-eks": ("trn2-cluster", {"scheduler": "kubernetes"}),
+}
+#: Work pools that are not of Prefect's ``process`` type: pool -> (type, its base job template file).
+POOL_TEMPLATES = {"trn2-eks": ("kubernetes", REPO_ROOT / "deployments" / "kubernetes" / "trn2-eks.json")}
 
 
 #: Target -> scenario -> the weights parameters its runs take (none: the embedded tiny models, cpu). trn2
@@ -49,18 +56,20 @@ BISECT_TARGETS = ("cpu",)
 
 
 def expected_deployments() -> dict[str, dict]:
-    """{deployment name: {"flow", "work_pool", "parameters", "tags"}} the registries call for."""
+    """{deployment name: {"flow", "work_pool", "parameters", "tags"}} the registries call for: names
+    ``<scenario>-<pool>-<init>`` and ``nightly-<pool>`` (a pool is named after its target, but for trn2-eks)."""
     rows = {}
-    for target, pool in WORK_POOLS.items():
+    for pool, (target, added) in WORK_POOLS.items():
         for scenario in SCENARIOS:
             for init in INITS:
-                rows[f"{scenario}-{target}-{init}"] = {
+                rows[f"{scenario}-{pool}-{init}"] = {
                     "flow": "flows/scenario.py:qwen3_scenario", "work_pool": pool,
-                    "parameters": {"scenario": scenario, "target": target, "init": init,
+                    "parameters": {"scenario": scenario, "target": target, "init": init, **added,
                                    **TARGET_WEIGHTS.get(target, {}).get(scenario, {})},
                     "tags": [f"scenario:{scenario}", f"target:{target}", f"init:{init}"]}
-        rows[f"nightly-{target}"] = {"flow": "flows/nightly.py:qwen3_nightly", "work_pool": pool,
-                                     "parameters": {"target": target}, "tags": ["suite:nightly", f"target:{target}"]}
+        rows[f"nightly-{pool}"] = {"flow": "flows/nightly.py:qwen3_nightly", "work_pool": pool,
+                                   "parameters": {"target": target, **added},
+                                   "tags": ["suite:nightly", f"target:{target}"]}
         if target in BISECT_TARGETS:
             rows[f"bisect-{target}"] = {"flow": "flows/bisection.py:qwen3_bisect", "work_pool": pool,
                                         "parameters": {"target": target}, "tags": ["bisect", f"target:{target}"]}

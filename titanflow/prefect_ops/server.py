@@ -175,10 +175,15 @@ def deployment_plan(prefect_yaml: Path = PREFECT_YAML) -> tuple[list[str], list[
 
 
 def ensure_work_pools(api_url: str, pools: list[str], env: dict[str, str]) -> list[str]:
-    """Create each missing pool with ``prefect work-pool create NAME --type process``; returns the
-    ones created (existing pools, and settings made on them, are left as they are)."""
+    """Create each missing pool with ``prefect work-pool create NAME --type process``, or for a pool of
+    titanflow.prefect_ops.deployments.POOL_TEMPLATES of its type with its base job template (through the API: the
+    CLI would look the type up in Prefect's worker collection, which a server without network cannot reach);
+    returns the ones created (existing pools, and settings made on them, are left as they are)."""
     from prefect.client.orchestration import SyncPrefectClient
+    from prefect.client.schemas.actions import WorkPoolCreate
     from prefect.exceptions import ObjectNotFound
+
+    from titanflow.prefect_ops.deployments import POOL_TEMPLATES
 
     created = []
     with SyncPrefectClient(api_url) as client:
@@ -186,7 +191,12 @@ def ensure_work_pools(api_url: str, pools: list[str], env: dict[str, str]) -> li
             try:
                 client.read_work_pool(pool)
             except ObjectNotFound:
-                _prefect(["work-pool", "create", pool, "--type", "process"], env)
+                if pool in POOL_TEMPLATES:
+                    kind, template = POOL_TEMPLATES[pool]
+                    client.create_work_pool(WorkPoolCreate(name=pool, type=kind,
+                                                           base_job_template=json.loads(template.read_text())))
+                else:
+                    _prefect(["work-pool", "create", pool, "--type", "process"], env)
                 created.append(pool)
     return created
 

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from titan_cfg import kernels
 from titan_cfg.job import ExportDtype, Init, ModelSpecSource
 from titan_cfg.scenarios import SCENARIOS
-from titan_cfg.targets import TARGETS, Target
+from titan_cfg.targets import TARGETS, Target, implied_scheduler
 from titanflow import paths
 
 # Closed choices typed as such: the flows' signatures use them, so a deployment's parameter schema
@@ -114,9 +114,13 @@ class ScenarioRun(BaseModel):
     global_batch_size: int | None = Field(None, ge=1)
     seq_len: int | None = Field(None, ge=16)
     nnodes: int | None = Field(None, ge=1, description="nodes (torchrun --nnodes); more than one runs as one Slurm "
-                               "job (titanflow.slurm); None: the target's")
+                               "job (titanflow.slurm) unless scheduler says kubernetes; None: the target's")
     nproc_per_node: int | None = Field(None, ge=1, description="ranks per node (torchrun --nproc-per-node); world size "
                                        "= nnodes x nproc_per_node; None: the target's")
+    scheduler: Literal["slurm", "kubernetes"] | None = Field(
+        None, description="how the nodes are started: slurm (one Slurm job, titanflow.slurm) or kubernetes (the flow "
+        "in pod 0 of the Kubernetes job of the trn2-eks work pool, titanflow.kubernetes); None: slurm on more than "
+        "one node, else the target's")
     lr: float = Field(8e-4, gt=0)
     warmup_steps: int | None = Field(None, ge=0, description="linear lr warm-up steps; None: min(2, steps)")
     seed: int = 0
@@ -234,10 +238,10 @@ class ScenarioRun(BaseModel):
         return self.nnodes_resolved * self.nproc_per_node_resolved
 
     @property
-    def scheduler(self) -> str:
-        """``slurm`` for a run on more than one node or on a target Slurm schedules (titanflow.slurm), else
-        ``local`` (torchrun on this machine)."""
-        return "slurm" if self.nnodes_resolved > 1 or self.target_spec.scheduler == "slurm" else "local"
+    def scheduler_resolved(self) -> str:
+        """``scheduler`` as given, else the implied one (titan_cfg.targets.implied_scheduler): ``slurm`` for a run
+        on more than one node or on a target Slurm schedules (titanflow.slurm), else ``local`` (torchrun here)."""
+        return self.scheduler or implied_scheduler(self.target, self.nnodes_resolved)
 
     @property
     def global_batch_size_resolved(self) -> int:

@@ -191,18 +191,39 @@ def check_this_machine(run: ScenarioRun) -> None:
                              f"`titanflow render {run.scenario} --target {run.target}` writes its job files")
 
 
+def check_pod_zero() -> None:
+    """A run on Kubernetes trains from pod 0 of a titanflow Kubernetes job (titanflow.kubernetes.pod).
+
+    Raises:
+        ValueError: ``scheduler: ...`` when this process is not pod 0 of one, with the fix.
+    """
+    from titanflow.kubernetes import pods
+
+    try:
+        pods.group()
+        index = pods.index()
+    except pods.PodError as err:
+        raise ValueError(f"scheduler: kubernetes trains from pod 0 of a titanflow Kubernetes job, and {err}; fix: run "
+                         "it through the trn2-eks work pool (deployments/prefect.yaml), or pass --scheduler slurm") from None
+    if index != 0:
+        raise ValueError(f"scheduler: this is pod {index} of the Kubernetes job, which runs a torchrun agent; the flow "
+                         "runs in pod 0 (titanflow.kubernetes.pod)")
+
+
 def preflight(run: ScenarioRun, *, launch: bool = True) -> Path:
     """Check everything checkable without compute; return the (not yet created) run folder, or for
     ``run.resume`` the resumed run's folder, which must exist (titanflow.run.resume checks the rest).
 
     ``launch=False`` (rendering only) skips the check that this machine can run the target; a run on Slurm
-    (``run.scheduler``) is checked by Slurm instead (``sbatch --test-only``: titanflow.slurm.job.check_submission).
+    (``run.scheduler_resolved``) is checked by Slurm instead (``sbatch --test-only``: titanflow.slurm.job.check_submission).
 
     Raises:
         ValueError: the message starts with the field to change.
     """
     check_pretrained_weights_given(run)
-    if launch and run.scheduler == "slurm":  # its nodes run it, not this machine: Slurm says now whether it would
+    if launch and run.scheduler_resolved == "kubernetes":
+        check_pod_zero()
+    elif launch and run.scheduler_resolved == "slurm":  # its nodes run it, not this machine: Slurm says now whether it would
         from titanflow.slurm.job import check_submission
 
         check_submission(run.nnodes_resolved, run.timeout_s)

@@ -23,18 +23,14 @@ exit record. The timeout counts from the job's start; a job still pending after 
 
 from __future__ import annotations
 
-import collections
 import contextlib
-import json
 import math
 import os
 import re
 import shlex
-import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -42,8 +38,9 @@ from pathlib import Path
 from titan_cfg.job import Job
 from titanflow import paths
 from titanflow.launch.process import KILL_GRACE_S, ProcessResult
-from titanflow.slurm.batch import job_name, nodes_dir
-from titanflow.slurm.node import exit_record, log_path as node_log_path
+from titanflow.launch import nodes as node_logs
+from titanflow.launch.nodes import NodeLog, NodeLogs, NodeRouter, first_failed, nodes_dir, signals_held
+from titanflow.slurm.batch import job_name
 from titanflow.slurm.settings import SlurmSettings
 
 #: Seconds between two reads of the node logs.
@@ -55,8 +52,6 @@ STATE_EVERY_S = 2.0
 CANCEL_WAIT_S = 60.0
 #: Seconds a Slurm command may take before it counts as failed.
 COMMAND_TIMEOUT_S = 60.0
-#: Lines of the node that failed first copied into train.log (step lines left out).
-FAILED_NODE_LINES = 40
 #: Job states after which nothing of the job runs (Slurm's job state codes).
 FINAL_STATES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY",
                           "BOOT_FAIL", "DEADLINE", "REVOKED", "SPECIAL_EXIT"})
@@ -64,11 +59,6 @@ FINAL_STATES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_F
 BATCH_LOG = "batch-%j.log"
 #: The job ids a run submitted, under the nodes folder.
 JOBS_FILE = "jobs.txt"
-#: The first console line of global rank 0 (torchrun's prefix with the global rank).
-_RANK0 = re.compile(r"^\[default0\]:")
-#: A torchtitan step line (they are left out of the failed node's lines copied into train.log: its ranks are not
-#: rank 0, and the curve is rank 0's).
-_STEP_LINE = re.compile(r"step:\s*\d+\s+loss:")
 
 
 class SlurmError(RuntimeError):
@@ -240,21 +230,6 @@ def cancel(job_id: str, wait_s: float = CANCEL_WAIT_S) -> str | None:
         time.sleep(POLL_S)
 
 
-@contextlib.contextmanager
-def _signals_held():
-    """SIGINT and SIGTERM ignored for the block (in the main thread, the only one that can set handlers), then
-    their handlers back; elsewhere the block runs as it is."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    held = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for sig, handler in held.items():
-            signal.signal(sig, handler)
-
-
 def running_jobs(nodes: Path) -> list[str]:
     """Ids of the jobs of :data:`JOBS_FILE` under ``nodes`` that Slurm still runs (or holds pending)."""
     recorded = nodes / JOBS_FILE
@@ -275,129 +250,12 @@ def end_leftovers(nodes: Path) -> list[str]:
 
 
 def recover_rank0_steps(nodes: Path, log_path: Path) -> list[int]:
-    """Copy into train.log (``log_path``) the rank-0 step lines the node logs under ``nodes`` hold for steps after
-    the last one train.log has: the lines a launch's follower never copied because it was killed (a flow process
-    SIGKILLed while its job trained on). Cancels the run's jobs Slurm still runs first (:func:`end_leftovers`), so
-    the node logs are final. Each step's latest line is taken (node logs are appended launch after launch; the
-    newest log is read last), under one titanflow line naming the steps and the logs. Returns the steps copied.
-
-    Why: train.log is what the curve, resume and the judge read; without the steps the next launch would resume
-    from a checkpoint past the curve's end and the run could never be judged whole.
-    """
-    from titanflow.launch.metrics import log_lines, parse_step_line, run_curve
-
+    """:func:`titanflow.launch.nodes.recover_rank0_steps` once the run's jobs Slurm still runs are cancelled
+    (:func:`end_leftovers`), so that the node logs are final; returns the steps copied into train.log."""
     if not nodes.is_dir():
         return []
     end_leftovers(nodes)
-    curve = run_curve(log_path)  # the run's curve so far, launches folded
-    logged = int(curve.step.max()) if not curve.empty else 0
-    found: dict[int, tuple[str, str]] = {}
-    for node_log in sorted(nodes.glob("*.log"), key=lambda p: p.stat().st_mtime):
-        if node_log.name.startswith("batch-"):
-            continue
-        for line in log_lines(node_log):
-            row = parse_step_line(line) if _RANK0.match(line) else None
-            if row is not None and row["step"] > logged:
-                found[row["step"]] = (line, node_log.name)
-    steps = sorted(found)
-    if steps:
-        sources = ", ".join(sorted({found[s][1] for s in steps}))
-        with open(log_path, "a") as log:
-            log.write(f"titanflow: steps {steps[0]}-{steps[-1]} recovered from {sources} (an earlier launch's "
-                      "follower ended before copying them)\n")
-            log.writelines(found[step][0] + "\n" for step in steps)
-    return steps
-
-
-class _Tail:
-    """New complete lines of a file that grows (from where it ended when the tail began)."""
-
-    def __init__(self, path: Path):
-        self.path = path
-        self.offset = path.stat().st_size if path.is_file() else 0
-        self.rest = b""
-
-    def lines(self, final: bool = False) -> list[str]:
-        if self.path.is_file():
-            with open(self.path, "rb") as handle:
-                handle.seek(self.offset)
-                data = handle.read()
-            self.offset += len(data)
-            self.rest += data
-        *complete, self.rest = self.rest.split(b"\n")
-        if final and self.rest:
-            complete, self.rest = [*complete, self.rest], b""
-        return [line.decode("utf-8", "replace").removesuffix("\r") for line in complete]
-
-
-class _Router:
-    """Where each line of a launch goes (module docstring): the Prefect log and the tail get every line, prefixed
-    with its node; train.log the rank-0 node's lines as they are, once that node is known (held until then)."""
-
-    def __init__(self, log, on_line: Callable[[str], None], tail_lines: int = 60):
-        self.log, self.on_line = log, on_line
-        self.tail: collections.deque[str] = collections.deque(maxlen=tail_lines)
-        self.rank0_node: str | None = None
-        self.held: dict[str, list[str]] = collections.defaultdict(list)
-
-    def _emit(self, text: str) -> None:
-        self.tail.append(text)
-        try:
-            self.on_line(text)
-        except Exception as err:  # noqa: BLE001 - the Prefect log must not stop following the job
-            self.log.write(f"titanflow: the output callback failed ({type(err).__name__}: {err})\n".encode())
-
-    def write(self, text: str) -> None:
-        self.log.write((text + "\n").encode())
-
-    def say(self, text: str) -> None:
-        """titanflow's own line: train.log and the Prefect log."""
-        self.write(f"titanflow: {text}")
-        self._emit(f"titanflow: {text}")
-
-    def batch(self, line: str) -> None:
-        self.write(f"slurm: {line}")
-        self._emit(f"[slurm] {line}")
-
-    def node(self, node: str, line: str) -> None:
-        self._emit(f"[{node}] {line}")
-        if self.rank0_node is None:
-            self.held[node].append(line)
-            if _RANK0.match(line):
-                self.rank0_node = node
-                for held in self.held.pop(node):
-                    self.write(held)
-                self.held.clear()
-        elif node == self.rank0_node:
-            self.write(line)
-
-    def close(self) -> None:
-        """Lines still held (no node showed rank 0): into train.log, each prefixed with its node."""
-        for node, lines in self.held.items():
-            for line in lines:
-                self.write(f"[{node}] {line}")
-        self.held.clear()
-
-
-def node_exits(nodes: Path, names: list[str]) -> dict[str, dict | None]:
-    """{node: its exit record (titanflow.slurm.node), None when it wrote none (Slurm ended it first)}."""
-    found = {}
-    for name in names:
-        path = exit_record(nodes, name)
-        found[name] = json.loads(path.read_text()) if path.is_file() else None
-    return found
-
-
-def first_failed(exits: dict[str, dict | None]) -> str | None:
-    """The node whose agent failed first (the earliest non-zero exit record), None when none failed."""
-    failed = [(r["ended_at"], n) for n, r in exits.items() if r is not None and r["exit_code"] != 0]
-    return min(failed)[1] if failed else None
-
-
-def _exit_words(record: dict | None) -> str:
-    if record is None:
-        return "no exit recorded (Slurm ended it)"
-    return f"killed by {record['signal']}" if record["signal"] else f"exit {record['exit_code']}"
+    return node_logs.recover_rank0_steps(nodes, log_path)
 
 
 def run_job(rendered, *, timeout_s: float, log_path: Path, on_line: Callable[[str], None] = lambda _: None,
@@ -425,7 +283,7 @@ def run_job(rendered, *, timeout_s: float, log_path: Path, on_line: Callable[[st
     nodes.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     with open(log_path, "ab", buffering=0) as log:
-        route = _Router(log, on_line)
+        route = NodeRouter(log, on_line)
         for job_id in end_leftovers(nodes):
             route.say(f"cancelled slurm job {job_id}, left running by an earlier launch of this run")
         for stale in nodes.glob("*.exit.json"):  # an earlier launch's; each node writes its own again
@@ -457,28 +315,21 @@ def run_job(rendered, *, timeout_s: float, log_path: Path, on_line: Callable[[st
 class _Follower:
     """Follows one job of a launch: its state, its batch log and every node's console (module docstring)."""
 
-    def __init__(self, job: Job, route: _Router, nodes: Path):
+    def __init__(self, job: Job, route: NodeRouter, nodes: Path):
         self.job, self.route, self.nodes = job, route, nodes
-        # node logs already there are an earlier launch's: only what this launch appends is new
-        self.tails = {p.stem: _Tail(p) for p in nodes.glob("*.log") if not p.name.startswith("batch-")}
-        self.batch: _Tail | None = None
+        self.consoles = NodeLogs(nodes)
+        self.batch: NodeLog | None = None
 
     def drain(self, final: bool = False) -> None:
         """Route every new line of the batch log and the node logs (``final``: their last lines too)."""
         for line in self.batch.lines(final) if self.batch else []:
-            self.route.batch(line)
-        for path in sorted(self.nodes.glob("*.log")):
-            if not path.name.startswith("batch-") and path.stem not in self.tails:
-                self.tails[path.stem] = _Tail(path)
-                self.tails[path.stem].offset = 0  # a node log new in this launch: from its start
-        for name, tail in self.tails.items():
-            for line in tail.lines(final):
-                self.route.node(name, line)
+            self.route.scheduler("slurm", line)
+        self.consoles.drain(self.route, final)
 
     def follow(self, job_id: str, timeout_s: float) -> tuple[dict[str, str], bool]:
         """Stream until the job ends, or cancel it past ``timeout_s`` from its start (or pending as long), or when
         interrupted (then re-raised); returns (its last state, timed out)."""
-        self.batch = _Tail(self.nodes / BATCH_LOG.replace("%j", job_id))
+        self.batch = NodeLog(self.nodes / BATCH_LOG.replace("%j", job_id))
         self.batch.offset = 0
         begun, started, seen, next_state, state = time.monotonic(), None, None, 0.0, {}
         try:
@@ -504,55 +355,19 @@ class _Follower:
                 time.sleep(POLL_S)
         except BaseException:
             self.route.say(f"interrupted: scancel {job_id}")
-            with _signals_held():  # a second Ctrl-C or SIGTERM must not cut the cancel short
+            with signals_held():  # a second Ctrl-C or SIGTERM must not cut the cancel short
                 cancel(job_id)
             self.drain(final=True)
             self.route.close()
             raise
 
     def report(self, job_id: str, state: dict[str, str]) -> dict[str, dict | None]:
-        """The last lines, then each node's exit, the last lines of the node that failed first and the job's end,
-        into train.log and the Prefect log; returns the nodes' exit records."""
-        self.drain(final=True)
-        self.route.close()
-        exits = node_exits(self.nodes, hostnames(state.get("NodeList", "")) or sorted(self.tails))
-        for name, record in exits.items():
-            self.route.say(f"node {name}: {_exit_words(record)}")
-        failed = first_failed(exits)
-        if failed is not None:
-            self.route.write(f"titanflow: node {failed} failed first; its last lines:")
-            for line in _last_lines(node_log_path(self.nodes, failed), FAILED_NODE_LINES):
-                self.route.write(f"[{failed}] {line}")
+        """The last lines, each node's exit and the last lines of the node that failed first
+        (:meth:`titanflow.launch.nodes.NodeLogs.report`), then the job's end, into train.log and the Prefect log;
+        returns the nodes' exit records."""
+        for line in self.batch.lines(final=True) if self.batch else []:
+            self.route.scheduler("slurm", line)
+        exits = self.consoles.report(self.route, hostnames(state.get("NodeList", "")))
         self.route.say(f"slurm job {job_id} ended {state.get('JobState', 'GONE')}, ExitCode "
                        f"{state.get('ExitCode', '?')}")
         return exits
-
-
-def _last_lines(path: Path, count: int) -> list[str]:
-    """The last ``count`` lines of ``path`` that are not step lines (:data:`_STEP_LINE`)."""
-    if not path.is_file():
-        return []
-    lines = path.read_text(errors="replace").splitlines()
-    return [line for line in lines if not _STEP_LINE.search(line)][-count:]
-
-
-def first_node_error(job: Job):
-    """The root cause of a failed Slurm job: on the node that failed first (:func:`first_failed`), its first
-    failing rank's own error from its rank logs and console (titanflow.launch.root_cause.first_rank_error), with
-    its global rank (the local one on that node when torchrun's report does not pair them) and the message
-    prefixed ``node <name>:``; None when no node recorded a failure."""
-    from titanflow.launch.root_cause import first_rank_error
-
-    nodes = nodes_dir(job)
-    names = sorted(p.name.removesuffix(".exit.json") for p in nodes.glob("*.exit.json"))
-    failed = first_failed(node_exits(nodes, names))
-    if failed is None:
-        return None
-    console = "\n".join(_last_lines(node_log_path(nodes, failed), 200))
-    found = first_rank_error(Path(job.dump_folder) / "ranks" / failed, console)
-    if found is None:
-        return None
-    # the rank as the job knows it: torchrun's failure report on that node pairs the global rank with the local one
-    pairs = re.findall(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)", console)
-    rank = next((int(g) for g, local in reversed(pairs) if int(local) == found.rank), found.rank)
-    return found.model_copy(update={"rank": rank, "message": f"node {failed}: {found.message}"})

@@ -1,28 +1,42 @@
-"""The trn2-eks work pool template (titanflow.prefect_ops.kubernetes), on paper: pinned by
-deployments/kubernetes/trn2-eks.json, accepted by Prefect's own work-pool validation, and, with its placeholders
-filled as Prefect fills them, a batch/v1 Job the official Kubernetes client's models read field for field.
+"""The trn2-eks work pool template (titanflow.kubernetes.template): pinned by deployments/kubernetes/trn2-eks.json,
+accepted by Prefect's own work-pool validation, and, with its placeholders filled as Prefect fills them, a batch/v1
+Job the official Kubernetes client's models read field for field, whose pods run titanflow.kubernetes.pod.
+(tests/e2e/test_kubernetes_pods.py runs the manifest Prefect's Kubernetes worker makes of it, as processes here.)
 
 Write the file again after an intended change with
-    TITANFLOW_UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/unit/prefect_ops/test_kubernetes_template.py
+    TITANFLOW_UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/unit/kubernetes/test_kubernetes_template.py
 """
 
 import json
 import os
+import uuid
 
 import pytest
 from prefect.server.schemas.actions import WorkPoolCreate
 from prefect.utilities.templating import apply_values
 
 from titan_cfg.targets import EFA_ENV
-from titanflow.prefect_ops.kubernetes import (EFA_RESOURCE, NEURON_RESOURCE, TEMPLATE_PATH, trn2_eks_job_template,
-                                              write_template)
+from titanflow.kubernetes.template import (EFA_RESOURCE, NEURON_RESOURCE, TEMPLATE_PATH, trn2_eks_job_template,
+                                          write_template)
 
 
 def _filled(template: dict, **given) -> dict:
     """The job configuration with every placeholder replaced, as a Prefect worker does: the variables' defaults,
-    then ``given`` (what Prefect sets for a flow run: name, command; what a deployment sets: image)."""
+    then ``given`` (what Prefect sets for a flow run: name; what a deployment sets: image)."""
     values = {name: spec.get("default") for name, spec in template["variables"]["properties"].items()} | given
     return apply_values(template["job_configuration"], values)
+
+
+def _worker_manifest(**given) -> dict:
+    """The batch/v1 Job Prefect's Kubernetes worker (prefect-kubernetes) submits for a flow run named
+    ``flow-run-1`` from the template filled with ``given``: its job configuration (which checks the manifest) and
+    its preparation for the flow run (the flow-run command, Prefect's environment, the name)."""
+    from prefect.client.schemas.objects import FlowRun
+    from prefect_kubernetes.worker import KubernetesWorkerJobConfiguration
+
+    config = KubernetesWorkerJobConfiguration(**_filled(trn2_eks_job_template(), name="flow-run-1", **given))
+    config.prepare_for_flow_run(FlowRun(flow_id=uuid.uuid4(), name="flow-run-1"))
+    return config.job_manifest
 
 
 def test_the_template_file_is_the_one_titanflow_writes():
@@ -46,13 +60,13 @@ def test_filled_in_it_is_a_kubernetes_job_of_one_pod_per_trn2_node_with_its_neur
     know (a misspelt one would be dropped), every type as the API wants it."""
     from kubernetes.client import ApiClient
 
-    config = _filled(trn2_eks_job_template(), name="flow-run-1", command="prefect flow-run execute",
-                     image="registry.example/titanflow-trn2:2.33", nnodes=4)
-    assert "{{" not in json.dumps(config)
-    manifest = config["job_manifest"]
+    manifest = _worker_manifest(image="registry.example/titanflow-trn2:2.33", nnodes=4)
+    assert "{{" not in json.dumps(manifest)
     client = ApiClient()
     job = client._ApiClient__deserialize(manifest, "V1Job")  # the client's own reader of API responses
-    assert client.sanitize_for_serialization(job) == manifest
+    pod_spec = {k: v for k, v in manifest["spec"]["template"]["spec"].items() if k not in ("parallelism", "completions")}
+    known = {**manifest, "spec": {**manifest["spec"], "template": {**manifest["spec"]["template"], "spec": pod_spec}}}
+    assert client.sanitize_for_serialization(job) == known  # but the two fields Prefect's worker wants in the pod spec
     assert (job.spec.completion_mode, job.spec.completions, job.spec.parallelism) == ("Indexed", 4, 4)
     pod = job.spec.template.spec
     (term,) = pod.affinity.pod_anti_affinity.required_during_scheduling_ignored_during_execution
@@ -61,7 +75,14 @@ def test_filled_in_it_is_a_kubernetes_job_of_one_pod_per_trn2_node_with_its_neur
     (container,) = pod.containers
     assert container.resources.limits[NEURON_RESOURCE] == container.resources.requests[NEURON_RESOURCE] == "16"
     assert container.resources.limits[EFA_RESOURCE] == "16"
-    env = {e.name: e.value for e in container.env}
-    assert env.items() >= {**EFA_ENV, "NEURON_LOGICAL_NC_CONFIG": "2"}.items()
-    assert env["TITANFLOW_RDZV_ENDPOINT"] == "flow-run-1-0.titanflow-trn2:29400"  # pod 0 of the Indexed Job
-    assert container.args == ["/bin/bash", "-c", "prefect flow-run execute"]
+    env = {e.name: e.value for e in container.env if e.value_from is None}
+    assert env.items() >= {**EFA_ENV, "NEURON_LOGICAL_NC_CONFIG": "2", "TITANFLOW_ROOT": "/fsx/titanflow"}.items()
+    given = {e.name: e.value_from.field_ref.field_path for e in container.env if e.value_from is not None}
+    assert given == {  # the downward API (titanflow.kubernetes.pods): the job's uid, the pod's IP and name
+        "TITANFLOW_POD_GROUP": "metadata.labels['batch.kubernetes.io/controller-uid']",
+        "TITANFLOW_POD_IP": "status.podIP", "TITANFLOW_NODE": "metadata.name"}
+    # pod 0 runs the flow-run command, the others the agent: titanflow.kubernetes.pod decides by the pod's index
+    assert container.command + container.args == ["python", "-m", "titanflow.kubernetes.pod", "--", "prefect",
+                                                  "flow-run", "execute"]
+    assert env["PREFECT__FLOW_RUN_ID"]  # the worker's environment is every pod's
+    assert job.metadata.generate_name == "flow-run-1-" and job.metadata.name is None  # unique per submission

@@ -1,4 +1,4 @@
-"""titanflow.slurm.node: what each node of a Slurm job runs, here without Slurm (the variables Slurm sets given
+"""titanflow.launch.node: what each node of a multi-node job runs, here without Slurm (the variables Slurm sets given
 by hand): placeholders expanded from the node's environment, the console into <node>.log, the exit recorded."""
 
 import json
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from titanflow.slurm.node import NodeError, exit_record, expand, log_path, main
+from titanflow.launch.node import NodeError, exit_record, expand, log_path, main
 
 
 def test_placeholders_take_the_nodes_values_and_a_missing_one_is_named():
@@ -43,3 +43,15 @@ def test_an_unset_placeholder_is_written_to_the_console_and_exits_2(tmp_path, mo
     assert "${TITANFLOW_RDZV_ENDPOINT}, which is not set on node n1" in log_path(tmp_path, "n1").read_text()
     assert json.loads(exit_record(tmp_path, "n1").read_text())["exit_code"] == 2
     assert os.environ["SLURMD_NODENAME"] == "n1"
+
+
+def test_a_pods_name_comes_before_slurms_and_fills_the_node_placeholder(tmp_path, monkeypatch):
+    """TITANFLOW_NODE (set from the pod's name, titanflow.kubernetes.template) names the node; the launch line's
+    ``${TITANFLOW_NODE}`` (titanflow.launch.render.NODE_PLACEHOLDERS) takes the name, Slurm's or the pod's."""
+    monkeypatch.setenv("SLURMD_NODENAME", "n1")
+    monkeypatch.setenv("TITANFLOW_NODE", "job-x-1")
+    code = main([str(tmp_path), "--", sys.executable, "-c", "import sys; print(sys.argv[1])", "ranks/${TITANFLOW_NODE}"])
+    assert code == 0 and log_path(tmp_path, "job-x-1").read_text() == "ranks/job-x-1\n"
+    monkeypatch.delenv("TITANFLOW_NODE")
+    assert main([str(tmp_path), "--", sys.executable, "-c", "import sys; print(sys.argv[1])", "${TITANFLOW_NODE}"]) == 0
+    assert log_path(tmp_path, "n1").read_text() == "n1\n"

@@ -140,11 +140,11 @@ def test_one_node_jobs_stay_as_they_were_and_launch_standalone(tmp_path, tiny_as
 def test_two_cpu_nodes_of_one_rank_render_a_slurm_job_of_the_same_workload(tmp_path, tiny_assets):
     """cpu, 2 nodes x 1 rank: world size 2, so global batch 4 is 2 per rank, the same as 1 node x 2 ranks; the
     launch is torchrun's c10d rendezvous (never --standalone) with per-node placeholders, in a Slurm batch
-    script of 2 nodes x 1 task that runs titanflow.slurm.node on each."""
+    script of 2 nodes x 1 task that runs titanflow.launch.node on each."""
     from titanflow.launch.render import NODE_PLACEHOLDERS, RANK_PREFIX
 
     run = ScenarioRun(steps=3, nnodes=2, nproc_per_node=1)
-    assert (run.world_size, run.scheduler) == (2, "slurm")
+    assert (run.world_size, run.scheduler_resolved) == (2, "slurm")
     rendered = render(run, tiny_assets.weights_dir, tmp_path / "run")
     files = _rendered_files(Path(rendered.job_path).parent)
     job, argv = files["job.json"], files["launch.json"]["argv"]
@@ -153,13 +153,13 @@ def test_two_cpu_nodes_of_one_rank_render_a_slurm_job_of_the_same_workload(tmp_p
     assert argv[:8] == ["torchrun", "--nnodes=2", "--nproc_per_node=1", "--rdzv-backend=c10d",
                         f"--rdzv-endpoint={NODE_PLACEHOLDERS['endpoint']}", f"--rdzv-id={NODE_PLACEHOLDERS['rdzv_id']}",
                         "--rdzv-conf=join_timeout=600", "--max-restarts=0"]
-    assert argv[argv.index("--log-dir") + 1] == str(tmp_path / "run" / "train" / "ranks" / "${SLURMD_NODENAME}")
+    assert argv[argv.index("--log-dir") + 1] == str(tmp_path / "run" / "train" / "ranks" / "${TITANFLOW_NODE}")
     assert files["launch.json"]["env"].items() >= RANK_PREFIX.items()
     script = files["launch.sh"]
     assert {"#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=1", "#SBATCH --exclusive"} <= set(script)
     srun = script[-1]
-    assert srun.startswith("srun --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 python -m titanflow.slurm.node ")
-    assert "'--rdzv-endpoint=${TITANFLOW_RDZV_ENDPOINT}'" in srun  # quoted: each node expands it (titanflow.slurm.node)
+    assert srun.startswith("srun --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 python -m titanflow.launch.node ")
+    assert "'--rdzv-endpoint=${TITANFLOW_RDZV_ENDPOINT}'" in srun  # quoted: each node expands it (titanflow.launch.node)
 
 
 def test_trn2_cluster_is_trn2_nodes_with_efa_and_a_global_batch_per_node(config_only_folder):

@@ -18,10 +18,15 @@ from titanflow.run.params import INITS, ScenarioRun
 def test_prefect_yaml_holds_every_scenario_x_target_x_init_and_a_nightly_per_target():
     assert check_prefect_yaml() == []
     rows = expected_deployments()
-    # 3 scenarios x 3 targets with a work pool (cpu, trn2, trn2-cluster) x 2 inits, a nightly per target, bisect-cpu
-    assert len(rows) == len(SCENARIOS) * len(WORK_POOLS) * len(INITS) + len(WORK_POOLS) + len(BISECT_TARGETS) == 22
+    # 3 scenarios x 4 work pools (cpu, trn2, trn2-cluster, trn2-eks) x 2 inits, a nightly per pool, bisect-cpu
+    assert len(rows) == len(SCENARIOS) * len(WORK_POOLS) * len(INITS) + len(WORK_POOLS) + len(BISECT_TARGETS) == 29
     assert rows["native-trn2-cluster-random"]["work_pool"] == "trn2-cluster"
-    assert set(WORK_POOLS) <= set(TARGETS) and set(BISECT_TARGETS) <= set(WORK_POOLS)
+    assert {target for target, _ in WORK_POOLS.values()} <= set(TARGETS) and set(BISECT_TARGETS) <= set(WORK_POOLS)
+    # trn2 nodes on EKS: the trn2-cluster target's runs, each on the pods of a Kubernetes job
+    assert rows["moe-trn2-eks-pretrained"]["parameters"] == {
+        "scenario": "moe", "target": "trn2-cluster", "init": "pretrained", "scheduler": "kubernetes",
+        "weights": "Qwen/Qwen3-30B-A3B", "trim": {"layers": 4, "experts": 64, "top_k": 4}}
+    assert rows["nightly-trn2-eks"]["parameters"] == {"target": "trn2-cluster", "scheduler": "kubernetes"}
     assert rows["bisect-cpu"] == {"flow": "flows/bisection.py:qwen3_bisect", "work_pool": "cpu",
                                   "parameters": {"target": "cpu"}, "tags": ["bisect", "target:cpu"]}
 

@@ -10,12 +10,12 @@ from titanflow.run.params import ScenarioRun
 
 def test_world_size_is_nodes_times_ranks_per_node_and_many_nodes_run_on_slurm():
     one = ScenarioRun()
-    assert (one.nnodes_resolved, one.nproc_per_node_resolved, one.world_size, one.scheduler) == (1, 2, 2, "local")
+    assert (one.nnodes_resolved, one.nproc_per_node_resolved, one.world_size, one.scheduler_resolved) == (1, 2, 2, "local")
     two = ScenarioRun(nnodes=2, nproc_per_node=1)
-    assert (two.world_size, two.global_batch_size_resolved, two.scheduler) == (2, 4, "slurm")
+    assert (two.world_size, two.global_batch_size_resolved, two.scheduler_resolved) == (2, 4, "slurm")
     cluster = ScenarioRun(target="trn2-cluster")
     assert (cluster.nnodes_resolved, cluster.nproc_per_node_resolved, cluster.world_size) == (2, 64, 128)
-    assert (cluster.global_batch_size_resolved, cluster.scheduler) == (128, "slurm")
+    assert (cluster.global_batch_size_resolved, cluster.scheduler_resolved) == (128, "slurm")
     assert cluster.kernels_resolved == ScenarioRun(target="trn2").kernels_resolved  # trn2's per-node tables
 
 
@@ -38,7 +38,7 @@ def test_nodes_and_ranks_the_target_cannot_run_are_refused_naming_the_field(give
 
 
 def test_a_target_of_many_nodes_must_be_scheduled_by_slurm():
-    with pytest.raises(ValueError, match="2 nodes need scheduler='slurm'"):
+    with pytest.raises(ValueError, match="2 nodes need scheduler=.slurm. or .kubernetes."):
         Target(name="x", device="cpu", nnodes=2, nproc_per_node=1, global_batch_size=2, seq_len=16, kernels={}, env={})
     assert TARGETS["trn2-cluster"]().missing_runtime() is None  # its nodes run it, not the submitting machine
 

@@ -9,13 +9,14 @@ import math
 import pytest
 
 from titanflow.launch.process import KILL_GRACE_S
-from titanflow.slurm.job import _Router, _Tail, first_failed, node_exits, time_limit
+from titanflow.launch.nodes import NodeLog, NodeRouter, first_failed, node_exits
+from titanflow.slurm.job import time_limit
 from titanflow.slurm.settings import SlurmSettings
 
 
 def _router():
     log, seen = io.BytesIO(), []
-    return _Router(log, seen.append), log, seen
+    return NodeRouter(log, seen.append), log, seen
 
 
 def test_train_log_gets_the_rank0_nodes_lines_from_its_first_and_the_prefect_log_every_node():
@@ -27,7 +28,7 @@ def test_train_log_gets_the_rank0_nodes_lines_from_its_first_and_the_prefect_log
     route.node("n2", "[default0]:step:  1  loss: 11.94006")
     route.node("n1", "[default1]:step:  1  loss: 11.94006")
     route.node("n2", "[default0]:step:  2  loss: 11.93394")
-    route.batch("srun: error: n1: task 0: Exited with exit code 1")
+    route.scheduler("slurm", "srun: error: n1: task 0: Exited with exit code 1")
     route.say("slurm job 7 ended FAILED")
     assert log.getvalue().decode().splitlines() == [
         "agent n2 starting", "[default0]:step:  1  loss: 11.94006", "[default0]:step:  2  loss: 11.93394",
@@ -47,7 +48,7 @@ def test_lines_of_a_job_that_never_showed_rank_0_reach_train_log_by_node():
 def test_a_tail_reads_only_what_was_appended_since_it_began_and_holds_a_partial_line(tmp_path):
     path = tmp_path / "n1.log"
     path.write_text("an earlier launch\n")
-    tail = _Tail(path)
+    tail = NodeLog(path)
     with open(path, "a") as handle:
         handle.write("line 1\npart")
     assert tail.lines() == ["line 1"]

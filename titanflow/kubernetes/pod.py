@@ -1,0 +1,98 @@
+"""What each pod of a titanflow Kubernetes job runs: its role from its index in the Indexed Job.
+
+    python -m titanflow.kubernetes.pod -- /bin/bash -c '<Prefect's flow-run command>'
+
+- Pod 0 runs the flow: the command after ``--`` (Prefect's worker puts its flow-run command there,
+  titanflow.kubernetes.template), as a child whose SIGTERM and SIGINT it passes on (Prefect's own handling of a
+  pod's termination stays the flow's). When the flow ends, it records that for the agents
+  (titanflow.kubernetes.pods.finish) and exits with the flow's code.
+- Every other pod is an agent: it waits for a launch record of pod 0's train task, runs that launch's
+  ``launch.sh`` (one torchrun agent, titanflow.kubernetes.launch.start_node) and ends it when the launch is
+  cancelled, then waits for the next launch (the train task's retry), until the flow ended. It exits 0 when the
+  flow-run command did, 1 when it did not or no launch came for ``TITANFLOW_POD_WAIT_S`` seconds (default
+  :data:`WAIT_S`). (Prefect's ``flow-run execute`` exits 0 for a flow run that failed: the flow run's state, in
+  Prefect, is what says how it went.)
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from titanflow.kubernetes import pods
+from titanflow.kubernetes.launch import end_node, start_node
+
+#: Seconds an agent waits for the next launch (or for the flow to end) before it gives up: the flow's tasks before
+#: training (weights, render, warm-up) and a retry's delay fit in it many times.
+WAIT_S = 3600.0
+#: Seconds between two looks at the job's launch records.
+POLL_S = 1.0
+
+
+def _say(text: str) -> None:
+    print(f"titanflow pod: {text}", flush=True)
+
+
+def run_flow(command: list[str], group: str) -> int:
+    """Pod 0: run the flow ``command``, passing SIGTERM and SIGINT on; record its end for the agents; its code."""
+    child = subprocess.Popen(command)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda number, _frame: child.send_signal(number))
+    code = child.wait()
+    pods.finish(group, code)
+    _say(f"the flow ended with exit code {code}")
+    return code
+
+
+def run_agent(group: str, wait_s: float) -> int:
+    """Any other pod: run each new launch of the job until the flow ended (module docstring)."""
+    ran: set[int] = set()
+    deadline = time.monotonic() + wait_s
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(True))  # the pod is being deleted
+    while not stop:
+        code = pods.finished(group)
+        if code is not None:
+            _say(f"the flow ended with exit code {code}")
+            return 0 if code == 0 else 1
+        waiting = {n: r for n, r in pods.launches(group).items() if n not in ran and not pods.cancelled(group, n)}
+        if waiting:
+            number = max(waiting)
+            ran.update(n for n in waiting if n <= number)
+            _say(f"launch {number}: rendezvous on {waiting[number]['endpoint']}")
+            proc = start_node(waiting[number])
+            while proc.poll() is None:
+                if stop or pods.cancelled(group, number) or pods.finished(group) is not None:
+                    end_node(proc)
+                    break
+                time.sleep(POLL_S)
+            _say(f"launch {number}: the node's agent exited {proc.wait()}")
+            deadline = time.monotonic() + wait_s
+            continue
+        if time.monotonic() > deadline:
+            _say(f"no launch and no end of the flow for {wait_s:.0f} s; giving up")
+            return 1
+        time.sleep(POLL_S)
+    return 1
+
+
+def main(args: list[str]) -> int:
+    """``-- <flow-run command...>``; see the module docstring."""
+    if len(args) < 2 or args[0] != "--":
+        print("usage: python -m titanflow.kubernetes.pod -- <flow-run command...>", file=sys.stderr)
+        return 2
+    try:
+        group, index = pods.group(), pods.index()
+    except pods.PodError as err:
+        print(f"titanflow pod: {err}", file=sys.stderr)
+        return 2
+    if index == 0:
+        return run_flow(args[1:], group)
+    return run_agent(group, float(os.environ.get("TITANFLOW_POD_WAIT_S", WAIT_S)))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
