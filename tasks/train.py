@@ -22,8 +22,9 @@ from titanflow.run.task_names import TaskName
 @task(name=TaskName.train, retries=2, retry_delay_seconds=10, retry_condition_fn=retry_infrastructure_only,
       cache_policy=caching.TRAIN, persist_result=True)
 def train(rendered: RenderedJob, timeout_s: float) -> TrainResult:
-    """Prefect task: :func:`titanflow.launch.torchrun.run_training`, each output line forwarded to
-    the run log and each step advancing the ``<key>-progress`` artifact; a Slurm job trains holding the training
+    """Prefect task: :func:`titanflow.launch.torchrun.run_training`, its output lines forwarded to the run log
+    (one record per batch of lines, titanflow.launch.forward) and each step advancing the ``<key>-progress``
+    artifact; a Slurm job trains holding the training
     slots of its nodes.
 
     Retried twice, 10 s apart, only for an infrastructure failure (a killed or timed-out
@@ -42,8 +43,8 @@ def train(rendered: RenderedJob, timeout_s: float) -> TrainResult:
     with TrainingProgress(artifact_key(job.model_dump()), job.steps, job.run_id,
                           resumed_from_step=resume.resumed_from_step) as progress:
 
-        def on_line(line: str) -> None:
-            logger.info(strip_ansi(line))
-            progress.on_line(line)
+        def on_lines(lines: list[str]) -> None:
+            logger.info("\n".join(map(strip_ansi, lines)))  # one Prefect log record per batch of lines
+            progress.on_lines(lines)
 
-        return run_training(rendered, timeout_s=timeout_s, on_line=on_line, resume=resume, hold_nodes=hold_nodes)
+        return run_training(rendered, timeout_s=timeout_s, on_lines=on_lines, resume=resume, hold_nodes=hold_nodes)

@@ -17,6 +17,6 @@ def compile_warmup(rendered: RenderedJob, timeout_s: float) -> WarmupResult:
     """Prefect task: :func:`titanflow.launch.warmup.warm_up`, logging the outcome. Cached on the job without its
     run and the compile cache it fills, so a run of the same job reuses the result while the cache is warm."""
     logger = get_run_logger()
-    result = warm_up(rendered, timeout_s, on_line=logger.info)
+    result = warm_up(rendered, timeout_s, on_lines=lambda lines: logger.info("\n".join(lines)))
     logger.info("compile warm-up %s: %s (%.1f s)", result.status, result.reason, result.seconds)
     return result

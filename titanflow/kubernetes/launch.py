@@ -115,7 +115,7 @@ def _recorded(nodes: Path, names: list[str]) -> int:
 
 
 def run_pods(rendered, *, timeout_s: float, log_path: Path,
-             on_line: Callable[[str], None] = lambda _: None) -> ProcessResult:
+             on_lines: Callable[[list[str]], None] = lambda _: None) -> ProcessResult:
     """Launch the rendered job on every pod of this Kubernetes job (module docstring), follow it to its end and
     return how it ended, as titanflow.launch.process.run_streaming does for one node: ``returncode`` 0 when every
     one of the job's ``nnodes`` pods recorded exit 0 (else the exit code of the pod that failed first, else 1),
@@ -134,8 +134,7 @@ def run_pods(rendered, *, timeout_s: float, log_path: Path,
     script = Path(rendered.job_path).with_name("launch.sh")
     start = time.monotonic()
     timed_out = False
-    with open(log_path, "ab", buffering=0) as log:
-        route = NodeRouter(log, on_line)
+    with open(log_path, "ab", buffering=0) as log, NodeRouter(log, on_lines) as route:
         consoles = NodeLogs(nodes)
         record = pods.write_launch(name, {"script": str(script), "endpoint": rendezvous_endpoint(),
                                           "nodes": str(nodes), "run_id": job.run_id})

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from titan_cfg.job import Job
+from titanflow.launch.forward import LineForwarder
 from titanflow.launch.node import exit_record, log_path as node_log_path
 
 #: The folder under the job's dump folder (``runs/<id>/train/``) that holds each node's console and exit record.
@@ -123,22 +124,27 @@ class NodeLog:
 
 
 class NodeRouter:
-    """Where each line of a launch goes (module docstring): the Prefect log (``on_line``) and the tail get every
-    line, prefixed with its node; train.log (``log``, a binary file) the rank-0 node's lines as they are, once that
-    node is known (held until then)."""
+    """Where each line of a launch goes (module docstring): the Prefect log (``on_lines``, in batches on a thread of
+    its own: titanflow.launch.forward) and the tail get every line, prefixed with its node; train.log (``log``, a
+    binary file) the rank-0 node's lines as they are, once that node is known (held until then). Used as a context
+    manager: at its end the callback gets the lines still queued."""
 
-    def __init__(self, log, on_line: Callable[[str], None], tail_lines: int = 60):
-        self.log, self.on_line = log, on_line
+    def __init__(self, log, on_lines: Callable[[list[str]], None], tail_lines: int = 60):
+        self.log = log
         self.tail: collections.deque[str] = collections.deque(maxlen=tail_lines)
         self.rank0_node: str | None = None
         self.held: dict[str, list[str]] = collections.defaultdict(list)
+        self.forwarder = LineForwarder(on_lines, note=self.write)
+
+    def __enter__(self) -> "NodeRouter":
+        return self
+
+    def __exit__(self, *_) -> None:
+        self.forwarder.close()
 
     def _emit(self, text: str) -> None:
         self.tail.append(text)
-        try:
-            self.on_line(text)
-        except Exception as err:  # noqa: BLE001 - the Prefect log must not stop following the job
-            self.log.write(f"titanflow: the output callback failed ({type(err).__name__}: {err})\n".encode())
+        self.forwarder.put(text)
 
     def write(self, text: str) -> None:
         self.log.write((text + "\n").encode())

@@ -16,13 +16,11 @@ Bounds (one line of a child's output can be megabytes, a grandchild can hold the
   (at most :data:`LOG_HOLD_BYTES`, so lines of stdout and stderr reach the log whole up to that
   length) and the line's first :data:`LINE_BYTES`; the tail holds at most
   ``tail_lines`` x :data:`LINE_BYTES`.
-- A slow callback: ``on_line`` runs on a thread of its own, fed through a queue of at most
-  :data:`CALLBACK_QUEUE_LINES` lines. A full queue holds the pipe readers back while the callback keeps
-  taking lines (it gets every line); once one call has lasted :data:`CALLBACK_STALL_S` (a Prefect API call
-  retrying while the server is down), the lines with no room skip it instead (the log and the tail keep
-  them) and the log says how many, so the readers never wait on a stuck callback. An exception of the
-  callback is written to the log once and the launch goes on. At the end the callback gets
-  :data:`CALLBACK_DRAIN_S` to catch up; a callback still blocked then is abandoned (it is called no more).
+- A slow callback: ``on_lines`` gets the lines in batches on a thread of its own
+  (titanflow.launch.forward): a full queue holds the pipe readers back while the callback keeps taking lines,
+  lines skip a callback stuck for :data:`titanflow.launch.forward.STALL_S` (the log and the tail keep them, and
+  the log says how many), an exception of the callback is written to the log once and the launch goes on; at the
+  end the callback gets :data:`titanflow.launch.forward.DRAIN_S` to catch up.
 - Time: once the launched process exits, its output gets :data:`EXIT_GRACE_S` to end; then its
   group and every process of the launch still running are ended (SIGTERM, SIGKILL after
   :data:`LEFTOVER_GRACE_S`), and the call returns.
@@ -38,7 +36,6 @@ import collections
 import ctypes
 import functools
 import os
-import queue
 import signal
 import subprocess
 import sys
@@ -51,6 +48,8 @@ from pathlib import Path
 from typing import BinaryIO
 
 import psutil
+
+from titanflow.launch.forward import LineForwarder
 
 #: Seconds between SIGTERM and SIGKILL when a run is stopped.
 KILL_GRACE_S = 10.0
@@ -69,12 +68,6 @@ READ_BYTES = 64 * 1024
 #: Most bytes of an unfinished line held back from the log file, so that a line of stdout and one
 #: of stderr do not interleave in it; a longer line is written in pieces as it arrives.
 LOG_HOLD_BYTES = 256 * 1024
-#: Most lines waiting for the callback; further lines skip it while it is this far behind.
-CALLBACK_QUEUE_LINES = 10_000
-#: Seconds one call of the callback may last before lines that find its queue full skip it.
-CALLBACK_STALL_S = 2.0
-#: Seconds the callback gets, once the launch ended, to take the lines still queued for it.
-CALLBACK_DRAIN_S = 5.0
 #: Environment variable every process of a launch inherits: ``<runner pid>:<runner start time>:<launch id>``.
 LAUNCH_ENV = "TITANFLOW_LAUNCH"
 
@@ -100,14 +93,14 @@ def run_streaming(
     env: dict[str, str],
     log_path: Path,
     timeout_s: float,
-    on_line: Callable[[str], None] = lambda line: None,
+    on_lines: Callable[[list[str]], None] = lambda lines: None,
     cwd: Path | None = None,
     tail_lines: int = 60,
 ) -> ProcessResult:
-    """Run ``argv``; append all its output to ``log_path`` and pass each line to ``on_line``.
+    """Run ``argv``; append all its output to ``log_path`` and pass its lines to ``on_lines``, in order, in batches.
 
-    ``on_line`` and the result's ``tail`` get each line without its newline, cut to
-    :data:`LINE_BYTES`; the log file gets every byte. ``on_line`` runs on a thread of its own and never
+    ``on_lines`` and the result's ``tail`` get each line without its newline, cut to
+    :data:`LINE_BYTES`; the log file gets every byte. ``on_lines`` runs on a thread of its own and never
     holds up the log (module docstring: a slow callback); an exception it raises is logged, not raised. After ``timeout_s`` seconds, or when this
     call is interrupted, the process group and the launch's other processes get SIGTERM, then
     SIGKILL after :data:`KILL_GRACE_S`. Once the launched process exits, this call returns within
@@ -124,7 +117,7 @@ def run_streaming(
         orphans = end_orphans()
         if orphans:
             log.write(f"titanflow: ended processes {orphans} left running by a launch whose runner died\n".encode())
-        output = _Output(log, tail_lines, on_line)
+        output = _Output(log, tail_lines, on_lines)
         proc = subprocess.Popen(
             argv, env={**env, LAUNCH_ENV: launch_id}, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             # preexec_fn in a threaded process: safe for this one, see dies_with_this_thread
@@ -175,23 +168,15 @@ def run_streaming(
 
 
 class _Output:
-    """Where a launch's output goes, shared by the two pipe readers: the log file (every byte),
-    and per line the tail and, through a bounded queue and a thread of its own, the callback (at most
-    :data:`LINE_BYTES` each)."""
+    """Where a launch's output goes, shared by the two pipe readers: the log file (every byte), and per line
+    the tail and, through titanflow.launch.forward, the callback (at most :data:`LINE_BYTES` each)."""
 
-    _END = object()
-
-    def __init__(self, log: BinaryIO, tail_lines: int, on_line: Callable[[str], None]):
-        self._log, self._on_line = log, on_line
+    def __init__(self, log: BinaryIO, tail_lines: int, on_lines: Callable[[list[str]], None]):
+        self._log = log
         self._tail: collections.deque[str] = collections.deque(maxlen=tail_lines)
         self._lock = threading.Lock()
         self._closed = False
-        self._queue: queue.Queue = queue.Queue(maxsize=CALLBACK_QUEUE_LINES)
-        self.skipped = 0  # lines the callback had no room for
-        self.callback_error: str | None = None
-        self._call_started: float | None = None  # when the callback's current call began (None: between calls)
-        self._forwarder = threading.Thread(target=self._forward, daemon=True)
-        self._forwarder.start()
+        self._forwarder = LineForwarder(on_lines, note=lambda text: self.write(f"{text}\n".encode()))
 
     def write(self, *pieces: bytes) -> None:
         with self._lock:  # the pieces of one call reach the log together
@@ -204,52 +189,16 @@ class _Output:
             if self._closed:
                 return
             self._tail.append(text)
-        while True:  # a full queue: wait while the callback takes lines, skip it once a call is stuck
-            try:
-                self._queue.put_nowait(text)
-                return
-            except queue.Full:
-                call_started = self._call_started
-                if self._closed or call_started is not None and time.monotonic() - call_started > CALLBACK_STALL_S:
-                    with self._lock:
-                        self.skipped += 1
-                    return
-                time.sleep(0.01)
-
-    def _forward(self) -> None:
-        while (text := self._queue.get()) is not self._END:
-            if self._closed:
-                return
-            self._call_started = time.monotonic()
-            try:
-                self._on_line(text)
-            except Exception as err:  # noqa: BLE001 - the callback (a log, an artifact) must not stop the launch
-                if self.callback_error is None:
-                    self.callback_error = f"{type(err).__name__}: {err}"
-                    self.write(f"titanflow: the output callback failed, the launch goes on: "
-                               f"{self.callback_error}\n".encode())
-            finally:
-                self._call_started = None
+        self._forwarder.put(text)
 
     def tail_now(self) -> list[str]:
         with self._lock:
             return list(self._tail)
 
     def close(self) -> None:
-        """Let the callback take what is queued for it (up to :data:`CALLBACK_DRAIN_S`), note skipped lines
-        in the log, then take no more output; a callback still blocked is called no more."""
-        deadline = time.monotonic() + CALLBACK_DRAIN_S
-        try:  # the readers are done (or abandoned): only the forwarder takes from the queue now
-            self._queue.put(self._END, timeout=CALLBACK_DRAIN_S)
-            self._forwarder.join(max(0.0, deadline - time.monotonic()))
-        except queue.Full:
-            pass
-        if self._forwarder.is_alive():
-            self.write(f"titanflow: the output callback was still busy {CALLBACK_DRAIN_S:.0f} s after the launch "
-                       "ended and gets no more lines; this file has every line\n".encode())
-        if self.skipped:
-            self.write(f"titanflow: {self.skipped} output lines skipped the run log while it was "
-                       f"{CALLBACK_QUEUE_LINES} lines behind; this file has every line\n".encode())
+        """Let the callback take what is queued for it (titanflow.launch.forward.LineForwarder.close), then take no
+        more output."""
+        self._forwarder.close()
         with self._lock:
             self._closed = True
 

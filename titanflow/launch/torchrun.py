@@ -96,9 +96,10 @@ def resolve_launcher(argv: list[str]) -> list[str]:
     return [str(local) if local.exists() else (shutil.which(argv[0]) or argv[0]), *argv[1:]]
 
 
-def launch(rendered: RenderedJob, *, timeout_s: float, log_name: str = "train.log", on_line=lambda _: None,
+def launch(rendered: RenderedJob, *, timeout_s: float, log_name: str = "train.log", on_lines=lambda _: None,
            extra_env: dict[str, str] | None = None, hold_nodes=None):
-    """Run the rendered torchrun line, each output line to ``on_line``; returns (ProcessResult, log path). A Slurm
+    """Run the rendered torchrun line, its output lines to ``on_lines`` (in order, in batches:
+    titanflow.launch.forward); returns (ProcessResult, log path). A Slurm
     job (``rendered.scheduler``) is submitted and followed instead (titanflow.slurm.job.run_job, which holds
     ``hold_nodes(hosts)`` over the hosts of its nodes while it trains); a Kubernetes job's launch is handed to its
     pods (titanflow.kubernetes.launch.run_pods).
@@ -113,23 +114,23 @@ def launch(rendered: RenderedJob, *, timeout_s: float, log_name: str = "train.lo
     if rendered.scheduler == "slurm":
         from titanflow.slurm.job import run_job
 
-        return run_job(rendered, timeout_s=timeout_s, log_path=log_path, on_line=on_line, hold_nodes=hold_nodes), log_path
+        return run_job(rendered, timeout_s=timeout_s, log_path=log_path, on_lines=on_lines, hold_nodes=hold_nodes), log_path
     if rendered.scheduler == "kubernetes":
         from titanflow.kubernetes.launch import run_pods
 
-        return run_pods(rendered, timeout_s=timeout_s, log_path=log_path, on_line=on_line), log_path
+        return run_pods(rendered, timeout_s=timeout_s, log_path=log_path, on_lines=on_lines), log_path
     result = run_streaming(
         resolve_launcher(rendered.argv),
         env={**os.environ, **rendered.env, **(extra_env or {})},
-        log_path=log_path, timeout_s=timeout_s, on_line=on_line, cwd=paths.REPO_ROOT,
+        log_path=log_path, timeout_s=timeout_s, on_lines=on_lines, cwd=paths.REPO_ROOT,
     )
     return result, log_path
 
 
-def run_training(rendered: RenderedJob, *, timeout_s: float, on_line=lambda _: None,
+def run_training(rendered: RenderedJob, *, timeout_s: float, on_lines=lambda _: None,
                  resume: Resume | None = None, hold_nodes=None) -> TrainResult:
     """Launch from the newest complete step checkpoint (``resume``, else :func:`titanflow.launch.resume.prepare`
-    now), its launch line first in train.log and to ``on_line``; then write the run's curve to metrics.csv
+    now), its launch line first in train.log and to ``on_lines``; then write the run's curve to metrics.csv
     (module docstring). A NaN or infinite loss fails (a diverged model is not exported). ``hold_nodes``: for a
     Slurm job, what to hold over its nodes' hosts while it trains (:func:`launch`; the train task: their training
     slots).
@@ -152,9 +153,9 @@ def run_training(rendered: RenderedJob, *, timeout_s: float, on_line=lambda _: N
         recover_rank0_steps(nodes_dir(job), log_path)
     with open(log_path, "a") as log:
         log.write(resume.line + "\n")
-    on_line(resume.line)
+    on_lines([resume.line])
     try:
-        result, log_path = launch(rendered, timeout_s=timeout_s, on_line=on_line, hold_nodes=hold_nodes)
+        result, log_path = launch(rendered, timeout_s=timeout_s, on_lines=on_lines, hold_nodes=hold_nodes)
     finally:  # interrupted or not, the steps that ran are kept; the log file has every line the launch printed
         table = run_curve(log_path)
         table.to_csv(metrics_path, index=False)

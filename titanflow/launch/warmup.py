@@ -49,7 +49,7 @@ def is_warm(folder: Path, backend: str) -> bool:
     return (folder / WARM_MARKER).is_file() and cache_entries(folder, backend, ignore=(WARM_MARKER,)) > 0
 
 
-def warm_up(rendered: RenderedJob, timeout_s: float, on_line=lambda _: None) -> WarmupResult:
+def warm_up(rendered: RenderedJob, timeout_s: float, on_lines=lambda _: None) -> WarmupResult:
     """Run one compiled step unless the job's compile is off or the cache is already warm;
     ``timeout_s`` bounds the one-step launch (seconds).
 
@@ -74,7 +74,7 @@ def warm_up(rendered: RenderedJob, timeout_s: float, on_line=lambda _: None) -> 
     warm_job = job.model_copy(update={"steps": 1, "warmup_steps": 0,
                                       "dump_folder": str(Path(rendered.run_dir) / "warmup")})
     warm_path = warm_job.write(Path(rendered.job_path).with_name("warmup_job.json"))
-    result, log_path = launch(rendered, timeout_s=timeout_s, log_name="warmup.log", on_line=on_line,
+    result, log_path = launch(rendered, timeout_s=timeout_s, log_name="warmup.log", on_lines=on_lines,
                               extra_env={JOB_ENV: str(warm_path)})
     if result.returncode != 0 or result.timed_out:
         raise launch_error("compile_warmup", "the one-step compile run failed", result, log_path, ranks_dir(rendered))

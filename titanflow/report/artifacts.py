@@ -50,19 +50,18 @@ class TrainingProgress:
     belongs to its task run)::
 
         with TrainingProgress(key, job.steps, job.run_id) as progress:
-            run_training(..., on_line=progress.on_line)
+            run_training(..., on_lines=progress.on_lines)
 
     Entering creates the artifact at 0 % (a launch resumed from step k: at ``100 * k / total_steps``, saying
     so) and opens one API client for the updates;
-    :meth:`on_line` takes every output line of the launch and, on a torchtitan step line
+    :meth:`on_lines` takes the output lines of the launch and, on a torchtitan step line
     (``titanflow.launch.metrics.parse_step_line``) for a step not seen before, sets the artifact to
     ``100 * step / total_steps`` with the step's loss in the description. A step logged
     twice updates once: at most one API call per step.
 
     Why not ``prefect.artifacts.update_progress_artifact``: its sync form builds a new client
-    per call (82 ms per update measured here, 12 ms with one open client), and ``on_line``
-    runs in the launcher's pipe-reader threads (``titanflow.launch.process.run_streaming``), which
-    must not stall. For the same reason an update that fails is logged once, never raised.
+    per call (82 ms per update measured here, 12 ms with one open client), and ``on_lines``
+    runs on the launch's forwarding thread (``titanflow.launch.forward``), which should keep up with the output. For the same reason an update that fails is logged once, never raised.
     """
 
     def __init__(self, key: str, total_steps: int, run_id: str, resumed_from_step: int | None = None):
@@ -100,10 +99,16 @@ class TrainingProgress:
 
     def on_line(self, line: str) -> None:
         """Advance the artifact if ``line`` is the first step line of a new step; otherwise do nothing."""
-        row = parse_step_line(line)
-        if row is None:
+        self.on_lines([line])
+
+    def on_lines(self, lines: list[str]) -> None:
+        """Advance the artifact to the newest new step among the step lines of ``lines`` (one update per batch,
+        however many steps it holds); otherwise do nothing."""
+        rows = [row for row in map(parse_step_line, lines) if row is not None]
+        if not rows:
             return
-        with self._lock:  # two reader threads share the step count and the client
+        row = max(rows, key=lambda r: r["step"])
+        with self._lock:  # the forwarder's thread and the caller may share the step count and the client
             if row["step"] <= self.last_step:
                 return
             self.last_step = row["step"]

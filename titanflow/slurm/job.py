@@ -258,7 +258,7 @@ def recover_rank0_steps(nodes: Path, log_path: Path) -> list[int]:
     return node_logs.recover_rank0_steps(nodes, log_path)
 
 
-def run_job(rendered, *, timeout_s: float, log_path: Path, on_line: Callable[[str], None] = lambda _: None,
+def run_job(rendered, *, timeout_s: float, log_path: Path, on_lines: Callable[[list[str]], None] = lambda _: None,
             settings: SlurmSettings | None = None,
             hold_nodes: Callable[[list[str]], contextlib.AbstractContextManager] | None = None) -> ProcessResult:
     """Submit the rendered Slurm job (its ``job/launch.sh``), follow it to its end and return how it ended, as
@@ -282,8 +282,7 @@ def run_job(rendered, *, timeout_s: float, log_path: Path, on_line: Callable[[st
     nodes = nodes_dir(job)
     nodes.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
-    with open(log_path, "ab", buffering=0) as log:
-        route = NodeRouter(log, on_line)
+    with open(log_path, "ab", buffering=0) as log, NodeRouter(log, on_lines) as route:
         for job_id in end_leftovers(nodes):
             route.say(f"cancelled slurm job {job_id}, left running by an earlier launch of this run")
         for stale in nodes.glob("*.exit.json"):  # an earlier launch's; each node writes its own again

@@ -15,10 +15,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from titanflow.launch.forward import DRAIN_S, QUEUE_LINES, STALL_S
 from titanflow.launch.process import (
-    CALLBACK_DRAIN_S,
-    CALLBACK_QUEUE_LINES,
-    CALLBACK_STALL_S,
     EXIT_GRACE_S,
     LEFTOVER_GRACE_S,
     LINE_BYTES,
@@ -38,7 +36,7 @@ def test_lines_stream_to_callback_and_log_from_both_pipes(tmp_path):
         import sys
         for i in range(20000):  # ~400 KB on each pipe: more than a pipe buffer holds
             print(f"out {i}", flush=False); print(f"err {i}", file=sys.stderr)
-    """), env=dict(os.environ), log_path=tmp_path / "log", timeout_s=60, on_line=seen.append)
+    """), env=dict(os.environ), log_path=tmp_path / "log", timeout_s=60, on_lines=seen.extend)
     assert result.returncode == 0 and not result.timed_out
     assert len(seen) == 40000 and "out 19999" in seen and "err 19999" in seen
     assert (tmp_path / "log").read_text().count("\n") == 40000
@@ -47,42 +45,42 @@ def test_lines_stream_to_callback_and_log_from_both_pipes(tmp_path):
 
 @pytest.mark.fault
 def test_a_blocked_callback_holds_up_neither_the_log_nor_the_launch(tmp_path):
-    """The callback blocks on its first line (a Prefect API call while the server is down): the log still gets
-    every line, the callback's queue fills and, once the call has lasted CALLBACK_STALL_S, the rest skip it; the
-    call returns CALLBACK_DRAIN_S after the launch ended, saying both in the log."""
+    """The callback blocks on its first batch (a Prefect API call while the server is down): the log still gets
+    every line, the callback's queue fills and, once the call has lasted STALL_S, the rest skip it; the
+    call returns DRAIN_S after the launch ended, saying both in the log."""
     release = threading.Event()
     seen = []
 
-    def blocked(line: str) -> None:
-        seen.append(line)
+    def blocked(lines: list[str]) -> None:
+        seen.extend(lines)
         release.wait(600)
 
-    lines = CALLBACK_QUEUE_LINES + 5000
+    lines = QUEUE_LINES + 5000
     t0 = time.monotonic()
     result = run_streaming(_python(f"""
         for i in range({lines}):
             print(f"line {{i}}")
-    """), env=dict(os.environ), log_path=tmp_path / "log", timeout_s=60, on_line=blocked)
+    """), env=dict(os.environ), log_path=tmp_path / "log", timeout_s=60, on_lines=blocked)
     wall_s = time.monotonic() - t0
     release.set()
     assert result.returncode == 0 and result.tail[-1] == f"line {lines - 1}"
     log = (tmp_path / "log").read_text().splitlines()
     assert log[:lines] == [f"line {i}" for i in range(lines)]
-    # the blocked line took a place in the queue first: the queue holds CALLBACK_QUEUE_LINES after it
-    assert f"titanflow: {lines - 1 - CALLBACK_QUEUE_LINES} output lines skipped the run log" in log[-1]
+    # the blocked batch (the lines queued when the call began) left the queue first: it holds QUEUE_LINES after it
+    assert seen == [f"line {i}" for i in range(len(seen))] and 1 <= len(seen) <= 1000
+    assert f"titanflow: {lines - len(seen) - QUEUE_LINES} output lines skipped the run log" in log[-1]
     assert "the output callback was still busy" in log[-2]
-    assert seen == ["line 0"]
-    assert CALLBACK_DRAIN_S <= wall_s < CALLBACK_STALL_S + CALLBACK_DRAIN_S + 30
+    assert DRAIN_S <= wall_s < STALL_S + DRAIN_S + 30
 
 
 def test_a_callback_that_raises_is_noted_once_and_the_launch_goes_on(tmp_path):
-    def failing(line: str) -> None:
+    def failing(lines: list[str]) -> None:
         raise ConnectionError("the Prefect API is not answering")
 
     result = run_streaming(_python("""
         for i in range(100):
             print(f"line {i}")
-    """), env=dict(os.environ), log_path=tmp_path / "log", timeout_s=60, on_line=failing)
+    """), env=dict(os.environ), log_path=tmp_path / "log", timeout_s=60, on_lines=failing)
     log = (tmp_path / "log").read_text()
     assert result.returncode == 0 and log.count("line ") == 100
     assert log.count("titanflow: the output callback failed, the launch goes on: ConnectionError: the Prefect "
@@ -168,7 +166,7 @@ def test_a_50_MB_line_is_logged_whole_but_reaches_callback_tail_and_memory_cut(t
             print("before", flush=True)
             print("err line", file=sys.stderr, flush=True)
             sys.stdout.buffer.write(b"x" * {BIG_LINE_BYTES})  # no newline, then exit
-        """), env=dict(os.environ), log_path=tmp_path / "log", timeout_s=120, on_line=seen.append)
+        """), env=dict(os.environ), log_path=tmp_path / "log", timeout_s=120, on_lines=seen.extend)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()

@@ -173,7 +173,7 @@ def test_a_retried_launch_appends_to_the_log_and_the_metrics_go_on_from_the_resu
                            trainer_config_path=str(run_dir / "job" / "trainer_config.json"))
     seen: list[str] = []
 
-    result = run_training(rendered, timeout_s=60, on_line=seen.append)
+    result = run_training(rendered, timeout_s=60, on_lines=seen.extend)
 
     assert (result.resumed_from_step, result.attempts) == (3, 2)
     assert result.losses == [10.01, 10.02, 10.03, 30.04, 30.05, 30.06, 30.07, 30.08, 30.09, 30.10]
@@ -204,7 +204,8 @@ def test_a_callback_that_blocks_loses_no_step_of_the_curve(job, tmp_path):
     run_dir = tmp_path / "run"
     rendered = _fake_launch(tmp_path, run_dir, range(1, 11))
     never = threading.Event()
-    result = run_training(rendered, timeout_s=60, on_line=lambda line: "step:" in line and never.wait(600))
+    result = run_training(rendered, timeout_s=60,
+                          on_lines=lambda lines: any("step:" in line for line in lines) and never.wait(600))
     assert result.losses == [20 + s / 100 for s in range(1, 11)]
     assert "the output callback was still busy" in (run_dir / "train.log").read_text()
 

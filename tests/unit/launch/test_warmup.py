@@ -77,7 +77,7 @@ def _fake_launch(calls: list, write_neff: bool):
     """Stands in for torchrun: records the call and, as the Neuron compiler does, writes a NEFF where
     TORCH_NEURONX_NEFF_CACHE_DIR points (or nothing, as a compiler that does not read it)."""
 
-    def launch(rendered, *, timeout_s, log_name, on_line, extra_env):
+    def launch(rendered, *, timeout_s, log_name, on_lines, extra_env):
         calls.append(log_name)
         if write_neff:
             neff = Path(rendered.env["TORCH_NEURONX_NEFF_CACHE_DIR"]) / "ab" / "cd" / "abcd.neff"

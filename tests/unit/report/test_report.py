@@ -191,6 +191,16 @@ def test_progress_update_failure_is_counted_not_raised():
         TrainingProgress("native-cpu-random", total_steps=0, run_id="r1")
 
 
+def test_a_batch_of_step_lines_advances_the_progress_once_to_its_newest_step():
+    """The run log's forwarder hands the lines over in batches (titanflow.launch.forward): one artifact update per
+    batch, to the newest step it holds; a batch of steps already seen updates nothing."""
+    progress = TrainingProgress("native-cpu-random", total_steps=3, run_id="r1")  # never opened: updates fail
+    progress.on_lines(LOG_LINES)
+    assert (progress.failures, progress.last_step) == (1, 3)  # one attempted update, for step 3
+    progress.on_lines([line for line in LOG_LINES if "loss:" in line])
+    assert progress.failures == 1
+
+
 def test_progress_artifact_advances_once_per_step_from_reader_threads(prefect_server):
     from prefect import flow, task
 

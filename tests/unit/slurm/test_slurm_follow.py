@@ -16,7 +16,7 @@ from titanflow.slurm.settings import SlurmSettings
 
 def _router():
     log, seen = io.BytesIO(), []
-    return NodeRouter(log, seen.append), log, seen
+    return NodeRouter(log, seen.extend), log, seen
 
 
 def test_train_log_gets_the_rank0_nodes_lines_from_its_first_and_the_prefect_log_every_node():
@@ -30,6 +30,8 @@ def test_train_log_gets_the_rank0_nodes_lines_from_its_first_and_the_prefect_log
     route.node("n2", "[default0]:step:  2  loss: 11.93394")
     route.scheduler("slurm", "srun: error: n1: task 0: Exited with exit code 1")
     route.say("slurm job 7 ended FAILED")
+    with route:  # the end of the launch: the Prefect log's forwarder delivers what it holds
+        pass
     assert log.getvalue().decode().splitlines() == [
         "agent n2 starting", "[default0]:step:  1  loss: 11.94006", "[default0]:step:  2  loss: 11.93394",
         "slurm: srun: error: n1: task 0: Exited with exit code 1", "titanflow: slurm job 7 ended FAILED"]
