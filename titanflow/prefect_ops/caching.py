@@ -204,13 +204,16 @@ def _job_without_run(job_path: str) -> dict:
 
 
 def _warm_intact(result) -> bool:
-    """A warm-up result naming a compile cache holds while the cache still has its warm marker and entries."""
+    """A warm-up result naming a compile cache holds while the cache still has its warm marker (for an eager job's,
+    either marker: titanflow.launch.warmup) and entries."""
     if result.cache_dir is None or result.status == "skipped":
         return True
-    from titanflow.launch.warmup import WARM_MARKER
+    from titanflow.launch.warmup import EAGER_WARM_MARKER, WARM_MARKER
 
     cache = Path(result.cache_dir)
-    return (cache / WARM_MARKER).is_file() and any(p.name != WARM_MARKER for p in cache.iterdir())
+    markers = (WARM_MARKER, EAGER_WARM_MARKER) if result.eager else (WARM_MARKER,)
+    return any((cache / m).is_file() for m in markers) and \
+        any(p.name not in (WARM_MARKER, EAGER_WARM_MARKER) for p in cache.iterdir())
 
 
 def _warmup_material(inputs: Mapping[str, Any]) -> dict:

@@ -130,3 +130,56 @@ def test_a_warm_up_whose_compiler_wrote_nothing_leaves_no_marker(rendered, tmp_p
     assert result.status == "warmed" and "the compiler wrote nothing under" in result.reason
     assert "TORCH_NEURONX_NEFF_CACHE_DIR" in result.reason
     assert not (neff_dir.parent / warmup.WARM_MARKER).exists()
+
+
+def _eager_rendered(tiny_assets, tmp_path, scenario: str):
+    """A cpu job of ``scenario`` with compile off, its inductor cache folder under ``tmp_path``."""
+    from titanflow.launch.render import render
+    from titanflow.run.params import ScenarioRun
+
+    done = render(ScenarioRun(scenario=scenario, steps=3, nproc_per_node=1), tiny_assets.weights_dir,
+                  tmp_path / "run")
+    return done.model_copy(update={"env": {**done.env, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache")}})
+
+
+def _fake_inductor_launch(calls: list):
+    """Stands in for torchrun: records the call and writes an FX graph entry where TORCHINDUCTOR_CACHE_DIR points,
+    as the first step's compile of torchtitan's block-mask builder does."""
+
+    def launch(rendered, *, timeout_s, log_name, on_lines, extra_env):
+        calls.append(log_name)
+        entry = Path(rendered.env["TORCHINDUCTOR_CACHE_DIR"]) / "fxgraph" / "ab" / "entry"
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        entry.write_text("compiled create_block_mask")
+        return ProcessResult(returncode=0, wall_s=21.0, timed_out=False, peak_rss_bytes=0, tail=[]), \
+            Path(rendered.run_dir) / log_name
+
+    return launch
+
+
+def test_an_eager_job_whose_model_masks_documents_warms_its_block_mask_builder_once(tiny_assets, tmp_path,
+                                                                                   monkeypatch):
+    """native masks documents with torchtitan's torch.compile(create_block_mask): with compile off its first step
+    still compiles, so the warm-up runs it (its seconds apart from training), marks the folder warm for eager
+    jobs only, and the next eager run reuses it; a compiled job of the same key is not warm from it."""
+    rendered = _eager_rendered(tiny_assets, tmp_path, "native")
+    calls = []
+    monkeypatch.setattr(warmup, "launch", _fake_inductor_launch(calls))
+    first = warmup.warm_up(rendered, timeout_s=60)
+    assert (first.status, first.eager, first.seconds, calls) == ("warmed", True, 21.0, ["warmup.log"])
+    assert first.reason == "one step compiled its block-mask builder into the cache (1 compiled entries)"
+    cache = tmp_path / "cache"
+    assert (cache / warmup.EAGER_WARM_MARKER).is_file() and not (cache / warmup.WARM_MARKER).exists()
+    again = warmup.warm_up(rendered, timeout_s=60)
+    assert (again.status, calls) == ("reused", ["warmup.log"])
+    assert warmup.is_warm(cache, "inductor", eager=True) and not warmup.is_warm(cache, "inductor")
+
+
+def test_an_eager_job_of_the_transformers_backend_compiles_nothing_ahead(tiny_assets, tmp_path, monkeypatch):
+    """hf_backend attends causally (no document mask, titan_cfg.scenarios): nothing compiles, nothing launches."""
+    rendered = _eager_rendered(tiny_assets, tmp_path, "hf_backend")
+    calls = []
+    monkeypatch.setattr(warmup, "launch", _fake_inductor_launch(calls))
+    result = warmup.warm_up(rendered, timeout_s=60)
+    assert (result.status, calls) == ("skipped", [])
+    assert result.reason == "compile is off and the model compiles no mask builder: nothing to compile ahead"
