@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import os
 import sys
 from pathlib import Path
@@ -131,7 +132,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if view is not None:
         view.message(None, f"run {run_dir.name}: the Prefect flow run qwen3-scenario")
     with view or contextlib.nullcontext():  # the live row ends before the summary prints
-        reached, state = _with_api(lambda: _run_flow(given, run_dir, view))
+        reached, state = _with_api(lambda: _run_flow(given, run_dir, view), imports=("flows.scenario",))
     if not reached:
         return 2
     from titanflow.run.summary import SUMMARY, read_summary
@@ -152,9 +153,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0 if summary.verdict == "pass" else 1
 
 
-def _with_api(call) -> tuple[bool, object]:
+def _with_api(call, imports: tuple[str, ...] = ()) -> tuple[bool, object]:
     """``(True, call())`` against ``PREFECT_API_URL``, or against a temporary local server started for
-    the call when it is unset; ``(False, None)`` after saying so when the given API does not answer."""
+    the call when it is unset (the modules ``imports`` are imported while it starts, with its URL already set);
+    ``(False, None)`` after saying so when the given API does not answer."""
     for key, value in PREFECT_DEFAULTS.items():
         os.environ.setdefault(key, value)
     from titanflow.prefect_ops.local_server import api_healthy, prefect_home, temporary_server
@@ -167,15 +169,19 @@ def _with_api(call) -> tuple[bool, object]:
         return True, call()
     # Prefect reads PREFECT_API_URL when first imported: start the server before importing it; a command that
     # imported Prefect already to check its input (bisect) gets the URL through Prefect's own settings context.
-    with temporary_server(prefect_home() / "titanflow-server.log") as api_url:
-        os.environ["PREFECT_API_URL"] = api_url
-        from prefect.settings import PREFECT_API_URL, temporary_settings
+    def while_starting(api_url: str) -> None:
+        os.environ["PREFECT_API_URL"] = api_url  # before Prefect's first import, which reads it
+        for module in imports:
+            importlib.import_module(module)
 
-        try:
+    try:
+        with temporary_server(prefect_home() / "titanflow-server.log", while_starting=while_starting) as api_url:
+            from prefect.settings import PREFECT_API_URL, temporary_settings
+
             with temporary_settings({PREFECT_API_URL: api_url}):
                 return True, call()
-        finally:
-            del os.environ["PREFECT_API_URL"]
+    finally:
+        os.environ.pop("PREFECT_API_URL", None)
 
 
 def cmd_nightly(args: argparse.Namespace) -> int:

@@ -18,7 +18,7 @@ import sys
 import time
 import tomllib
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import httpx
 
@@ -57,8 +57,11 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def temporary_server(log_path: Path, startup_timeout_s: float = 90.0) -> Iterator[str]:
+def temporary_server(log_path: Path, startup_timeout_s: float = 90.0,
+                     while_starting: Callable[[str], None] | None = None) -> Iterator[str]:
     """Run ``prefect server start`` on a free loopback port; yield its API URL; stop it on exit.
+    ``while_starting(api_url)`` runs while the server starts (the caller's own imports: they overlap the
+    server's start-up instead of following it).
 
     Startup took 5-14 s on a 2-core machine (fresh vs existing SQLite database).
 
@@ -78,6 +81,8 @@ def temporary_server(log_path: Path, startup_timeout_s: float = 90.0) -> Iterato
         )
     try:
         deadline = time.monotonic() + startup_timeout_s
+        if while_starting is not None:
+            while_starting(api_url)
         while not api_healthy(api_url, timeout_s=1.0):
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise ServerError(f"the temporary Prefect server did not start; its log: {log_path}")

@@ -196,7 +196,7 @@ def test_a_cancelled_summary_round_trips(stopped_run):
 def test_ctrl_c_of_titanflow_run_says_cancelled_and_exits_130(tmp_path, monkeypatch, capsys, tiny_assets):
     from titanflow import cli
 
-    def interrupted_flow(call):
+    def interrupted_flow(call, imports=()):
         """What _with_api returns after Ctrl-C: the flow wrote its summary (cancelled in train), no state."""
         run_dir = tmp_path / "runs" / "ctrl-c"
         run_dir.mkdir(parents=True)

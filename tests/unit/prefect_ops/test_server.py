@@ -101,3 +101,23 @@ def test_the_temporary_server_ends_with_the_process_that_started_it(tmp_path):
     finally:
         if runner.poll() is None:
             runner.kill()
+
+
+def test_the_callers_imports_run_while_the_temporary_server_starts_with_its_url_set(tmp_path, monkeypatch):
+    """titanflow run imports its flow module while the temporary server starts (titanflow.cli._with_api): the
+    import sees the server's URL (Prefect reads it at import) before the server answers, and it is unset after."""
+    from titanflow import cli
+    from titanflow.prefect_ops import local_server
+
+    seen = {}
+
+    def while_starting_probe(api_url: str) -> None:
+        seen["url_at_import"] = os.environ.get("PREFECT_API_URL")
+        seen["healthy_at_import"] = local_server.api_healthy(api_url, timeout_s=0.2)
+
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    monkeypatch.setenv("PREFECT_HOME", str(tmp_path))
+    monkeypatch.setattr(cli.importlib, "import_module", lambda name: while_starting_probe(os.environ["PREFECT_API_URL"]))
+    reached, url = cli._with_api(lambda: os.environ["PREFECT_API_URL"], imports=("flows.scenario",))
+    assert reached and seen["url_at_import"] == url and seen["healthy_at_import"] is False
+    assert "PREFECT_API_URL" not in os.environ
