@@ -1,12 +1,13 @@
 """What ``titanflow run`` shows on a terminal: one status line per finished task, and a live row, drawn with
 ``rich.progress``, for the task running now; for training, a bar of steps with the loss, tokens/s and time left::
 
-    ✓ pull_weights       0.0 s
-    ✓ render_config      2.2 s
-    ✓ compile_warmup     0.0 s
-    ⠹ train ━━━━━━━━━━━━━━━╸━━━━━━━━ 2/3 steps · loss 11.9339 · 358 tokens/s         0:00:03 left 0:00:09
+    ✓ pull_weights        0.1 s
+    ✓ render_config      16.1 s
+    ✓ compile_warmup      0.1 s
+    ⠧ train ━╺━━━━━━━━━━━━━━━━━━━━━━ 2/40 steps · loss 11.9339 · 196 tokens/s          0:03:18 left 0:00:40
 
-and then, as in every mode, the run's summary table (titanflow.cli.print_summary) on stdout.
+(a 40-step native run on cpu at step 2; README.md shows a whole run), and then, as in every mode, the run's
+summary table (titanflow.cli.print_summary) on stdout.
 
 What drives it, all in the ``titanflow run`` process, where the flow runs (titanflow.cli._run_flow):
 
