@@ -13,10 +13,10 @@ What drives it, all in the ``titanflow run`` process, where the flow runs (titan
 
 - the tasks' starts and ends: the records of :data:`titanflow.run.task_names.PHASE_LOGGER`, which the flow's
   RunRecorder writes around each task;
-- the bar: the train task's run-log records (tasks/train.py logs each output line of the launch), whose torchtitan
-  step lines (:func:`titanflow.launch.metrics.parse_step_line`) set the step, loss and tokens/s; a launch line
+- the bar: the train task's run-log records (tasks/train.py logs the launch's output lines in batches, one record
+  per batch, a line each), whose torchtitan step lines (:func:`titanflow.launch.metrics.parse_step_line`) set the step, loss and tokens/s; a launch line
   (:func:`titanflow.launch.metrics.parse_launch_line`: a retry resuming from a checkpoint) restarts the estimate;
-- the live row's text: the latest INFO message of the flow or of any other task;
+- the live row's text: the last line of the latest INFO message of the flow or of any other task;
 - a WARNING or above from any logger: its first line, printed above the live row.
 
 While the view shows, Prefect's console handlers on the root logger (``PrefectConsoleHandler``, Prefect's
@@ -156,8 +156,9 @@ class RunView(logging.Handler):
                 self.warn(record)
             elif record.name.startswith(RUN_LOGGERS):
                 task = getattr(record, "task_name", None)
-                if task == TaskName.train:
-                    self.train_line(record.getMessage())
+                if task == TaskName.train:  # a batch of the launch's lines, one a line (tasks/train.py)
+                    for line in record.getMessage().splitlines():
+                        self.train_line(line)
                 else:
                     self.message(task, record.getMessage())
         except Exception:  # noqa: BLE001 - logging's contract: a handler never raises into the code that logs
@@ -209,10 +210,12 @@ class RunView(logging.Handler):
 
     def message(self, task: str | None, text: str) -> None:
         """An INFO message of the flow (``task`` None) or of a task other than training: the live row's text, its
-        first line; a task's message outside any task of the flow names the task."""
+        last line that is not blank (the latest, for a batch of a launch's lines: the compile warm-up's); a task's
+        message outside any task of the flow names the task."""
         if self.phase is None and task is not None:
             self.progress.update(self.row, description=task)
-        self.progress.update(self.row, detail=text.split("\n", 1)[0])
+        lines = [line for line in text.splitlines() if line.strip()]
+        self.progress.update(self.row, detail=lines[-1] if lines else "")
 
     def warn(self, record: logging.LogRecord) -> None:
         """A WARNING or above: its level, logger or task, and first line, printed above the live row."""

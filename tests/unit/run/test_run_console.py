@@ -89,6 +89,16 @@ def _phase(task: str, state: str, seconds: float | None = None) -> logging.LogRe
                                   "levelname": "INFO", **fields})
 
 
+def test_a_batch_of_lines_in_one_record_sets_the_bar_to_its_last_step():
+    """tasks/train.py logs the lines waiting as one record, joined by newlines: every step line of it counts."""
+    view, _ = _view()
+    view.handle(_phase("train", "started"))
+    view.handle(_record("\n".join(LOG_LINES[:41]), "train"))  # up to "Training starts at step 1"
+    assert view.progress.tasks[0].completed == 0 and "Training starts at step 1" in _shown(view)
+    view.handle(_record("\n".join(LOG_LINES[41:]), "train"))  # steps 1 to 3 in one batch
+    assert "3/3 steps · loss 11.8989 · 360 tokens/s" in _shown(view)
+
+
 def test_a_retry_restarts_the_count_at_the_step_it_resumes_from():
     """A launch line resuming from step 2's checkpoint sets the bar back to 2 of 3; the next step line shown is
     step 3 of the new launch, even though the first launch had shown it already."""
@@ -174,7 +184,7 @@ def test_the_view_shows_only_on_a_terminal_and_without_log(monkeypatch):
 
 def test_a_prefect_flow_drives_the_view_and_its_api_log_keeps_every_line(prefect_server, tmp_path, capfd):
     """A flow as qwen3-scenario is built (RunRecorder around tasks named as its tasks, the train task logging the
-    launch's lines with its run logger), run with the view attached: the terminal gets the status lines and the
+    launch's lines in batches with its run logger), run with the view attached: the terminal gets the status lines and the
     bar, Prefect's console handler prints nothing, and the Prefect API's log holds every line the tasks logged."""
     from prefect import flow, get_client, task
     from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
@@ -185,11 +195,13 @@ def test_a_prefect_flow_drives_the_view_and_its_api_log_keeps_every_line(prefect
     def pull_weights():
         get_run_logger().info("weights folder: /w")
 
+    batches = ["\n".join(LOG_LINES[:43]), "\n".join(LOG_LINES[43:])]  # steps 1-2, then step 3 and the rest
+
     @task(name="train")
     def train():
         logger = get_run_logger()
-        for line in LOG_LINES:
-            logger.info(line)
+        for batch in batches:  # as tasks/train.py logs them: one record per batch of lines
+            logger.info(batch)
 
     @flow
     def scenario_like():
@@ -212,4 +224,4 @@ def test_a_prefect_flow_drives_the_view_and_its_api_log_keeps_every_line(prefect
     with get_client(sync_client=True) as client:
         logged = [log.message for log in client.read_logs(LogFilter(
             flow_run_id=LogFilterFlowRunId(any_=[state.state_details.flow_run_id])))]
-    assert "weights folder: /w" in logged and all(line in logged for line in LOG_LINES)
+    assert "weights folder: /w" in logged and all(batch in logged for batch in batches)
