@@ -20,6 +20,7 @@ from helpers.deployment_runs import PASS_DEPLOYMENT, PASS_RUN_ID, PASS_STEPS, ru
 
 from titanflow.kubernetes.template import trn2_eks_job_template
 from titanflow.prefect_ops import server
+from titanflow.prefect_ops.deployments import WORK_POOLS
 from titanflow.run.params import ScenarioRun
 from titanflow.run.summary import read_summary
 
@@ -68,7 +69,9 @@ def test_server_has_the_pools_the_deployments_of_prefect_yaml_and_a_cpu_worker(d
             spec["parameters"], set(spec["tags"]), spec["work_pool"]["name"])
         if spec["entrypoint"].startswith("flows/scenario.py"):
             params = spec["parameters"]
-            assert spec["name"] == f"{params['scenario']}-{params['target']}-{params['init']}"
+            # <scenario>-<pool>-<init>: a pool is named after its target, but trn2-eks (trn2-cluster's nodes as pods)
+            assert spec["name"] == f"{params['scenario']}-{spec['work_pool']['name']}-{params['init']}"
+            assert WORK_POOLS[spec["work_pool"]["name"]][0] == params["target"]
             assert got.schedules == [] and got.enforce_parameter_schema
             # typed schema from the flow signature: steps is an integer (or null: ScenarioRun's default)
             steps = got.parameter_openapi_schema["properties"]["steps"]

@@ -157,8 +157,9 @@ def run_pods(rendered, *, timeout_s: float, log_path: Path,
                     timed_out = True
                     break
                 time.sleep(POLL_S)
-            else:  # pod 0's node ended: the others end with the rendezvous
-                _wait_for_exits(consoles, route, nodes, job.nnodes, EXITS_WAIT_S)
+            else:  # pod 0's node ended: the others end with the rendezvous, or are ended
+                if not _wait_for_exits(consoles, route, nodes, job.nnodes, EXITS_WAIT_S):
+                    cancel_launch(f"pod 0's node ended and {EXITS_WAIT_S:.0f} s later not every pod's had")
         except BaseException:
             with signals_held():  # a second Ctrl-C or SIGTERM must not cut the cancel short
                 cancel_launch("interrupted")
@@ -177,11 +178,12 @@ def run_pods(rendered, *, timeout_s: float, log_path: Path,
                          peak_rss_bytes=peak, tail=list(route.tail))
 
 
-def _wait_for_exits(consoles: NodeLogs, route: NodeRouter, nodes: Path, nnodes: int, wait_s: float) -> None:
-    """Follow the pods' consoles until ``nnodes`` of them recorded an exit, or ``wait_s`` passed."""
+def _wait_for_exits(consoles: NodeLogs, route: NodeRouter, nodes: Path, nnodes: int, wait_s: float) -> bool:
+    """Follow the pods' consoles until ``nnodes`` of them recorded an exit (True), or ``wait_s`` passed (False)."""
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
         consoles.drain(route)
         if _recorded(nodes, list(consoles.tails)) >= nnodes:
-            return
+            return True
         time.sleep(POLL_S)
+    return False

@@ -8,9 +8,10 @@
   (titanflow.kubernetes.pods.finish) and exits with the flow's code.
 - Every other pod is an agent: it waits for a launch record of pod 0's train task, runs that launch's
   ``launch.sh`` (one torchrun agent, titanflow.kubernetes.launch.start_node) and ends it when the launch is
-  cancelled, then waits for the next launch (the train task's retry), until the flow ended. It exits 0 when the
-  flow-run command did, 1 when it did not or no launch came for ``TITANFLOW_POD_WAIT_S`` seconds (default
-  :data:`WAIT_S`). (Prefect's ``flow-run execute`` exits 0 for a flow run that failed: the flow run's state, in
+  cancelled, then waits for the next launch (the train task's retry, the nightly's next scenario), until the flow
+  ended: Kubernetes ends the agents of a Job whose pod 0 failed (``backoffLimit: 0``), so no time limit is needed;
+  ``TITANFLOW_POD_WAIT_S`` sets one (seconds without a launch). It exits 0 when the flow-run command did, 1 when it
+  did not or the limit passed. (Prefect's ``flow-run execute`` exits 0 for a flow run that failed: the flow run's state, in
   Prefect, is what says how it went.)
 """
 
@@ -25,9 +26,8 @@ import time
 from titanflow.kubernetes import pods
 from titanflow.kubernetes.launch import end_node, start_node
 
-#: Seconds an agent waits for the next launch (or for the flow to end) before it gives up: the flow's tasks before
-#: training (weights, render, warm-up) and a retry's delay fit in it many times.
-WAIT_S = 3600.0
+#: The variable that bounds, in seconds, how long an agent waits for the next launch (unset: until the flow ends).
+WAIT_ENV = "TITANFLOW_POD_WAIT_S"
 #: Seconds between two looks at the job's launch records.
 POLL_S = 1.0
 
@@ -37,8 +37,14 @@ def _say(text: str) -> None:
 
 
 def run_flow(command: list[str], group: str) -> int:
-    """Pod 0: run the flow ``command``, passing SIGTERM and SIGINT on; record its end for the agents; its code."""
-    child = subprocess.Popen(command)
+    """Pod 0: run the flow ``command``, passing SIGTERM and SIGINT on; record its end for the agents; its code
+    (127 for a command the image does not have, as a shell says)."""
+    try:
+        child = subprocess.Popen(command)
+    except OSError as err:
+        _say(f"the flow-run command cannot start: {err}")
+        pods.finish(group, 127)
+        return 127
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda number, _frame: child.send_signal(number))
     code = child.wait()
@@ -47,10 +53,11 @@ def run_flow(command: list[str], group: str) -> int:
     return code
 
 
-def run_agent(group: str, wait_s: float) -> int:
-    """Any other pod: run each new launch of the job until the flow ended (module docstring)."""
+def run_agent(group: str, wait_s: float | None) -> int:
+    """Any other pod: run each new launch of the job until the flow ended, or ``wait_s`` seconds passed without a
+    launch (None: no limit) (module docstring)."""
     ran: set[int] = set()
-    deadline = time.monotonic() + wait_s
+    deadline = None if wait_s is None else time.monotonic() + wait_s
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(True))  # the pod is being deleted
     while not stop:
@@ -70,9 +77,9 @@ def run_agent(group: str, wait_s: float) -> int:
                     break
                 time.sleep(POLL_S)
             _say(f"launch {number}: the node's agent exited {proc.wait()}")
-            deadline = time.monotonic() + wait_s
+            deadline = None if wait_s is None else time.monotonic() + wait_s
             continue
-        if time.monotonic() > deadline:
+        if deadline is not None and time.monotonic() > deadline:
             _say(f"no launch and no end of the flow for {wait_s:.0f} s; giving up")
             return 1
         time.sleep(POLL_S)
@@ -91,7 +98,13 @@ def main(args: list[str]) -> int:
         return 2
     if index == 0:
         return run_flow(args[1:], group)
-    return run_agent(group, float(os.environ.get("TITANFLOW_POD_WAIT_S", WAIT_S)))
+    wait = os.environ.get(WAIT_ENV)
+    try:
+        wait_s = None if wait is None else float(wait)
+    except ValueError:
+        print(f"titanflow pod: {WAIT_ENV} is {wait!r}: give seconds (a number), or leave it unset", file=sys.stderr)
+        return 2
+    return run_agent(group, wait_s)
 
 
 if __name__ == "__main__":

@@ -32,6 +32,8 @@ GROUP_ENV = "TITANFLOW_POD_GROUP"
 INDEX_ENV = "JOB_COMPLETION_INDEX"
 #: The pod's IP address (the template's downward API, ``status.podIP``): pod 0's is the rendezvous endpoint.
 POD_IP_ENV = "TITANFLOW_POD_IP"
+#: The job's pod count (its Indexed Job's completions, the work pool's ``nnodes``): a run's nnodes must be it.
+POD_COUNT_ENV = "TITANFLOW_POD_COUNT"
 #: The shared folder that holds every job's folder; default ``<checkout>/runs/_pods``.
 PODS_DIR_ENV = "TITANFLOW_PODS_DIR"
 

@@ -44,8 +44,19 @@ NEURON_DEVICES_PER_NODE = 16
 EFA_PER_NODE = 16
 
 
+#: Seconds Kubernetes gives a pod between SIGTERM and SIGKILL: more than a launch's cancel takes (its agents end
+#: their nodes, titanflow.kubernetes.launch.CANCEL_WAIT_S, after torchrun's own grace), so the exit records and
+#: the end of the flow are written before the pod is killed.
+TERMINATION_GRACE_S = 120
+#: The label Kubernetes gives every pod of a Job, with the Job's uid as its value.
+JOB_UID_LABEL = "batch.kubernetes.io/controller-uid"
+
+
 def _variable(kind: str, default, description: str) -> dict:
-    return {"type": kind, "default": default, "description": description}
+    """A job variable of the template's schema; ``default`` None: none (Prefect checks a default against the
+    variable's type when the pool is created, and None is no string)."""
+    spec = {"type": kind, "description": description}
+    return spec if default is None else {**spec, "default": default}
 
 
 def trn2_eks_job_template() -> dict:
@@ -61,7 +72,10 @@ def trn2_eks_job_template() -> dict:
     pod_env = [
         {"name": "TITANFLOW_ROOT", "value": "{{ checkout }}"},  # where the deployments' pull step starts a flow run
         # the downward API: what titanflow.kubernetes.pods reads in each pod
-        {"name": pods.GROUP_ENV, **field("metadata.labels['batch.kubernetes.io/controller-uid']")},
+        {"name": pods.GROUP_ENV, **field(f"metadata.labels['{JOB_UID_LABEL}']")},
+        # the run's nnodes must be this (preflight). The space: a placeholder alone would be written as the integer,
+        # and an environment value must be a string; Prefect writes a placeholder within text as text
+        {"name": pods.POD_COUNT_ENV, "value": "{{ nnodes }} "},
         {"name": pods.POD_IP_ENV, **field("status.podIP")},
         {"name": NODE_ENV, **field("metadata.name")},
     ]
@@ -79,7 +93,6 @@ def trn2_eks_job_template() -> dict:
             "backoffLimit": 0,  # a failed pod fails the job; the train task's retries relaunch on the same pods
             "ttlSecondsAfterFinished": "{{ finished_job_ttl }}",
             "template": {
-                "metadata": {"labels": {"titanflow/job": "{{ name }}"}},
                 "spec": {
                     "restartPolicy": "Never",
                     # Prefect's Kubernetes worker refuses a template without these two here (its job configuration
@@ -89,9 +102,13 @@ def trn2_eks_job_template() -> dict:
                     "completions": 1,
                     "nodeSelector": {"node.kubernetes.io/instance-type": "trn2.48xlarge"},
                     "tolerations": [{"key": NEURON_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
+                    # one pod of the job per node: pods that carry the Job uid label with this pod's value
+                    # (matchLabelKeys, Kubernetes 1.31+; each pod also takes all of its node's Neuron devices)
                     "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
-                        "labelSelector": {"matchLabels": {"titanflow/job": "{{ name }}"}},
-                        "topologyKey": "kubernetes.io/hostname"}]}},  # one pod per node
+                        "labelSelector": {"matchExpressions": [{"key": JOB_UID_LABEL, "operator": "Exists"}]},
+                        "matchLabelKeys": [JOB_UID_LABEL],
+                        "topologyKey": "kubernetes.io/hostname"}]}},
+                    "terminationGracePeriodSeconds": TERMINATION_GRACE_S,  # one pod per node
                     "containers": [{
                         "name": "prefect-job",
                         "image": "{{ image }}",

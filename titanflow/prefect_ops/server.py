@@ -176,8 +176,7 @@ def deployment_plan(prefect_yaml: Path = PREFECT_YAML) -> tuple[list[str], list[
 
 def ensure_work_pools(api_url: str, pools: list[str], env: dict[str, str]) -> list[str]:
     """Create each missing pool with ``prefect work-pool create NAME --type process``, or for a pool of
-    titanflow.prefect_ops.deployments.POOL_TEMPLATES of its type with its base job template (through the API: the
-    CLI would look the type up in Prefect's worker collection, which a server without network cannot reach);
+    titanflow.prefect_ops.deployments.POOL_TEMPLATES of its type with its template file as the base job template;
     returns the ones created (existing pools, and settings made on them, are left as they are)."""
     from prefect.client.orchestration import SyncPrefectClient
     from prefect.client.schemas.actions import WorkPoolCreate

@@ -10,6 +10,7 @@ whose message starts with the field to change.
 from __future__ import annotations
 
 import datetime
+import os
 import secrets
 from pathlib import Path
 
@@ -191,11 +192,13 @@ def check_this_machine(run: ScenarioRun) -> None:
                              f"`titanflow render {run.scenario} --target {run.target}` writes its job files")
 
 
-def check_pod_zero() -> None:
-    """A run on Kubernetes trains from pod 0 of a titanflow Kubernetes job (titanflow.kubernetes.pod).
+def check_pod_zero(nnodes: int) -> None:
+    """A run on Kubernetes trains from pod 0 of a titanflow Kubernetes job (titanflow.kubernetes.pod), whose pod
+    count is the run's ``nnodes``.
 
     Raises:
-        ValueError: ``scheduler: ...`` when this process is not pod 0 of one, with the fix.
+        ValueError: ``scheduler: ...`` when this process is not pod 0 of one, ``nnodes: ...`` when the job has
+            another number of pods, each with the fix.
     """
     from titanflow.kubernetes import pods
 
@@ -208,6 +211,11 @@ def check_pod_zero() -> None:
     if index != 0:
         raise ValueError(f"scheduler: this is pod {index} of the Kubernetes job, which runs a torchrun agent; the flow "
                          "runs in pod 0 (titanflow.kubernetes.pod)")
+    pods_count = os.environ.get(pods.POD_COUNT_ENV, "").strip()  # "2 " (titanflow.kubernetes.template)
+    if pods_count and pods_count != str(nnodes):
+        raise ValueError(f"nnodes: the run asks for {nnodes} nodes but its Kubernetes job has {pods_count} pods; fix: "
+                         f"give the flow run the job variable nnodes={nnodes} (prefect deployment run ... --job-variable "
+                         f"nnodes={nnodes}), or --nnodes {pods_count}")
 
 
 def preflight(run: ScenarioRun, *, launch: bool = True) -> Path:
@@ -222,7 +230,7 @@ def preflight(run: ScenarioRun, *, launch: bool = True) -> Path:
     """
     check_pretrained_weights_given(run)
     if launch and run.scheduler_resolved == "kubernetes":
-        check_pod_zero()
+        check_pod_zero(run.nnodes_resolved)
     elif launch and run.scheduler_resolved == "slurm":  # its nodes run it, not this machine: Slurm says now whether it would
         from titanflow.slurm.job import check_submission
 

@@ -47,6 +47,20 @@ def test_pod_zero_runs_the_flow_command_and_records_its_exit_for_the_agents(in_p
     assert pods.finished("uid-1") == 4
 
 
+def test_a_flow_command_the_image_lacks_ends_pod_zero_with_127_and_the_agents_with_it(in_pod, capsys):
+    in_pod(0)
+    assert pod_main(["--", "/nonexistent/prefect", "flow-run", "execute"]) == 127
+    assert pods.finished("uid-1") == 127
+    assert "the flow-run command cannot start: [Errno 2] No such file or directory" in capsys.readouterr().out
+
+
+def test_an_agents_wait_limit_that_is_no_number_is_refused(in_pod, monkeypatch, capsys):
+    in_pod(1)
+    monkeypatch.setenv("TITANFLOW_POD_WAIT_S", "abc")
+    assert pod_main(["--", "true"]) == 2
+    assert "TITANFLOW_POD_WAIT_S is 'abc': give seconds (a number), or leave it unset" in capsys.readouterr().err
+
+
 def test_an_agent_ends_with_the_flow_or_gives_up_when_nothing_comes(in_pod, capsys):
     in_pod(1)
     assert run_agent("uid-1", wait_s=1.5) == 1
@@ -66,12 +80,17 @@ def test_a_run_on_kubernetes_is_refused_outside_pod_zero_naming_the_field(in_pod
     monkeypatch.delenv(pods.INDEX_ENV, raising=False)
     with pytest.raises(ValueError, match=r"^scheduler: kubernetes trains from pod 0 .*JOB_COMPLETION_INDEX is ''.*"
                                          r"fix: run it through the trn2-eks work pool"):
-        check_pod_zero()
+        check_pod_zero(2)
     in_pod(1)
     with pytest.raises(ValueError, match="^scheduler: this is pod 1 of the Kubernetes job"):
-        check_pod_zero()
+        check_pod_zero(2)
     in_pod(0)
-    check_pod_zero()
+    check_pod_zero(2)
+    monkeypatch.setenv(pods.POD_COUNT_ENV, "2 ")  # the template's nnodes, the Indexed Job's completions
+    check_pod_zero(2)
+    with pytest.raises(ValueError, match=r"^nnodes: the run asks for 4 nodes but its Kubernetes job has 2 pods; fix: "
+                                         r"give the flow run the job variable nnodes=4"):
+        check_pod_zero(4)
 
 
 def test_a_job_on_kubernetes_renders_the_launch_every_pod_runs(tmp_path, tiny_assets):

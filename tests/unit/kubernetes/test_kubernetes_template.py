@@ -45,10 +45,18 @@ def test_the_template_file_is_the_one_titanflow_writes():
     assert json.loads(TEMPLATE_PATH.read_text()) == trn2_eks_job_template()
 
 
-def test_prefect_accepts_it_as_a_kubernetes_work_pools_template():
-    """Every placeholder of the job configuration is a declared variable (Prefect's own check of a work pool)."""
-    pool = WorkPoolCreate(name="trn2-eks", type="kubernetes", base_job_template=trn2_eks_job_template())
+def test_a_prefect_server_creates_the_work_pool_from_it(prefect_server):
+    """The server's own checks (every placeholder a declared variable; every default of the variables' type) accept
+    the template: a pool of type kubernetes, read back as written. A placeholder with no variable is refused."""
+    from prefect import get_client
+
+    with get_client(sync_client=True) as client:
+        client.create_work_pool(WorkPoolCreate(name="trn2-eks", type="kubernetes",
+                                               base_job_template=trn2_eks_job_template()))
+        pool = client.read_work_pool("trn2-eks")
+    assert (pool.type, pool.base_job_template) == ("kubernetes", trn2_eks_job_template())
     assert pool.base_job_template["variables"]["required"] == ["image"]
+    assert "default" not in pool.base_job_template["variables"]["properties"]["image"]  # no image is a default one
     broken = trn2_eks_job_template()
     del broken["variables"]["properties"]["nnodes"]
     with pytest.raises(ValueError, match="undeclared variable.*nnodes"):
@@ -70,13 +78,19 @@ def test_filled_in_it_is_a_kubernetes_job_of_one_pod_per_trn2_node_with_its_neur
     assert (job.spec.completion_mode, job.spec.completions, job.spec.parallelism) == ("Indexed", 4, 4)
     pod = job.spec.template.spec
     (term,) = pod.affinity.pod_anti_affinity.required_during_scheduling_ignored_during_execution
-    assert term.topology_key == "kubernetes.io/hostname"  # never two pods of the job on one node
+    assert term.topology_key == "kubernetes.io/hostname"  # never two pods of the job on one node:
+    assert term.match_label_keys == ["batch.kubernetes.io/controller-uid"]  # those with this pod's Job uid
+    from titanflow.kubernetes.launch import CANCEL_WAIT_S
+    from titanflow.launch.process import KILL_GRACE_S
+
+    assert pod.termination_grace_period_seconds > CANCEL_WAIT_S + KILL_GRACE_S  # a launch's cancel ends in it
     assert pod.node_selector == {"node.kubernetes.io/instance-type": "trn2.48xlarge"}
     (container,) = pod.containers
     assert container.resources.limits[NEURON_RESOURCE] == container.resources.requests[NEURON_RESOURCE] == "16"
     assert container.resources.limits[EFA_RESOURCE] == "16"
     env = {e.name: e.value for e in container.env if e.value_from is None}
     assert env.items() >= {**EFA_ENV, "NEURON_LOGICAL_NC_CONFIG": "2", "TITANFLOW_ROOT": "/fsx/titanflow"}.items()
+    assert env["TITANFLOW_POD_COUNT"] == "4 "  # text, as Kubernetes wants an environment value (the run checks it)
     given = {e.name: e.value_from.field_ref.field_path for e in container.env if e.value_from is not None}
     assert given == {  # the downward API (titanflow.kubernetes.pods): the job's uid, the pod's IP and name
         "TITANFLOW_POD_GROUP": "metadata.labels['batch.kubernetes.io/controller-uid']",
