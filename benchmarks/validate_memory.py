@@ -31,6 +31,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import numpy
+
 REPO = Path(__file__).resolve().parents[1]
 GB = 1e9
 #: size (GB) -> TinySpec fields: float32 bytes = 4 x (151,936 x hidden + layers x per-layer parameters).
@@ -131,11 +133,40 @@ def _child(kind: str, folder: Path, source: Path | None, size_gb: float = 0.0) -
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+#: Where the exports are made (kept for the next run).
+WORK = REPO / ".cache" / "benchmarks" / "validate_memory"
+
+
+def measure_rows(sizes_gb: list[float] | None = None, work: Path = WORK, source: Path | None = None) -> list[dict]:
+    """Per export size (GB, default every size of :data:`SHAPES`): ``export_bytes``, ``shards``,
+    ``validate_peak_rss_bytes`` (the validate levels of ``source``'s titanflow, default this tree's) and
+    ``bare_peak_rss_bytes`` (a bare transformers load and forward), ``imports_bytes`` (validate's process after its
+    imports), each measured in a fresh process; the export is made under ``work`` when it is not there yet.
+
+    Raises:
+        RuntimeError: a child process failed, or validate found problems in the clean export.
+    """
+    rows = []
+    for size in sizes_gb or sorted(SHAPES):
+        folder = work / f"qwen3-{size:g}gb"
+        if not (folder / "train").is_dir():
+            folder.mkdir(parents=True, exist_ok=True)
+            _child("make", folder, None, size)
+        shards = list((folder / "export").glob("*.safetensors"))
+        validate, bare = _child("validate", folder, source), _child("bare", folder, None)
+        if validate["problems"]:
+            raise RuntimeError(f"validate found problems in the clean export {folder}: {validate['problems']}")
+        print(f"  {folder.name}: validate seconds {validate['seconds']}", flush=True)
+        rows.append({"export_bytes": sum(f.stat().st_size for f in shards), "shards": len(shards),
+                     "validate_peak_rss_bytes": validate["peak"], "bare_peak_rss_bytes": bare["peak"],
+                     "imports_bytes": validate["imports"]})
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", type=float, nargs="+", default=sorted(SHAPES), choices=sorted(SHAPES))
-    parser.add_argument("--work", type=Path, default=REPO / ".cache" / "benchmarks" / "validate_memory",
-                        help="where the exports are made (kept for the next run)")
+    parser.add_argument("--work", type=Path, default=WORK, help="where the exports are made (kept for the next run)")
     parser.add_argument("--source", type=Path, help="tree whose titanflow runs the validate levels (default: this)")
     parser.add_argument("--child", choices=("make", "validate", "bare"), help=argparse.SUPPRESS)
     parser.add_argument("--folder", type=Path, help=argparse.SUPPRESS)
@@ -150,43 +181,22 @@ def main() -> None:
         parser.error(f"--source {args.source}: no titanflow/export/validate.py there; give a titanflow checkout")
     source = (args.source or REPO).resolve()
     print(f"validate levels from {source}; bare load with the same Python ({sys.executable})")
-    rows, fits = [], {"validate": [], "bare": []}
-    for size in args.sizes:
-        folder = args.work / f"qwen3-{size:g}gb"
-        if not (folder / "train").is_dir():
-            folder.mkdir(parents=True, exist_ok=True)
-            _child("make", folder, None, size)
-        export_bytes = sum(f.stat().st_size for f in (folder / "export").glob("*.safetensors"))
-        validate, bare = _child("validate", folder, source), _child("bare", folder, None)
-        if validate["problems"]:
-            raise RuntimeError(f"validate found problems in the clean export {folder}: {validate['problems']}")
-        goal = 1.3 * export_bytes + 0.1 * GB
-        fits["validate"].append((export_bytes, validate["peak"]))
-        fits["bare"].append((export_bytes, bare["peak"]))
-        rows.append((f"{export_bytes / GB:.3f}", len(list((folder / "export").glob("*.safetensors"))),
-                     f"{validate['peak'] / GB:.3f}", f"{validate['peak'] / export_bytes:.2f}",
-                     "yes" if validate["peak"] <= goal else "no",
-                     f"{bare['peak'] / GB:.3f}", f"{bare['peak'] / export_bytes:.2f}",
-                     "yes" if bare["peak"] <= goal else "no",
-                     f"{(validate['peak'] - bare['peak']) / GB:+.3f}", f"{validate['imports'] / GB:.3f}"))
-        print(f"  {folder.name}: validate seconds {validate['seconds']}", flush=True)
+    rows = measure_rows(args.sizes, args.work, source)
     header = ("export GB", "shards", "validate peak GB", "ratio", "<= 1.3x + 0.1 GB", "bare peak GB", "ratio",
               "<= 1.3x + 0.1 GB", "validate - bare GB", "imports GB")
     print("| " + " | ".join(header) + " |\n|" + "---|" * len(header))
     for row in rows:
-        print("| " + " | ".join(map(str, row)) + " |")
-    for name, points in fits.items():
-        if len(points) > 1:
-            slope, intercept = _line(points)
+        size, goal = row["export_bytes"], 1.3 * row["export_bytes"] + 0.1 * GB
+        validate, bare = row["validate_peak_rss_bytes"], row["bare_peak_rss_bytes"]
+        cells = (f"{size / GB:.3f}", row["shards"], f"{validate / GB:.3f}", f"{validate / size:.2f}",
+                 "yes" if validate <= goal else "no", f"{bare / GB:.3f}", f"{bare / size:.2f}",
+                 "yes" if bare <= goal else "no", f"{(validate - bare) / GB:+.3f}", f"{row['imports_bytes'] / GB:.3f}")
+        print("| " + " | ".join(map(str, cells)) + " |")
+    if len(rows) > 1:
+        sizes = [r["export_bytes"] for r in rows]
+        for name in ("validate", "bare"):
+            slope, intercept = numpy.polyfit(sizes, [r[f"{name}_peak_rss_bytes"] for r in rows], 1)
             print(f"{name}: peak = {slope:.3f} x export bytes + {intercept / GB:.3f} GB (least squares over the sizes)")
-
-
-def _line(points: list[tuple[float, float]]) -> tuple[float, float]:
-    """Least-squares (slope, intercept) of y on x over ``points`` [(x, y), ...], at least two distinct x."""
-    n = len(points)
-    mean_x, mean_y = sum(x for x, _ in points) / n, sum(y for _, y in points) / n
-    slope = sum((x - mean_x) * (y - mean_y) for x, y in points) / sum((x - mean_x) ** 2 for x, _ in points)
-    return slope, mean_y - slope * mean_x
 
 
 if __name__ == "__main__":
