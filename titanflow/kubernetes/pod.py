@@ -45,9 +45,13 @@ def run_flow(command: list[str], group: str) -> int:
         _say(f"the flow-run command cannot start: {err}")
         pods.finish(group, 127)
         return 127
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda number, _frame: child.send_signal(number))
-    code = child.wait()
+    passed_on = {sig: signal.signal(sig, lambda number, _frame: child.send_signal(number))
+                 for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        code = child.wait()
+    finally:  # the process's own handlers back (a caller in-process keeps its Ctrl-C)
+        for sig, handler in passed_on.items():
+            signal.signal(sig, handler)
     pods.finish(group, code)
     _say(f"the flow ended with exit code {code}")
     return code
@@ -59,7 +63,15 @@ def run_agent(group: str, wait_s: float | None) -> int:
     ran: set[int] = set()
     deadline = None if wait_s is None else time.monotonic() + wait_s
     stop = []
-    signal.signal(signal.SIGTERM, lambda *_: stop.append(True))  # the pod is being deleted
+    earlier = signal.signal(signal.SIGTERM, lambda *_: stop.append(True))  # the pod is being deleted
+    try:
+        return _run_launches(group, wait_s, deadline, ran, stop)
+    finally:  # the process's own handler back (a caller in-process keeps it)
+        signal.signal(signal.SIGTERM, earlier)
+
+
+def _run_launches(group: str, wait_s: float | None, deadline: float | None, ran: set[int], stop: list) -> int:
+    """:func:`run_agent`'s loop, until the flow ended, the wait limit passed or ``stop`` got an entry (SIGTERM)."""
     while not stop:
         code = pods.finished(group)
         if code is not None:

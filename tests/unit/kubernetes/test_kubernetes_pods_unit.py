@@ -42,9 +42,18 @@ def test_launches_are_numbered_with_a_rendezvous_id_each_and_cancel_and_end_are_
 
 
 def test_pod_zero_runs_the_flow_command_and_records_its_exit_for_the_agents(in_pod, capsys):
+    """Its SIGTERM and SIGINT go to the flow while it runs, and the caller's handlers are back after (an
+    in-process caller keeps its Ctrl-C)."""
+    import signal
+
+    before = (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM))
     in_pod(0)
     assert pod_main(["--", sys.executable, "-c", "raise SystemExit(4)"]) == 4
     assert pods.finished("uid-1") == 4
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+    in_pod(1)
+    assert pod_main(["--", "true"]) == 1  # an agent of a flow that exited 4
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
 
 
 def test_a_flow_command_the_image_lacks_ends_pod_zero_with_127_and_the_agents_with_it(in_pod, capsys):
