@@ -23,6 +23,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from helpers.golden_curve import assert_golden_curve_of_one_node
 from helpers.run_processes import wait_until
 
 from titan_cfg.targets import TARGETS
@@ -92,8 +93,6 @@ def _here_env() -> dict[str, str]:
 
 
 def test_two_pods_of_the_worker_manifest_train_the_golden_curve_of_one_node(prefect_api, tmp_path, monkeypatch):
-    from titanflow.judge.environment import environment_key
-    from titanflow.judge.goldens import curve_path, read_curve
     from titanflow.run.summary import read_summary
 
     monkeypatch.setenv("TITANFLOW_PODS_DIR", str(tmp_path / "pods"))
@@ -115,14 +114,7 @@ def test_two_pods_of_the_worker_manifest_train_the_golden_curve_of_one_node(pref
     run_dir = tmp_path / "runs" / "two-pods"
     summary = read_summary(run_dir / "summary.json")
     assert summary.verdict == "pass", summary.reason
-    golden = read_curve(curve_path("native", "cpu", "random"))
-    curve = [f"{loss:.5f}" for loss in summary.losses]
-    print(f"\ntwo pods x 1 rank, {STEPS} steps, wall {wall_s:.1f} s (train {summary.train.wall_s:.1f} s):\n"
-          + "\n".join(f"  step {s}: 2x1 {curve[s - 1]}  golden 1x2 {golden.losses[s]:.5f}" for s in range(1, STEPS + 1)))
-    if golden.same_numerics(environment_key(summary.environment), None):
-        assert curve == [f"{golden.losses[s]:.5f}" for s in range(1, STEPS + 1)]
-    (finding,) = [f for f in summary.findings if f.metric == "losses"]
-    assert finding.status == "pass", finding.detail
+    assert_golden_curve_of_one_node(summary, "two pods x 1 rank", wall_s, STEPS)
     assert summary.validation.parity.top1_agreement == 1.0
     nodes = run_dir / "train" / "nodes"
     names = sorted(p.name.removesuffix(".exit.json") for p in nodes.glob("*.exit.json"))

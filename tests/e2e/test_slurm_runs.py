@@ -23,6 +23,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from helpers.golden_curve import assert_golden_curve_of_one_node
 from helpers.run_processes import rank_process, run_processes, wait_until
 
 from titanflow.launch.render import render
@@ -164,8 +165,6 @@ def test_two_nodes_of_one_rank_train_the_curve_of_one_node_of_two_step_for_step(
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     from flows.scenario import qwen3_scenario
-    from titanflow.judge.environment import environment_key
-    from titanflow.judge.goldens import curve_path, read_curve
     from titanflow.run.summary import read_summary
 
     started = time.monotonic()
@@ -176,16 +175,7 @@ def test_two_nodes_of_one_rank_train_the_curve_of_one_node_of_two_step_for_step(
     summary = read_summary(Path(result["summary"]))
     run_dir = tmp_path / "two-nodes"
     assert summary.verdict == "pass", summary.reason
-    golden = read_curve(curve_path("native", "cpu", "random"))
-    curve = [f"{loss:.5f}" for loss in summary.losses]
-    print(f"\ntwo nodes x 1 rank, {STEPS} steps, wall {wall_s:.1f} s (train {summary.train.wall_s:.1f} s):\n"
-          + "\n".join(f"  step {s}: 2x1 {curve[s - 1]}  golden 1x2 {golden.losses[s]:.5f}" for s in range(1, STEPS + 1)))
-    if golden.same_numerics(environment_key(summary.environment), None):
-        assert curve == [f"{golden.losses[s]:.5f}" for s in range(1, STEPS + 1)]
-    else:
-        print(f"numerics other than the golden's ({golden.environment}); held to golden_curve's band")
-    (finding,) = [f for f in summary.findings if f.metric == "losses"]
-    assert finding.status == "pass", finding.detail  # the flow judged it against the golden: the same workload
+    assert_golden_curve_of_one_node(summary, "two nodes x 1 rank", wall_s, STEPS)
     load = summary.validation.load
     assert load.missing_in_files == ["lm_head.weight"] and load.tied and load.lm_head_is_embedding
     assert load.unexpected == [] and load.missing == []
