@@ -76,11 +76,10 @@ def group_dir(name: str) -> Path:
     return root / name
 
 
-def _write_atomically(path: Path, text: str) -> None:
+def _write(path: Path, text: str) -> None:
+    """``text`` to ``path`` (titanflow.paths.write_atomic), its folder made first."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    paths.write_atomic(path, text)
 
 
 def launches(name: str) -> dict[int, dict]:
@@ -99,13 +98,13 @@ def write_launch(name: str, record: dict) -> dict:
     rendezvous id (``rdzv_id``: ``<name>-<number>``, unique per launch); returns what was written."""
     number = max(launches(name), default=0) + 1
     written = {**record, "launch": number, "rdzv_id": f"{name}-{number}"}
-    _write_atomically(group_dir(name) / f"launch-{number}.json", json.dumps(written) + "\n")
+    _write(group_dir(name) / f"launch-{number}.json", json.dumps(written) + "\n")
     return written
 
 
 def cancel(name: str, number: int) -> None:
     """Mark launch ``number`` of job ``name`` cancelled."""
-    _write_atomically(group_dir(name) / f"cancel-{number}", "")
+    _write(group_dir(name) / f"cancel-{number}", "")
 
 
 def cancelled(name: str, number: int) -> bool:
@@ -115,7 +114,7 @@ def cancelled(name: str, number: int) -> bool:
 
 def finish(name: str, exit_code: int) -> None:
     """Record that the flow of job ``name`` ended with ``exit_code``."""
-    _write_atomically(group_dir(name) / "finished.json", json.dumps({"exit_code": exit_code}) + "\n")
+    _write(group_dir(name) / "finished.json", json.dumps({"exit_code": exit_code}) + "\n")
 
 
 def finished(name: str) -> int | None:

@@ -25,6 +25,8 @@ import sys
 import time
 from pathlib import Path
 
+from titanflow.paths import write_atomic
+
 #: ``${NAME}`` in an argument: replaced by the variable's value on the node (titanflow.launch.render.NODE_PLACEHOLDERS).
 _PLACEHOLDER = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
@@ -89,10 +91,7 @@ def run_node(nodes: Path, argv: list[str]) -> int:
 def _record(nodes: Path, node: str, code: int, killed: int | None, peak_rss: int) -> int:
     record = {"node": node, "exit_code": code, "signal": signal.Signals(killed).name if killed else None,
               "ended_at": time.time(), "peak_rss_bytes": peak_rss}
-    path = exit_record(nodes, node)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(record) + "\n")
-    tmp.replace(path)
+    write_atomic(exit_record(nodes, node), json.dumps(record) + "\n")
     return code
 
 
