@@ -114,11 +114,3 @@ class LineForwarder:
         if self.skipped:
             self._note(f"titanflow: {self.skipped} output lines skipped the run log while it was {QUEUE_LINES} "
                        "lines behind; this file has every line")
-
-
-def each_line(on_line: Callable[[str], None]) -> Callable[[list[str]], None]:
-    """A batch callback that calls ``on_line`` for each line of the batch, in order."""
-    def on_lines(batch: list[str]) -> None:
-        for line in batch:
-            on_line(line)
-    return on_lines
