@@ -74,6 +74,25 @@ def prefect_api():
         yield api_url
 
 
+#: Session fixtures that must exist once: every test using one runs on the same xdist worker.
+_SHARED_FIXTURE_GROUPS = {"deployed": "deployed-server", "slurm_cluster": "slurm-cluster"}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Groups for ``pytest -n 2 --dist loadgroup`` (make test): the tests of one shared session fixture
+    (the deployed server, the Slurm cluster) together on one worker, so each starts once; every unit-test
+    module together, so its module fixtures (a Prefect test server) start once; every other end-to-end
+    test on its own, so the two workers share out the long runs. Each worker has its own session folder
+    (this module runs once per worker): Prefect home, runs, history and servers are never shared."""
+    for item in items:
+        shared = [group for fixture, group in _SHARED_FIXTURE_GROUPS.items() if fixture in item.fixturenames]
+        if shared:
+            item.add_marker(pytest.mark.xdist_group(shared[0]))
+        elif item.get_closest_marker("e2e") is None:
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+
+
 def pytest_sessionfinish(session, exitstatus):
     shutil.rmtree(_SESSION_DIR, ignore_errors=True)
 

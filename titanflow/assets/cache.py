@@ -17,6 +17,8 @@ import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from filelock import FileLock
+
 log = logging.getLogger(__name__)
 
 #: Bump when a builder changes its output without any input or library version changing.
@@ -50,20 +52,30 @@ def build_once(final_dir: Path, build: Callable[[Path], object]) -> Path:
     The build writes into a hidden temporary sibling that is renamed onto ``final_dir`` only when
     ``build`` returns, so an interrupted or failed build leaves nothing under the final name (its
     temporary folder is removed; only a hard kill leaves a ``.<name>.*.partial`` sibling behind).
-    If another process finishes the same folder first, its result is kept and ours is discarded.
+    Processes that need the same folder at once take turns on a file lock (filelock) named by the
+    folder's path under ``<cache_root>/locks/``, so nothing is left beside the folder: the first
+    builds, the others wait and reuse its result instead of building it again (a pretrained tiny
+    checkpoint is minutes of training).
     """
     if final_dir.is_dir():
         return final_dir
     final_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp_dir = Path(tempfile.mkdtemp(prefix=f".{final_dir.name}.", suffix=".partial", dir=final_dir.parent))
-    try:
-        build(tmp_dir)
-        tmp_dir.chmod(0o755)  # mkdtemp makes it 0700; give the folder ordinary permissions
-        os.replace(tmp_dir, final_dir)
-        log.info("built %s", final_dir)
-    except OSError:
-        if not final_dir.is_dir():  # a real error, not a lost race
-            raise
-    finally:
-        shutil.rmtree(tmp_dir, ignore_errors=True)
+    from titanflow import paths
+
+    locks = paths.cache_root() / "locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    with FileLock(locks / f"{hashlib.sha256(str(final_dir.resolve()).encode()).hexdigest()[:16]}.lock"):
+        if final_dir.is_dir():  # built by the holder we waited for
+            return final_dir
+        tmp_dir = Path(tempfile.mkdtemp(prefix=f".{final_dir.name}.", suffix=".partial", dir=final_dir.parent))
+        try:
+            build(tmp_dir)
+            tmp_dir.chmod(0o755)  # mkdtemp makes it 0700; give the folder ordinary permissions
+            os.replace(tmp_dir, final_dir)
+            log.info("built %s", final_dir)
+        except OSError:
+            if not final_dir.is_dir():  # a real error, not a lost race (a process that took no lock)
+                raise
+        finally:
+            shutil.rmtree(tmp_dir, ignore_errors=True)
     return final_dir

@@ -255,3 +255,30 @@ def test_interrupted_build_leaves_no_folder_under_the_final_name(tmp_path, monke
     with pytest.raises(KeyboardInterrupt):
         assets.ensure_assets(tmp_path)
     assert list((tmp_path / "assets").iterdir()) == []  # neither the final name nor a temporary folder
+
+
+def test_processes_building_the_same_folder_at_once_build_it_once(tmp_path):
+    """Two builders of one folder at once (two test workers, two runs on a cold cache): the second waits on the
+    lock and returns the first's folder; the build runs once."""
+    import threading
+    import time
+
+    from titanflow.assets.cache import build_once
+
+    calls = []
+
+    def slow_build(out_dir: Path) -> None:
+        calls.append(threading.current_thread().name)
+        time.sleep(0.5)  # long enough that the second caller arrives while the first builds
+        (out_dir / "done").write_text("1")
+
+    final = tmp_path / "assets" / "thing-0123"
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(build_once(final, slow_build)), name=f"b{i}")
+               for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results == [final, final] and len(calls) == 1 and (final / "done").read_text() == "1"
+    assert not [p for p in final.parent.iterdir() if p.name.endswith(".partial")]
