@@ -30,12 +30,13 @@ run: assets
 # Two pytest-xdist workers: the runs wait on servers, schedulers and timeouts about half the time,
 # which the other worker fills (tests/conftest.py keeps each shared server or cluster on one worker).
 # In collection order (no reordering by group size): the long end-to-end runs first, the unit tests after.
+# PYTEST_ARGS adds options, e.g. make test PYTEST_ARGS=--durations=40.
 test: setup overlay-trn2 chromium slurm-packages
-	$(BIN)/python -m pytest -q -n 2 --dist loadgroup --no-loadscope-reorder
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS)
 
 # Unit tests only (skips the end-to-end flow runs).
 test-fast: setup
-	$(BIN)/python -m pytest -q -n 2 --dist loadgroup --no-loadscope-reorder -m "not e2e"
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup --no-loadscope-reorder -m "not e2e" $(PYTEST_ARGS)
 
 # The trn2 profile's PyPI packages (profiles/trn2/requirements.txt: the walkthrough's transformers
 # 5.16.0) layered on the cpu venv: first on PYTHONPATH they replace its transformers 5.23.0, and
