@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import tempfile
 from pathlib import Path
 
@@ -30,6 +31,12 @@ os.environ["TITANFLOW_RUNS"] = str(_SESSION_DIR / "runs")
 os.environ["TITANFLOW_HISTORY"] = str(_SESSION_DIR / "history")
 os.environ["HF_HOME"] = str(_SESSION_DIR / "hf")
 os.environ["HF_HUB_OFFLINE"] = "1"
+
+# Several tests send Ctrl-C (SIGINT) to themselves or to a command they started. A shell without job control
+# starts a background command with SIGINT ignored (POSIX), Python then installs no KeyboardInterrupt handler, and
+# every process started from here would inherit the ignore: give the session Python's own handler back.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 from helpers import FIXTURES  # noqa: E402  (tests/ is on the path: this folder's conftest)
 
