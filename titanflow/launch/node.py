@@ -74,18 +74,21 @@ def run_node(nodes: Path, argv: list[str]) -> int:
     exit code to give Slurm (128 + signal for a killed agent, as a shell reports it)."""
     node = node_name()
     nodes.mkdir(parents=True, exist_ok=True)
-    signal.signal(signal.SIGTERM, lambda *_: None)  # the agent is signalled too; stay to record its end
-    with open(log_path(nodes, node), "ab", buffering=0) as log:
-        try:
-            command = expand(argv, {**os.environ, NODE_ENV: node})
-        except NodeError as err:
-            log.write(f"titanflow: {err}\n".encode())
-            return _record(nodes, node, 2, None, 0)
-        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
-        _, status, usage = os.wait4(proc.pid, 0)
-    code = os.waitstatus_to_exitcode(status)
-    killed = -code if code < 0 else None
-    return _record(nodes, node, 128 + killed if killed else code, killed, usage.ru_maxrss * 1024)
+    earlier = signal.signal(signal.SIGTERM, lambda *_: None)  # the agent is signalled too; stay to record its end
+    try:
+        with open(log_path(nodes, node), "ab", buffering=0) as log:
+            try:
+                command = expand(argv, {**os.environ, NODE_ENV: node})
+            except NodeError as err:
+                log.write(f"titanflow: {err}\n".encode())
+                return _record(nodes, node, 2, None, 0)
+            proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+            _, status, usage = os.wait4(proc.pid, 0)
+        code = os.waitstatus_to_exitcode(status)
+        killed = -code if code < 0 else None
+        return _record(nodes, node, 128 + killed if killed else code, killed, usage.ru_maxrss * 1024)
+    finally:  # the process's own handler back (a caller in-process, pod 0's launcher, keeps its SIGTERM)
+        signal.signal(signal.SIGTERM, earlier)
 
 
 def _record(nodes: Path, node: str, code: int, killed: int | None, peak_rss: int) -> int:

@@ -21,12 +21,14 @@ def test_placeholders_take_the_nodes_values_and_a_missing_one_is_named():
 
 def test_a_node_records_its_exit_code_and_its_console(tmp_path, monkeypatch):
     monkeypatch.setenv("SLURMD_NODENAME", "n1")
+    before = signal.getsignal(signal.SIGTERM)
     code = main([str(tmp_path), "--", sys.executable, "-c", "import os; print(os.environ['SLURMD_NODENAME']); "
                  "raise SystemExit(3)"])
     record = json.loads(exit_record(tmp_path, "n1").read_text())
     assert code == 3 and (record["node"], record["exit_code"], record["signal"]) == ("n1", 3, None)
     assert record["peak_rss_bytes"] > 1_000_000  # a Python interpreter's resident set, from wait4 (KiB x 1024)
     assert log_path(tmp_path, "n1").read_text() == "n1\n"
+    assert signal.getsignal(signal.SIGTERM) == before  # called in-process (pod 0's launcher), its SIGTERM is back
 
 
 def test_an_agent_killed_by_a_signal_is_recorded_as_such(tmp_path, monkeypatch):
