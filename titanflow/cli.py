@@ -567,5 +567,22 @@ def main(argv: list[str] | None = None) -> int:
             "bisect": cmd_bisect}[args.command](args)
 
 
+def console() -> None:
+    """The ``titanflow`` console script: :func:`main`, then exit with its code, skipping Python's last garbage
+    collections.
+
+    At exit Python runs full collections over every object still alive; with torch, transformers and Prefect
+    loaded they took 1.9 s of the 2.2 s between a run's flow ending and the command's exit (perf: gc_collect_main,
+    2026-12-01). ``gc.freeze()`` moves those objects to the permanent generation the collections skip; the atexit
+    handlers (Prefect's log and event drains, ``logging.shutdown``) and module teardown run as before. Not in
+    :func:`main`, which tests call in-process.
+    """
+    import gc
+
+    code = main()
+    gc.freeze()
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    console()
