@@ -19,6 +19,8 @@ from pathlib import Path
 
 from filelock import FileLock
 
+from titanflow import paths
+
 log = logging.getLogger(__name__)
 
 #: Bump when a builder changes its output without any input or library version changing.
@@ -60,8 +62,6 @@ def build_once(final_dir: Path, build: Callable[[Path], object]) -> Path:
     if final_dir.is_dir():
         return final_dir
     final_dir.parent.mkdir(parents=True, exist_ok=True)
-    from titanflow import paths
-
     locks = paths.cache_root() / "locks"
     locks.mkdir(parents=True, exist_ok=True)
     with FileLock(locks / f"{hashlib.sha256(str(final_dir.resolve()).encode()).hexdigest()[:16]}.lock"):
