@@ -129,9 +129,10 @@ def cpu() -> Target:
             # glibc's malloc asks for transparent huge pages (madvise) on the memory it maps: every step allocates
             # and frees the logits and their gradients (2 x 512 tokens x 151936 x 4 B, about 0.6 GB a rank) with
             # mmap, and the 4 KiB page faults were a quarter of the ranks' CPU time. benchmarks/malloc_hugepages.py
-            # (the job's launch.sh with and without it, 6 steps): system time 0.60x, rank 0's tokens/s 1.78x
-            # (297 -> 528), wall 0.86x, peak RSS 1.00x, losses equal at every step. Without THP in the kernel
-            # ("never") or in a glibc before 2.35 it does nothing.
+            # (the job's launch.sh with and without it, 6 steps, two pairs): system time 0.60x, rank 0's tokens/s
+            # from step 2 1.78x (297 -> 528; 1.76x in another run, 1.18x with one pair), wall 0.86x, peak RSS
+            # 1.00x, losses equal at every step. Without THP in the kernel ("never") or in a glibc before 2.35 it
+            # does nothing. A caller's own GLIBC_TUNABLES come first and win (titanflow.launch.render).
             "GLIBC_TUNABLES": "glibc.malloc.hugetlb=1",
             "HF_HUB_OFFLINE": "1",
             "HF_DATASETS_OFFLINE": "1",

@@ -145,6 +145,19 @@ def torchrun_line(job: Job) -> list[str]:
             "--max-restarts=0", "--log-dir", str(ranks / NODE_PLACEHOLDERS["node"]), *console]
 
 
+def with_callers_tunables(target_env: dict[str, str]) -> dict[str, str]:
+    """``GLIBC_TUNABLES`` for the ranks when both the target (the cpu target's huge pages) and the caller's environment
+    set it: the caller's tunables, then each of the target's the caller does not set (glibc reads the
+    ``name=value`` pairs joined by ``:``), so a caller's ``glibc.malloc.hugetlb=0`` turns the target's off and its
+    other tunables are kept. Empty when either does not set it (the target's own value, or none, applies)."""
+    ours, callers = target_env.get("GLIBC_TUNABLES"), os.environ.get("GLIBC_TUNABLES")
+    if not ours or not callers:
+        return {}
+    named = {pair.split("=", 1)[0] for pair in callers.split(":") if pair}
+    added = [pair for pair in ours.split(":") if pair and pair.split("=", 1)[0] not in named]
+    return {"GLIBC_TUNABLES": ":".join([callers, *added])}
+
+
 def launch_line(job: Job, job_path: Path) -> tuple[list[str], dict[str, str]]:
     """torchrun argv (:func:`torchrun_line`: local rank 0 on the console, every rank's log under ``train/ranks``)
     and rank env; one node: ``--nproc_per_node`` is the job's world size."""
@@ -153,6 +166,7 @@ def launch_line(job: Job, job_path: Path) -> tuple[list[str], dict[str, str]]:
     env = {
         **(RANK_PREFIX if job.scheduler != "local" else {}),
         **target.env,
+        **with_callers_tunables(target.env),
         **cache_env(job, target, job.shape.model_dump(), paths.cache_root()),
         JOB_ENV: str(job_path),
         "HF_DATASETS_CACHE": str(paths.cache_root() / "hf_datasets"),  # nothing written to ~/.cache

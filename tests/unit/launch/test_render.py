@@ -48,6 +48,24 @@ def test_cpu_job_matches_the_weights_folder(tmp_path, tiny_assets):
     assert Job.read(Path(rendered.job_path)).export_step_dir == tmp_path / "run" / "train" / "checkpoint" / "step-3"
 
 
+@pytest.mark.parametrize("callers, ranks", [
+    (None, "glibc.malloc.hugetlb=1"),  # the cpu target's own (titan_cfg/targets.py)
+    ("glibc.malloc.arena_max=1", "glibc.malloc.arena_max=1:glibc.malloc.hugetlb=1"),  # the caller's kept, first
+    ("glibc.malloc.hugetlb=0", "glibc.malloc.hugetlb=0"),  # the caller turns huge pages off
+])
+def test_the_ranks_get_the_callers_glibc_tunables_before_the_targets(monkeypatch, callers, ranks):
+    from titanflow.launch.render import launch_line, make_job
+    from titanflow.assets import ensure_assets
+
+    if callers is None:
+        monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
+    else:
+        monkeypatch.setenv("GLIBC_TUNABLES", callers)
+    job = make_job(ScenarioRun(steps=3), ensure_assets().weights_dir, Path("/tmp/run"))
+    _, env = launch_line(job, Path("/tmp/run/job/job.json"))
+    assert env["GLIBC_TUNABLES"] == ranks
+
+
 def test_seq_len_beyond_the_model_context_is_refused(tmp_path, tiny_assets):
     with pytest.raises(ValueError, match="seq_len"):
         render(ScenarioRun(seq_len=8192), tiny_assets.weights_dir, tmp_path / "run")
