@@ -131,16 +131,20 @@ def cmd_run(args: argparse.Namespace) -> int:
     view = RunView(run.steps, run.world_size) if wants_view(args.log) else None
     if view is not None:
         view.message(None, f"run {run_dir.name}: the Prefect flow run qwen3-scenario")
-    with view or contextlib.nullcontext():  # the live row ends before the summary prints
-        reached, state = _with_api(lambda: _run_flow(given, run_dir, view), imports=("flows.scenario",))
+    try:
+        with view or contextlib.nullcontext():  # the live row ends before the summary prints
+            reached, state = _with_api(lambda: _run_flow(given, run_dir, view), imports=("flows.scenario",))
+    except KeyboardInterrupt:  # Ctrl-C before the flow started (the temporary server starting, imports)
+        reached, state = True, None
     if not reached:
         return 2
     from titanflow.run.summary import SUMMARY, read_summary
 
     summary_path = run_dir / SUMMARY
     if not summary_path.is_file():
-        why = state.message if state is not None else "interrupted"
-        print(f"titanflow: the flow ended before writing a summary: {why}", file=sys.stderr)
+        if state is None:
+            return _interrupted_before_summary(run_dir)
+        print(f"titanflow: the flow ended before writing a summary: {state.message}", file=sys.stderr)
         return 2
     summary = read_summary(summary_path)
     print_summary(summary)
@@ -151,6 +155,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     if state is None or summary.verdict == "cancelled":
         return 130  # the shell's code for Ctrl-C
     return 0 if summary.verdict == "pass" else 1
+
+
+def _interrupted_before_summary(run_dir: Path) -> int:
+    """Ctrl-C before the run wrote its summary (before its flow started, or in its first task): 130, as for every
+    interrupted run. A run folder left empty is removed, so its run id can be used again (``--resume`` has nothing
+    to continue in it); one with files is kept, and named."""
+    if run_dir.is_dir() and not any(run_dir.iterdir()):
+        run_dir.rmdir()
+    kept = f"; what it wrote is kept in {run_dir}" if run_dir.is_dir() else "; nothing was written"
+    print(f"titanflow: interrupted before the run wrote its summary{kept}", file=sys.stderr)
+    return 130
 
 
 def _with_api(call, imports: tuple[str, ...] = ()) -> tuple[bool, object]:
@@ -243,7 +258,8 @@ def _run_flow(given: dict, run_dir: Path, view: RunView | None = None):
         try:
             return qwen3_scenario(**{**given, "run_id": run_dir.name}, return_state=True)
         except KeyboardInterrupt:
-            print(f"titanflow: interrupted; logs kept in {run_dir}", file=sys.stderr)
+            if (run_dir / "train.log").is_file():
+                print(f"titanflow: interrupted; logs kept in {run_dir}", file=sys.stderr)
             return None
         finally:  # send buffered logs and events while the server is still up
             APILogWorker.drain_all(timeout=10)
