@@ -102,6 +102,8 @@ def print_summary(summary: RunSummary) -> None:
         rows += [("tokens/s", f"{summary.train.tokens_per_s:.0f}"),
                  ("peak RSS", f"{summary.train.peak_rss_bytes / 2**30:.2f} GiB")]
     rows += [(f"  {k} (s)", f"{v:.1f}") for k, v in summary.timings_s.items()]
+    if summary.slot_wait_s:  # in no task's time (titanflow.launch.slot)
+        rows += [("  training slot wait (s)", f"{summary.slot_wait_s:.1f}")]
     validate_peak = summary.task_peak_rss_bytes.get("validate")  # the flow process's (titanflow.run.peak_rss)
     if validate_peak is not None:
         rows += [("validate peak RSS", f"{validate_peak / 2**30:.2f} GiB")]

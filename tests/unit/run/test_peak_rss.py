@@ -56,8 +56,11 @@ def test_the_report_and_the_cli_show_the_peaks(capsys):
     from titanflow.report.markdown import summary_markdown
 
     summary = RunSummary(run_id="r", scenario="native", target="cpu", init="random", steps=3,
-                         timings_s={"export": 1.0, "validate": 2.0}, task_peak_rss_bytes={"validate": 3 * 2**29})
+                         timings_s={"export": 1.0, "validate": 2.0}, task_peak_rss_bytes={"validate": 3 * 2**29},
+                         slot_wait_s=88.468)
     markdown = summary_markdown(summary)
     assert "| export | 1.0 | - |" in markdown and "| validate | 2.0 | 1.50 |" in markdown  # 3 x 2**29 B = 1.5 GiB
     print_summary(summary)
-    assert "1.50 GiB" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "1.50 GiB" in printed
+    assert re.search(r"training slot wait \(s\) +88\.5\n", printed)  # in no task's time, so said apart
