@@ -52,9 +52,11 @@ FIXES = {
 
 
 def _option(loc: tuple) -> str:
-    """How a user names the field: ``--nproc`` for a top-level field, ``trim.layers`` for a nested one."""
+    """How a user names the field: ``--nproc`` for a top-level field; for a nested one the option and its key,
+    ``--trim layers=`` (the form ``--trim layers=N,experts=E,top_k=K`` takes)."""
     parts = [str(part) for part in loc]
-    return f"--{parts[0].replace('_', '-')}" if len(parts) == 1 else ".".join(parts)
+    option = f"--{parts[0].replace('_', '-')}"
+    return option if len(parts) == 1 else f"{option} {'.'.join(parts[1:])}="
 
 
 def _given(value) -> str:

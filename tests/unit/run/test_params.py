@@ -170,7 +170,7 @@ def test_bad_values_are_told_with_the_field_what_is_wrong_and_the_fix(tmp_path, 
         "for --compile\n")
     assert main(["render", "moe", "--trim", "layers=0,experts=4,top_k=1", "--runs-dir", str(tmp_path)]) == 2
     assert capsys.readouterr().err == ("titanflow: bad input:\ntrim.layers: Input should be greater than or equal "
-                                       "to 1, given 0; fix: pass 1 or more for trim.layers\n")
+                                       "to 1, given 0; fix: pass 1 or more for --trim layers=\n")
 
 
 @pytest.mark.parametrize(("target", "usual"), [("trn2", " (the trn2 deployments': --weights "
