@@ -25,6 +25,7 @@ import time
 
 from titanflow.kubernetes import pods
 from titanflow.kubernetes.launch import end_node, start_node
+from titanflow.launch.node import signal_handlers
 
 #: The variable that bounds, in seconds, how long an agent waits for the next launch (unset: until the flow ends).
 WAIT_ENV = "TITANFLOW_POD_WAIT_S"
@@ -45,13 +46,9 @@ def run_flow(command: list[str], group: str) -> int:
         _say(f"the flow-run command cannot start: {err}")
         pods.finish(group, 127)
         return 127
-    passed_on = {sig: signal.signal(sig, lambda number, _frame: child.send_signal(number))
-                 for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
+    with signal_handlers(dict.fromkeys((signal.SIGTERM, signal.SIGINT),
+                                       lambda number, _frame: child.send_signal(number))):
         code = child.wait()
-    finally:  # the process's own handlers back (a caller in-process keeps its Ctrl-C)
-        for sig, handler in passed_on.items():
-            signal.signal(sig, handler)
     pods.finish(group, code)
     _say(f"the flow ended with exit code {code}")
     return code
@@ -63,39 +60,31 @@ def run_agent(group: str, wait_s: float | None) -> int:
     ran: set[int] = set()
     deadline = None if wait_s is None else time.monotonic() + wait_s
     stop = []
-    earlier = signal.signal(signal.SIGTERM, lambda *_: stop.append(True))  # the pod is being deleted
-    try:
-        return _run_launches(group, wait_s, deadline, ran, stop)
-    finally:  # the process's own handler back (a caller in-process keeps it)
-        signal.signal(signal.SIGTERM, earlier)
-
-
-def _run_launches(group: str, wait_s: float | None, deadline: float | None, ran: set[int], stop: list) -> int:
-    """:func:`run_agent`'s loop, until the flow ended, the wait limit passed or ``stop`` got an entry (SIGTERM)."""
-    while not stop:
-        code = pods.finished(group)
-        if code is not None:
-            _say(f"the flow ended with exit code {code}")
-            return 0 if code == 0 else 1
-        waiting = {n: r for n, r in pods.launches(group).items() if n not in ran and not pods.cancelled(group, n)}
-        if waiting:
-            number = max(waiting)
-            ran.update(n for n in waiting if n <= number)
-            _say(f"launch {number}: rendezvous on {waiting[number]['endpoint']}")
-            proc = start_node(waiting[number])
-            while proc.poll() is None:
-                if stop or pods.cancelled(group, number) or pods.finished(group) is not None:
-                    end_node(proc)
-                    break
-                time.sleep(POLL_S)
-            _say(f"launch {number}: the node's agent exited {proc.wait()}")
-            deadline = None if wait_s is None else time.monotonic() + wait_s
-            continue
-        if deadline is not None and time.monotonic() > deadline:
-            _say(f"no launch and no end of the flow for {wait_s:.0f} s; giving up")
-            return 1
-        time.sleep(POLL_S)
-    return 1
+    with signal_handlers({signal.SIGTERM: lambda *_: stop.append(True)}):  # the pod is being deleted
+        while not stop:
+            code = pods.finished(group)
+            if code is not None:
+                _say(f"the flow ended with exit code {code}")
+                return 0 if code == 0 else 1
+            waiting = {n: r for n, r in pods.launches(group).items() if n not in ran and not pods.cancelled(group, n)}
+            if waiting:
+                number = max(waiting)
+                ran.update(n for n in waiting if n <= number)
+                _say(f"launch {number}: rendezvous on {waiting[number]['endpoint']}")
+                proc = start_node(waiting[number])
+                while proc.poll() is None:
+                    if stop or pods.cancelled(group, number) or pods.finished(group) is not None:
+                        end_node(proc)
+                        break
+                    time.sleep(POLL_S)
+                _say(f"launch {number}: the node's agent exited {proc.wait()}")
+                deadline = None if wait_s is None else time.monotonic() + wait_s
+                continue
+            if deadline is not None and time.monotonic() > deadline:
+                _say(f"no launch and no end of the flow for {wait_s:.0f} s; giving up")
+                return 1
+            time.sleep(POLL_S)
+        return 1
 
 
 def main(args: list[str]) -> int:

@@ -16,6 +16,7 @@ process outlives it to record how the agent ended.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -23,6 +24,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from titanflow.paths import write_atomic
@@ -68,14 +70,26 @@ def log_path(nodes: Path, node: str) -> Path:
     return nodes / f"{node}.log"
 
 
+@contextlib.contextmanager
+def signal_handlers(handlers: dict[int, object]) -> Iterator[None]:
+    """``handlers`` ({signal number: handler}, as :func:`signal.signal` takes) installed for the block, then the
+    process's own back, however the block ends (a caller in-process keeps its Ctrl-C and SIGTERM). Main thread
+    only, as :func:`signal.signal` is."""
+    earlier = {sig: signal.signal(sig, handler) for sig, handler in handlers.items()}
+    try:
+        yield
+    finally:
+        for sig, handler in earlier.items():
+            signal.signal(sig, handler)
+
+
 def run_node(nodes: Path, argv: list[str]) -> int:
     """Run ``argv`` (expanded, :func:`expand`) with its output appended to :func:`log_path`, then write
     :func:`exit_record`: ``{"node", "exit_code", "signal", "ended_at" (Unix s), "peak_rss_bytes"}``; returns the
     exit code to give Slurm (128 + signal for a killed agent, as a shell reports it)."""
     node = node_name()
     nodes.mkdir(parents=True, exist_ok=True)
-    earlier = signal.signal(signal.SIGTERM, lambda *_: None)  # the agent is signalled too; stay to record its end
-    try:
+    with signal_handlers({signal.SIGTERM: lambda *_: None}):  # the agent is signalled too; stay to record its end
         with open(log_path(nodes, node), "ab", buffering=0) as log:
             try:
                 command = expand(argv, {**os.environ, NODE_ENV: node})
@@ -84,11 +98,9 @@ def run_node(nodes: Path, argv: list[str]) -> int:
                 return _record(nodes, node, 2, None, 0)
             proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
             _, status, usage = os.wait4(proc.pid, 0)
-        code = os.waitstatus_to_exitcode(status)
-        killed = -code if code < 0 else None
-        return _record(nodes, node, 128 + killed if killed else code, killed, usage.ru_maxrss * 1024)
-    finally:  # the process's own handler back (a caller in-process, pod 0's launcher, keeps its SIGTERM)
-        signal.signal(signal.SIGTERM, earlier)
+    code = os.waitstatus_to_exitcode(status)
+    killed = -code if code < 0 else None
+    return _record(nodes, node, 128 + killed if killed else code, killed, usage.ru_maxrss * 1024)
 
 
 def _record(nodes: Path, node: str, code: int, killed: int | None, peak_rss: int) -> int:

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from titan_cfg.job import Job
 from titanflow.launch.forward import LineForwarder
-from titanflow.launch.node import exit_record, log_path as node_log_path
+from titanflow.launch.node import exit_record, log_path as node_log_path, signal_handlers
 
 #: The folder under the job's dump folder (``runs/<id>/train/``) that holds each node's console and exit record.
 NODES_FOLDER = "nodes"
@@ -51,20 +51,13 @@ def is_node_log(path: Path) -> bool:
     return path.suffix == ".log" and not path.name.startswith(OTHER_LOG_PREFIX)
 
 
-@contextlib.contextmanager
-def signals_held():
+def signals_held() -> contextlib.AbstractContextManager:
     """SIGINT and SIGTERM ignored for the block (in the main thread, the only one that can set handlers), then
-    their handlers back; elsewhere the block runs as it is. A cancel of the nodes runs under it: a second Ctrl-C or
-    SIGTERM must not cut it short."""
+    their handlers back (:func:`titanflow.launch.node.signal_handlers`); elsewhere the block runs as it is. A
+    cancel of the nodes runs under it: a second Ctrl-C or SIGTERM must not cut it short."""
     if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    held = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for sig, handler in held.items():
-            signal.signal(sig, handler)
+        return contextlib.nullcontext()
+    return signal_handlers(dict.fromkeys((signal.SIGINT, signal.SIGTERM), signal.SIG_IGN))
 
 
 def recover_rank0_steps(nodes: Path, log_path: Path) -> list[int]:
