@@ -7,9 +7,9 @@ Files written (all a reviewer needs to rerun the job by hand):
                        Slurm schedules) the batch script, one torchrun agent per node
                        (titanflow.slurm.batch), which ``sbatch launch.sh`` submits as it is; for a
                        job on Kubernetes what each pod runs (titanflow.kubernetes.launch)
-  trainer_config.json  torchtitan's Trainer.Config.to_dict() of the job, built
-                       in a subprocess by the torchrun entry module, so a config
-                       torchtitan rejects fails here, before any rank starts
+  trainer_config.json  torchtitan's config of the job (titan_cfg.config_json's view), built
+                       in this process, so a config torchtitan rejects fails here, before
+                       any rank starts
 """
 
 from __future__ import annotations
@@ -17,9 +17,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import subprocess
-import sys
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -181,21 +178,6 @@ def launch_line(job: Job, job_path: Path) -> tuple[list[str], dict[str, str]]:
     return argv, env
 
 
-def build_trainer_config(job_path: Path, out_path: Path, env: dict[str, str]) -> None:
-    """Build torchtitan's config of the job in a subprocess and write it as JSON.
-
-    Raises:
-        RenderError: torchtitan rejected the config; carries the last lines of its error.
-    """
-    proc = subprocess.run(
-        [sys.executable, "-m", "titan_cfg.entry", "--render", str(job_path), str(out_path)],
-        capture_output=True, text=True, env={**os.environ, **env}, cwd=paths.REPO_ROOT,
-    )
-    if proc.returncode:
-        tail = "\n".join(proc.stderr.strip().splitlines()[-8:])
-        raise RenderError(f"torchtitan rejected the rendered config:\n{tail}")
-
-
 #: The run folder in a torchtitan config built for a job without its run (:func:`without_run`): a path no run has.
 RUN_PLACEHOLDER = "/titanflow-run-folder"
 
@@ -206,16 +188,28 @@ def without_run(job: Job) -> Job:
     return job.model_copy(update={"run_id": "run", "dump_folder": f"{RUN_PLACEHOLDER}/train"})
 
 
-def build_config(job: Job, env: dict[str, str]) -> dict:
-    """torchtitan's config of ``job`` (:func:`build_trainer_config`, from a temporary copy of the job file).
+def build_config(job: Job) -> dict:
+    """torchtitan's config of ``job`` (titan_cfg.trainer_config) as titan_cfg.config_json's JSON view, built in
+    this process: no tensors are made, and torchtitan's import (about 5 s: torch, datasets,
+    torch.distributed.checkpoint) is paid once by the process that later checks the export with the same
+    libraries (titanflow.export.imports), not again by a process of its own. Importing torchtitan needs only
+    the import-only fix of titan_cfg.compat.cpu; the target's compat layers change training, and are applied
+    in the ranks alone (titan_cfg.entry).
 
     Raises:
-        RenderError: torchtitan rejected the config.
+        RenderError: torchtitan rejected the config (the message names the exception and its text).
     """
-    with tempfile.TemporaryDirectory(prefix="titanflow-config-") as tmp:
-        out = Path(tmp) / "trainer_config.json"
-        build_trainer_config(job.write(Path(tmp) / JOB_FILE), out, env)
-        return json.loads(out.read_text())
+    from titan_cfg.compat.cpu import make_importable_without_triton
+
+    make_importable_without_triton()  # import-only: torchtitan's EP kernels module wants triton
+    from titan_cfg import trainer_config
+    from titan_cfg.config_json import to_plain
+
+    try:
+        config = trainer_config.build(job)
+    except Exception as err:  # noqa: BLE001 - whatever torchtitan raises, the run cannot start with it
+        raise RenderError(f"torchtitan rejected the rendered config: {type(err).__name__}: {err}") from err
+    return json.loads(json.dumps(to_plain(config)))  # as written to trainer_config.json: lists, not tuples
 
 
 def placed(config: dict, job: Job) -> dict:
@@ -239,7 +233,11 @@ def render(run: ScenarioRun, weights_dir: Path, run_dir: Path, files_only: bool 
            trainer_config: Callable[[Job, dict[str, str]], dict] | None = None) -> RenderedJob:
     """Write ``run_dir/job/`` (module docstring) and return where everything is; ``files_only``: see
     :func:`make_job`. ``trainer_config(job, env)``: torchtitan's config of :func:`without_run` of the job, e.g.
-    a cached :func:`build_config` (tasks.render), placed in the run's folder; None: built here for the job."""
+    a cached :func:`build_config` (tasks.render), placed in the run's folder; None: :func:`build_config`.
+
+    Raises:
+        RenderError: as :func:`make_job` and :func:`build_config`.
+    """
     job_dir = run_dir / "job"
     job_dir.mkdir(parents=True, exist_ok=True)
     job = make_job(run, weights_dir, run_dir, files_only)
@@ -260,11 +258,8 @@ def render(run: ScenarioRun, weights_dir: Path, run_dir: Path, files_only: bool 
         script = f"#!/usr/bin/env bash\nset -euo pipefail\n{exports}exec {shlex.join(argv)}\n"
     (job_dir / "launch.sh").write_text(script)
     config_path = job_dir / "trainer_config.json"
-    if trainer_config is None:
-        build_trainer_config(job_path, config_path, env)
-    else:
-        config = placed(trainer_config(without_run(job), env), job)
-        config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    build = trainer_config or (lambda unplaced, _env: build_config(unplaced))
+    config_path.write_text(json.dumps(placed(build(without_run(job), env), job), indent=2, sort_keys=True) + "\n")
     return RenderedJob(run_dir=str(run_dir), job_path=str(job_path), argv=argv, env=env,
                        trainer_config_path=str(config_path), dataset=job.dataset,
                        scheduler=job.scheduler)

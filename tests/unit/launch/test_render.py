@@ -48,6 +48,18 @@ def test_cpu_job_matches_the_weights_folder(tmp_path, tiny_assets):
     assert Job.read(Path(rendered.job_path)).export_step_dir == tmp_path / "run" / "train" / "checkpoint" / "step-3"
 
 
+def test_a_config_torchtitan_rejects_fails_the_render_naming_the_error(tmp_path, tiny_assets):
+    """The config is built in the rendering process (titanflow.launch.render.build_config): an error of the build
+    becomes a RenderError that names it. A job whose activation checkpointing is none of torchtitan's modes
+    (model_copy skips the job's own check of the field) stands for any config the build refuses."""
+    from titanflow.launch.render import RenderError, build_config, make_job
+
+    job = make_job(ScenarioRun(steps=3), tiny_assets.weights_dir, tmp_path / "run")
+    assert build_config(job)["training"]["steps"] == 3
+    with pytest.raises(RenderError, match=r"^torchtitan rejected the rendered config: KeyError: 'everything'$"):
+        build_config(job.model_copy(update={"activation_checkpoint": "everything"}))
+
+
 @pytest.mark.parametrize("callers, ranks", [
     (None, "glibc.malloc.hugetlb=1"),  # the cpu target's own (titan_cfg/targets.py)
     ("glibc.malloc.arena_max=1", "glibc.malloc.arena_max=1:glibc.malloc.hugetlb=1"),  # the caller's kept, first
