@@ -158,3 +158,48 @@ def test_a_lease_lost_while_training_is_re_acquired(api, fast):
         assert held.lease_id != first and _active(api, held.name) == 1
         assert read_holder(held.name).lease_id == held.lease_id
     assert _active(api, held.name) == 0
+
+
+def _answer(status: int):
+    import httpx
+
+    request = httpx.Request("POST", "http://server/api/v2/concurrency_limits/increment-with-lease")
+    return httpx.HTTPStatusError(f"HTTP {status}", request=request, response=httpx.Response(status, request=request))
+
+
+def test_a_write_the_server_answers_busy_is_asked_again_at_once_and_any_other_refusal_is_raised():
+    """A 503 (the server's SQLite write conflict) is tried again after BUSY_RETRY_S with Prefect's own retries off (they
+    would wait 2 s first); 423 (slot taken) is the caller's answer, raised at once; an error without an answer (server
+    down) goes to one call with Prefect's retries, which ride out a restart."""
+    import httpx
+    from prefect.settings import PREFECT_CLIENT_MAX_RETRIES
+
+    calls = []
+
+    def busy_twice():
+        calls.append(PREFECT_CLIENT_MAX_RETRIES.value())
+        if len(calls) <= 2:
+            raise _answer(503)
+        return "lease"
+
+    assert slots._written(busy_twice) == "lease" and calls == [0, 0, 0]
+
+    def locked():
+        calls.append(PREFECT_CLIENT_MAX_RETRIES.value())
+        raise _answer(423)
+
+    calls.clear()
+    with pytest.raises(httpx.HTTPStatusError, match="423"):
+        slots._written(locked)
+    assert calls == [0]
+
+    def down_then_up():
+        calls.append(PREFECT_CLIENT_MAX_RETRIES.value())
+        if len(calls) == 1:
+            raise httpx.ConnectError("connection refused")
+        return "released"
+
+    calls.clear()
+    with temporary_settings({PREFECT_CLIENT_MAX_RETRIES: 5}):
+        assert slots._written(down_then_up) == "released"
+    assert calls == [0, 5]
