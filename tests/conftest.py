@@ -82,13 +82,15 @@ def prefect_api():
 
 
 #: Session fixtures that must exist once: every test using one runs on the same xdist worker.
-_SHARED_FIXTURE_GROUPS = {"deployed": "deployed-server", "slurm_cluster": "slurm-cluster"}
+_SHARED_FIXTURE_GROUPS = {"deployed": "deployed-server", "slurm_cluster": "slurm-cluster",
+                          "native_golden_run": "native-runs", "nightly_planted_lr": "native-runs"}
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """Groups for ``pytest -n 2 --dist loadgroup`` (make test): the tests of one shared session fixture
-    (the deployed server, the Slurm cluster) together on one worker, so each starts once; every unit-test
+    (the deployed server, the Slurm cluster, the native golden and nightly runs) together on one worker, so each
+    starts or trains once; every unit-test
     module together, so its module fixtures (a Prefect test server) start once; every other end-to-end
     test on its own, so the two workers share out the long runs. Each worker has its own session folder
     (this module runs once per worker): Prefect home, runs, history and servers are never shared."""

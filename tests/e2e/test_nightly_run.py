@@ -5,25 +5,17 @@ import pytest
 pytestmark = pytest.mark.e2e
 
 
-def test_nightly_fails_a_planted_learning_rate_regression_as_numerics(tmp_path, prefect_api):
-    """lr 1.6e-3 instead of 8e-4: step 1 does not depend on lr, so the first-step check still passes,
-    but the later steps leave the native random-init golden curve (measured: 0.06 nats off at step 3,
-    0.30 at step 10, against a 0.02 margin). The suite ends Failed, the run is numerics."""
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
+def test_nightly_fails_a_planted_learning_rate_regression_as_numerics(nightly_planted_lr):
+    """lr 1.6e-3 instead of 8e-4 (tests/e2e/conftest.py ``nightly_planted_lr``): step 1 does not depend on lr, so the
+    first-step check still passes, but the later steps leave the native random-init golden curve (measured: 0.06
+    nats off at step 3, 0.30 at step 10, against a 0.02 margin). The suite ends Failed, the run is numerics."""
     from titanflow.judge.history import read_history
     from titanflow.run.summary import read_summary
 
-    titanflow = Path(sys.executable).parent / "titanflow"
-    proc = subprocess.run([str(titanflow), "nightly", "--target", "cpu", "--scenarios", "native", "--inits", "random",
-                           "--lr", "1.6e-3", "--runs-dir", str(tmp_path)], capture_output=True, text=True, timeout=900,
-                          env={**os.environ, "PREFECT_API_URL": prefect_api})
+    proc, runs_dir = nightly_planted_lr
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "Failed: 1 of 1 scenario runs failed (numerics)" in proc.stdout
-    (summary_path,) = tmp_path.glob("*/summary.json")
+    (summary_path,) = runs_dir.glob("*/summary.json")
     summary = read_summary(summary_path)
     assert summary.verdict == "fail" and summary.failed_task is None
     assert abs(summary.loss.first_step_loss - summary.loss.expected_first_step_loss) <= summary.loss.tolerance

@@ -1,75 +1,24 @@
-"""End to end on CPU: the console script runs the qwen3-scenario flow on Prefect's temporary
-server with real torchrun, torchtitan and transformers (one to two minutes each).
+"""End to end on CPU: the console script runs the qwen3-scenario flow with real torchrun, torchtitan and
+transformers (one to two minutes each).
 
-Runs use the default parameters (10 steps: the nightly's workload), so each is also checked
-step by step against its golden loss curve (goldens/loss_curves/<scenario>-cpu-<init>.curve.csv,
-0.02 nats). Record the goldens again after an intended change with
-    TITANFLOW_UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/e2e/test_scenarios.py
+Runs use the default parameters (10 steps: the nightly's workload), so each is also checked step by step against
+its golden loss curve (helpers.scenario_runs.golden_run; TITANFLOW_UPDATE_GOLDEN=1 records them again). The native
+random-init run is the session's ``native_golden_run`` (tests/e2e/conftest.py), which test_terminal_view.py and
+test_compare_runs.py read too.
 """
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from helpers.scenario_runs import golden_run, run, summary_of
 
 from titanflow.judge.expected_loss import random_init_first_step_loss
-from titanflow.run.summary import RunSummary, read_summary
 
 pytestmark = pytest.mark.e2e
 
-TITANFLOW = Path(sys.executable).parent / "titanflow"
 
-
-def _run(runs_dir: Path, *options: str, scenario: str = "native", api: str | None = None) -> subprocess.CompletedProcess:
-    """``titanflow run``; against the server at ``api``, or (None) a temporary one the command starts itself."""
-    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"} | ({"PREFECT_API_URL": api} if api else {})
-    return subprocess.run([str(TITANFLOW), "run", scenario, "--target", "cpu", "--runs-dir", str(runs_dir), *options],
-                          capture_output=True, text=True, timeout=900, env=env)
-
-
-def _summary(runs_dir: Path) -> RunSummary:
-    (run_dir,) = [p for p in runs_dir.iterdir() if p.name != "again"]
-    return read_summary(run_dir / "summary.json")
-
-
-def _golden_run(runs_dir: Path, scenario: str, *options: str, init: str = "random", api: str | None = None) -> RunSummary:
-    """Run with default parameters; with TITANFLOW_UPDATE_GOLDEN set, first record the run's golden
-    curve (and for pretrained init its first-step golden), then run again against them. Asserts the
-    run passed and its loss curve was compared (not "no baseline") and held; returns the summary."""
-    proc = _run(runs_dir, "--init", init, *options, scenario=scenario, api=api)
-    summary = _summary(runs_dir)
-    if os.environ.get("TITANFLOW_UPDATE_GOLDEN"):
-        _record_goldens(summary)
-        proc = _run(runs_dir / "again", "--init", init, *options, scenario=scenario, api=api)
-        summary = _summary(runs_dir / "again")
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert ": Completed" in proc.stdout and summary.verdict == "pass"
-    (curve,) = [f for f in summary.findings if f.metric == "losses"]
-    assert curve.status == "pass", curve.detail  # every step within 0.02 nats of the golden curve
-    assert len(summary.losses) == 10
-    return summary
-
-
-def _record_goldens(summary: RunSummary) -> None:
-    from titanflow.judge import history
-    from titanflow.judge.goldens import curve_path, write_curve
-
-    row = history.row_from_summary(Path(summary.export.export_dir).parent / "summary.json")
-    scenario, init = summary.scenario, summary.init
-    parameters = {k: v for k, v in summary.parameters.items() if k in history.CONFIG_KEY_FIELDS}
-    weights = "the pretrained tiny checkpoint of its model type (titanflow.weights.pretrained)" \
-        if init == "pretrained" else "the embedded tiny model"
-    write_curve(curve_path(scenario, "cpu", init), summary.losses, row.config_key, parameters,
-                f"{scenario} on cpu, {init} init from {weights}, default parameters; per-step loss (nats) of rank 0,\n"
-                f"recorded by tests/e2e/test_scenarios.py with torch {row.torch_version}, torchtitan "
-                f"{row.torchtitan_version}, transformers {row.transformers_version}",
-                environment=summary.environment, weights_digest=summary.weights_digest)
-
-
-def test_native_cpu_random_init_passes_end_to_end(tmp_path):
-    summary = _golden_run(tmp_path, "native")  # no PREFECT_API_URL: the command's own temporary server
+def test_native_cpu_random_init_passes_end_to_end(native_golden_run):
+    summary, _ = native_golden_run  # no PREFECT_API_URL: the command's own temporary server
     # the tiny model: vocab 151936, hidden 64 -> ln V + 64 * 0.02^2 / 2 (titanflow.judge.expected_loss)
     assert summary.loss.expected_first_step_loss == pytest.approx(random_init_first_step_loss(151_936, 64))
     assert abs(summary.loss.first_step_loss - summary.loss.expected_first_step_loss) <= 0.15
@@ -108,7 +57,7 @@ def test_native_cpu_random_init_passes_end_to_end(tmp_path):
 
 
 def test_hf_backend_cpu_random_init_passes_with_exact_parity(tmp_path, prefect_api):
-    summary = _golden_run(tmp_path, "hf_backend", api=prefect_api)
+    summary, _ = golden_run(tmp_path, "hf_backend", api=prefect_api)
     # transformers-backend init: lm_head truncated normal std d^-1/2 (titanflow.judge.expected_loss)
     expected = random_init_first_step_loss(151_936, 64, "trunc_normal_inv_sqrt_hidden")
     assert summary.loss.expected_first_step_loss == pytest.approx(expected)
@@ -125,10 +74,11 @@ def test_moe_cpu_rope_kernel_matches_reference_end_to_end(tmp_path, prefect_api)
     op is bit-exact against the reference: tests/unit/titan_cfg/test_kernels.py), an export transformers loads
     as Qwen3MoeForCausalLM with nothing missing or unexpected, bit-exact round trip, and the same
     routing and logits as the trained model."""
-    summary = _golden_run(tmp_path / "cpu", "moe", api=prefect_api)  # rope=cpu: the scenario's choice on cpu
-    proc = _run(tmp_path / "reference", "--steps", "2", "--kernels", "rope=reference", scenario="moe", api=prefect_api)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    summaries = {"cpu": summary, "reference": _summary(tmp_path / "reference")}
+    summary, _ = golden_run(tmp_path / "cpu", "moe", api=prefect_api)  # rope=cpu: the scenario's choice on cpu
+    code, output = run(tmp_path / "reference", "--steps", "2", "--kernels", "rope=reference", scenario="moe",
+                       api=prefect_api)
+    assert code == 0, output
+    summaries = {"cpu": summary, "reference": summary_of(tmp_path / "reference")}
     for rope, ran in summaries.items():
         assert ran.kernels == {"rope": rope, "attention": "sdpa"}
     # untied tiny MoE, lm_head normal(0, 0.02), hidden 64: ln V + 64 * 0.02^2 / 2 (titanflow.judge.expected_loss)
@@ -149,7 +99,7 @@ def test_fine_tune_from_the_pretrained_tiny_checkpoint_matches_its_golden(tmp_pa
     from titan_cfg.scenarios import SCENARIOS
     from titanflow.judge.goldens import curve_path, read_curve
 
-    summary = _golden_run(tmp_path, scenario, init="pretrained", api=prefect_api)
+    summary, _ = golden_run(tmp_path, scenario, init="pretrained", api=prefect_api)
     random_expected = random_init_first_step_loss(151_936, 64, SCENARIOS[scenario].output_init)
     assert summary.loss.first_step_loss < random_expected - 2.0  # weights really loaded: far below random init
     # the expectation is transformers' loss of the loaded weights on the trainer's step-1 batch; torchtitan's
