@@ -160,8 +160,13 @@ def test_a_hung_rank_then_a_killed_rank_are_ended_and_each_retry_resumes_with_th
     assert state.is_completed(), state
     assert runs_of_train == 3
     assert f"timed out after {HANG_TIMEOUT_S} s" in logs  # launch 1's error, as the retry saw it
-    # launch 2's root cause: rank 1, killed by signal 9 (tests/unit/launch/test_root_cause.py, ranks_killed)
-    assert f"root cause (rank 1): Signal 9 (SIGKILL) received by PID {injector.seen['killed_pid']}" in logs
+    # launch 2's root cause: rank 1, killed by signal 9 (tests/unit/launch/test_root_cause.py, ranks_killed). Seen once
+    # (torch 2.13.0, make test on two workers, 2026-12-01): torchrun itself died of a JSONDecodeError reading rank 0's error.json,
+    # which rank 0 had left empty as it lost its peer (the file was 0 bytes afterwards); torchrun then prints no
+    # "first observed failure" and rank 1's signal is known to no one. Then no rank may be named in its place.
+    killed = f"root cause (rank 1): Signal 9 (SIGKILL) received by PID {injector.seen['killed_pid']}"
+    torchrun_died = "torchrun exited 1" in logs and "json.decoder.JSONDecodeError" in logs
+    assert killed in logs or (torchrun_died and "root cause (rank" not in logs), logs[-4000:]
     assert f"titanflow: launch 2 resumes from step {INTERVAL}" in logs
     assert f"titanflow: launch 3 resumes from step {2 * INTERVAL}" in logs
     train_log = run_dir / "train.log"
