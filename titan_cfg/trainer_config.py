@@ -50,7 +50,8 @@ def build(job: Job) -> "Trainer.Config":
         "selective": SelectiveAC.Config(),
     }[job.activation_checkpoint]
     config.compile = dataclasses.replace(config.compile, enable=job.compile, backend=job.compile_backend or "inductor")
-    config.metrics = dataclasses.replace(config.metrics, log_freq=1)
+    # every step logged, without colour codes: the lines go to train.log and the Prefect log, not to a terminal
+    config.metrics = dataclasses.replace(config.metrics, log_freq=1, disable_color_printing=True)
     config.debug = dataclasses.replace(config.debug, seed=job.seed)
 
     # Every checkpoint_interval steps save the full training state (model, optimizer, lr scheduler, dataloader

@@ -49,6 +49,7 @@ def test_native_cpu_random_init_passes_end_to_end(native_golden_run):
     assert sorted(p.name for p in run_dir.parent.iterdir() if p.name != "again") == [summary.run_id]
     assert sorted(p.name for p in run_dir.iterdir()) == ["export", "job", "loss_curve.png", "metrics.csv",
                                                          "summary.json", "train", "train.log"]
+    assert "\x1b[" not in (run_dir / "train.log").read_text()  # torchtitan's step lines without colour codes
 
     from transformers import AutoModelForCausalLM
 

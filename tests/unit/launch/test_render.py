@@ -45,6 +45,8 @@ def test_cpu_job_matches_the_weights_folder(tmp_path, tiny_assets):
     assert job["kernels"] == {"rope": "reference", "attention": "sdpa"}
     assert trainer["checkpoint"]["last_save_in_hf"] and trainer["checkpoint"]["export_dtype"] == "float32"
     assert trainer["parallelism"]["spmd_backend"] == "partial_dtensor"
+    # every step's line, and plain text: it goes to train.log and the Prefect log, not to a terminal
+    assert trainer["metrics"]["log_freq"] == 1 and trainer["metrics"]["disable_color_printing"] is True
     assert Job.read(Path(rendered.job_path)).export_step_dir == tmp_path / "run" / "train" / "checkpoint" / "step-3"
 
 
