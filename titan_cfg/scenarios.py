@@ -139,6 +139,8 @@ class Scenario:
     own models build that mask from per-document positions: ``Decoder.get_attention_masks``),
     or, when False, to every earlier token of the row (the transformers backend's default
     ``attn_mask_type`` "causal", which still gives per-document positions to RoPE).
+    ``torchtitan_decoder``: the model is torchtitan's own decoder, whose modules a kernel with ``decoder_only``
+    replaces (the transformers backend builds transformers' model instead).
     """
 
     build: Callable[[Job], "Trainer.Config"]
@@ -151,6 +153,7 @@ class Scenario:
     seq_len: dict[str, int] = field(default_factory=dict)
     compat: tuple[str, ...] = ()
     document_mask: bool = True
+    torchtitan_decoder: bool = True
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -159,7 +162,7 @@ SCENARIOS: dict[str, Scenario] = {
     "hf_backend": Scenario(
         hf_backend, "torchtitan's transformers modeling backend, model from the folder's config.json",
         model_type="qwen3", output_init="trunc_normal_inv_sqrt_hidden", round_trip=False, compat=("hf_backend",),
-        document_mask=False,
+        document_mask=False, torchtitan_decoder=False,
         rank_limits={"cpu": (1, "torchtitan 0.3.0's transformers backend needs spmd_backend='spmd_types', "
                                 "whose FSDP fails on CPU ('all parameters must be DTensors')")},
         # walkthrough scenario 1 keeps transformers_modeling_backend_full()'s 2048 tokens, the workload of

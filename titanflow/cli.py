@@ -26,6 +26,7 @@ import argparse
 import contextlib
 import importlib
 import os
+import shutil
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -276,7 +277,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     run, _, run_dir = checked
     from titan_cfg.scenarios import SCENARIOS
     from titanflow import paths
-    from titanflow.launch.render import render
+    from titanflow.launch.render import RenderError, render
     from titanflow.weights.identity import weights_id
     from titanflow.weights.resolve import resolve_weights
     from titanflow.weights.trim import ensure_trimmed
@@ -291,7 +292,12 @@ def cmd_render(args: argparse.Namespace) -> int:
     if run.trim is not None:  # as the flow's trim_weights step: the trim kept in the cache
         weights_dir = ensure_trimmed(weights_dir, run.trim, weights_id(run.weights, weights_dir), paths.cache_root(),
                                      run.init)
-    rendered = render(run, weights_dir, run_dir, files_only=True)  # to be read: config.json is enough
+    try:
+        rendered = render(run, weights_dir, run_dir, files_only=True)  # to be read: config.json is enough
+    except RenderError as err:  # the job or torchtitan's config of it refused: nothing is left half-written
+        shutil.rmtree(run_dir, ignore_errors=True)
+        print(f"titanflow: bad input:\n{err}", file=sys.stderr)
+        return 2
     named = weights_id(run.weights, weights_dir) or ("the folder given" if run.weights else f"the embedded tiny "
                                                      f"{model_type}" + ("'s pretrained checkpoint" if run.init ==
                                                                         "pretrained" else ""))

@@ -37,6 +37,8 @@ class Implementation:
     import is unavailable too). ``seq_tile``: the
     sequence length must be a multiple of ``seq_tile`` x LNC (checked up front by
     :meth:`check_shape`). ``device``: a torch device type that must be present ("cuda").
+    ``decoder_only``: it replaces a module of torchtitan's own decoder, so a scenario whose model is not one (the
+    transformers backend: ``Scenario.torchtitan_decoder``) cannot take it (checked with the run's parameters).
     """
 
     op: str
@@ -48,6 +50,7 @@ class Implementation:
     requires: tuple[str, ...] = ()
     seq_tile: int | None = None
     device: str | None = None
+    decoder_only: bool = False
 
     def check_shape(self, seq_len: int, lnc: int | None) -> None:
         """Raises KernelChoiceError when ``seq_len`` breaks the implementation's tiling at ``lnc``."""
@@ -119,14 +122,14 @@ OPS: dict[str, Op] = {
         Implementation("rope", "reference", ALL_TARGETS, "BLNH", "titan_cfg.kernels.rope:reference_rope",
                        "torchtitan's CosSinRoPE (fp32 rotate-half), the module left as upstream builds it"),
         Implementation("rope", "cpu", ("cpu", "cuda"), "BNLH", "titan_cfg.kernels.rope_cpu:rope_hf",
-                       "torch.library custom op titanflow::rope_hf in the HF layout, own backward, fake impl"),
+                       "torch.library custom op titanflow::rope_hf in the HF layout, own backward, fake impl", decoder_only=True),
         Implementation("rope", "neuron", ("trn2",), "BNLH", "titan_cfg.kernels.rope_neuron:rope_hf",
                        "nkilib rope_hf (forward and backward kernels) registered with torch-neuronx's nki_op",
                        # nkilib.core.embeddings.rope_hf: seq_len a multiple of 128 x LNC shards
-                       requires=("torch_neuronx", "nki", "nkilib.core.embeddings.rope_hf"), seq_tile=128),
+                       requires=("torch_neuronx", "nki", "nkilib.core.embeddings.rope_hf"), seq_tile=128, decoder_only=True),
         Implementation("rope", "cuda", ("cuda",), "BNLH", "titan_cfg.kernels.rope_cuda:rope_hf",
                        "Triton kernel behind the custom op titanflow::rope_hf_cuda, own backward (-sin)",
-                       requires=("triton",), device="cuda"),
+                       requires=("triton",), device="cuda", decoder_only=True),
     ),
     "attention": _op(
         "attention", "titan_cfg.kernels.attention:install",

@@ -200,7 +200,14 @@ class ScenarioRun(BaseModel):
         if self.warmup_steps is not None and self.warmup_steps > self.steps:
             raise ValueError(f"warmup_steps: {self.warmup_steps} exceeds steps {self.steps}; pass at most {self.steps}")
         for op, name in self.kernels_resolved.items():  # KernelChoiceError (a ValueError) names the op and the fix
-            kernels.implementation(op, name).check_shape(self.seq_len_resolved, self.target_spec.lnc)
+            implementation = kernels.implementation(op, name)
+            implementation.check_shape(self.seq_len_resolved, self.target_spec.lnc)
+            if implementation.decoder_only and not SCENARIOS[self.scenario].torchtitan_decoder:
+                upstream = next(n for n, i in kernels.OPS[op].implementations.items() if not i.decoder_only)
+                raise kernels.KernelChoiceError(
+                    f"kernels: {op}={name} replaces a module of torchtitan's own decoder; {self.scenario} trains "
+                    f"transformers' model (the transformers backend computes it inside transformers): use "
+                    f"{op}={upstream}")
         if self.weights is not None and _looks_like_path(self.weights) and not Path(self.weights).expanduser().exists():
             raise ValueError(f"weights: folder {self.weights} does not exist; give a local HF folder or a Hub id")
         return self

@@ -346,3 +346,30 @@ def test_the_render_command_says_which_weights_it_used(tmp_path, monkeypatch, ca
         f"titanflow: weights: {tiny_assets.weights_dir.resolve()} (the embedded tiny qwen3's pretrained checkpoint)\n")
     assert main(["render", "native", "--runs-dir", str(tmp_path)]) == 0
     assert capsys.readouterr().err == f"titanflow: weights: {tiny_assets.weights_dir.resolve()} (the embedded tiny qwen3)\n"
+
+
+@pytest.mark.parametrize("target, rope", [("cpu", "cpu"), ("trn2", "neuron")])
+def test_a_rope_kernel_is_refused_before_anything_runs_for_the_transformers_backend(target, rope):
+    """The rope kernels replace a module of torchtitan's own decoder, which hf_backend's model is not: refused with
+    the run's parameters (the command's exit 2 in under a second), not when torchtitan's config is built."""
+    with pytest.raises(ValueError, match=rf"kernels: rope={rope} replaces a module of torchtitan's own decoder; "
+                                         r"hf_backend trains transformers' model .*: use rope=reference \["):
+        ScenarioRun(scenario="hf_backend", target=target, kernels={"rope": rope})
+    assert ScenarioRun(scenario="moe", target=target, kernels={"rope": rope}).kernels_resolved["rope"] == rope
+
+
+def test_the_render_command_refuses_a_job_it_cannot_render_with_exit_2_and_leaves_no_folder(tmp_path, monkeypatch,
+                                                                                           capsys, tiny_assets):
+    """A RenderError of the render (here torchtitan's config refused, by a stand-in build) is bad input: exit 2, the
+    message, and the run folder the command made is gone."""
+    from titanflow.cli import main
+    from titanflow.launch import render as rendering
+
+    def refused(job):
+        raise rendering.RenderError("torchtitan rejected the rendered config: ValueError: planted")
+
+    monkeypatch.setattr(rendering, "build_config", refused)
+    assert main(["render", "native", "--run-id", "refused", "--runs-dir", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.endswith(
+        "titanflow: bad input:\ntorchtitan rejected the rendered config: ValueError: planted\n")
+    assert not (tmp_path / "refused").exists()
