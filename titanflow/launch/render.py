@@ -194,7 +194,9 @@ def build_config(job: Job) -> dict:
     torch.distributed.checkpoint) is paid once by the process that later checks the export with the same
     libraries (titanflow.export.imports), not again by a process of its own. Importing torchtitan needs only
     the import-only fix of titan_cfg.compat.cpu; the target's compat layers change training, and are applied
-    in the ranks alone (titan_cfg.entry).
+    in the ranks alone (titan_cfg.entry). One kernel installer reaches past the config: ``attention=sdpa`` for the
+    transformers backend sets the backend's model module's attention function (titan_cfg.kernels.attention), here
+    too, where that module never runs a model (the export's checks load transformers' own).
 
     Raises:
         RenderError: torchtitan rejected the config (the message names the exception and its text).
