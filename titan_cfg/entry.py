@@ -7,6 +7,7 @@ hand over to ``torchtitan.train``.
 
 from __future__ import annotations
 
+import gc
 import os
 from pathlib import Path
 
@@ -34,6 +35,9 @@ def main() -> None:
     first_batch.install(Path(job.dump_folder), document_mask=SCENARIOS[job.scenario].document_mask)
 
     torchtitan_main()
+    # Python's collections at exit walk every object torch and torchtitan left alive; frozen, they skip them
+    # (titanflow.cli.console does the same for the flow process). Atexit handlers run as before.
+    gc.freeze()
 
 
 if __name__ == "__main__":

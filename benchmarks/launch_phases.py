@@ -1,0 +1,157 @@
+"""Where one training launch's wall time goes, rank code of this tree against a baseline revision's, side by side.
+
+    .venv/bin/python benchmarks/launch_phases.py                       # baseline HEAD, 3 steps, 2 pairs
+    .venv/bin/python benchmarks/launch_phases.py --baseline b04b04e --steps 6 --pairs 3
+
+Renders the native cpu job once (titanflow.launch.render, random init, the embedded tiny model), then runs its own
+``job/launch.sh`` by ``bash``, alternating two settings, each launch in an empty dump folder:
+
+- **now**: as rendered, run from this tree (``PYTHONPATH`` and the working directory, which ``python -m`` puts first
+  on ``sys.path``: the ranks run its ``titan_cfg``), as the flow runs it (titanflow.launch.torchrun);
+- **baseline**: the same script with ``PYTHONPATH`` and the working directory a git worktree of ``--baseline``
+  (default ``HEAD``, so uncommitted changes to the rank code are what is measured).
+
+Phases come from rank 0's torchtitan log lines (``[titan] <date> <time>,<ms>``: torchtitan's logger, wall clock)
+against the launch's start and end on this machine's clock, so they add up to the wall time:
+
+| phase | from | to |
+|---|---|---|
+| start + imports | launch | ``torchtitan version`` (torchrun, Python, torch and torchtitan imported) |
+| build | ``torchtitan version`` | ``Training starts`` (mesh, model, tokenizer, data loader, checkpointer) |
+| step 1 | ``Training starts`` | step 1's line (the block-mask builder's compile included) |
+| steps 2..N | step 1's line | step N's line |
+| save + sleep | step N's line | ``Training completed`` (last checkpoint; rank 0 sleeps 2 s, torchtitan's own) |
+| probe + close | ``Training completed`` | ``Process group destroyed`` (titan_cfg.probe, checkpointer, process group) |
+| exit | ``Process group destroyed`` | the launch's end (interpreter teardown of every rank, torchrun's exit) |
+
+Per launch also: user and system CPU seconds of the whole process tree (``os.wait4`` of bash). The table gives the
+medians per setting and their ratio, and whether both settings logged the same loss at every step.
+Wall and CPU times are this machine's at the time of the run: compare the rows of one run, not figures of two.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from benchmarks.malloc_hugepages import render  # noqa: E402
+from titanflow.launch.metrics import log_lines, parse_step_line  # noqa: E402
+from titanflow.report.markdown import markdown_table  # noqa: E402
+
+#: torchtitan's log prefix: ``[titan] 2026-12-01 23:31:08,667 - root - INFO - <message>``.
+_TITAN_LINE = re.compile(r"\[titan\] (?P<at>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) - \S+ - \w+ - (?P<message>.*)")
+#: (phase, the message that ends it); None: the launch's end.
+PHASES = [("start + imports", "torchtitan version"), ("build", "Training starts"), ("step 1", "step:  1 "),
+          ("steps 2..N", None), ("save + sleep", "Training completed"), ("probe + close", "Process group destroyed"),
+          ("exit", None)]
+
+
+def phase_marks(lines: list[str], steps: int) -> dict[str, float]:
+    """Epoch seconds of each phase's end mark in rank 0's ``lines`` (PHASES); ``steps`` names the last step line."""
+    marks: dict[str, float] = {}
+    for line in lines:
+        match = _TITAN_LINE.search(line)
+        if match is None:
+            continue
+        at = dt.datetime.strptime(match["at"], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+        message = match["message"]
+        for phase, mark in PHASES:
+            if mark is not None and message.startswith(mark) and phase not in marks:
+                marks[phase] = at
+        row = parse_step_line(message)
+        if row is not None and row["step"] == steps:
+            marks["steps 2..N"] = at
+    return marks
+
+
+def launch(script: Path, cwd: Path, dump_folder: Path, log: Path, steps: int) -> dict:
+    """Run ``script`` by bash in ``cwd`` with an empty ``dump_folder``: wall and CPU seconds, each phase's seconds,
+    losses."""
+    shutil.rmtree(dump_folder, ignore_errors=True)
+    start = time.time()
+    with log.open("w") as out:
+        proc = subprocess.Popen(["bash", str(script)], stdout=out, stderr=subprocess.STDOUT, cwd=cwd, env={
+            **os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])})
+        _, status, usage = os.wait4(proc.pid, 0)
+    end = time.time()
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"{script} failed; its output is in {log}")
+    lines = log_lines(log)
+    marks = phase_marks(lines, steps)
+    missing = [phase for phase, mark in PHASES if mark is not None and phase not in marks]
+    if missing:
+        raise SystemExit(f"{log}: no line marks the end of {', '.join(missing)}")
+    result = {"wall_s": end - start, "user_s": usage.ru_utime, "sys_s": usage.ru_stime}
+    before = start
+    for phase, _ in PHASES:
+        at = marks.get(phase, end)
+        result[phase] = at - before
+        before = at
+    result["losses"] = [round(r["loss"], 5) for line in lines if (r := parse_step_line(line)) is not None]
+    return result
+
+
+def baseline_worktree(revision: str, work: Path) -> Path:
+    """A detached git worktree of ``revision`` under ``work`` (removed by :func:`remove_worktree`)."""
+    path = work / "baseline"
+    subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", "-q", str(path), revision], check=True)
+    return path
+
+
+def remove_worktree(path: Path) -> None:
+    """Remove the worktree :func:`baseline_worktree` made."""
+    subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(path)], check=False)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--baseline", default="HEAD", help="the revision whose rank code is compared (default HEAD)")
+    parser.add_argument("--steps", type=int, default=3, help="training steps per launch (default 3)")
+    parser.add_argument("--pairs", type=int, default=2, help="launches per setting (default 2)")
+    parser.add_argument("--work", type=Path, help="where the job and logs go (default: a temporary folder)")
+    args = parser.parse_args()
+    work = args.work or Path(tempfile.mkdtemp(prefix="titanflow-launch-phases-"))
+    job = render(work, args.steps)
+    script = (job / "launch.sh").read_text()
+    pythonpath = f"export PYTHONPATH={REPO}\n"
+    if pythonpath not in script:
+        raise SystemExit(f"{job / 'launch.sh'} does not set {pythonpath.strip()}: nothing to swap")
+    tree = baseline_worktree(args.baseline, work)
+    try:
+        scripts = {"now": job / "launch.sh", "baseline": job / "launch-baseline.sh"}
+        trees = {"now": REPO, "baseline": tree}
+        scripts["baseline"].write_text(script.replace(pythonpath, f"export PYTHONPATH={tree}\n"))
+        dump = job.parent / "train"
+        runs: dict[str, list[dict]] = {name: [] for name in scripts}
+        for pair in range(args.pairs):
+            for name, path in scripts.items():
+                runs[name].append(launch(path, trees[name], dump, work / f"{name}-{pair}.log", args.steps))
+                print(f"pair {pair + 1}/{args.pairs} {name}: {runs[name][-1]['wall_s']:.1f} s", flush=True)
+    finally:
+        remove_worktree(tree)
+    rows = []
+    for metric in ["wall_s", "user_s", "sys_s", *(phase for phase, _ in PHASES)]:
+        now, base = (statistics.median(r[metric] for r in runs[name]) for name in ("now", "baseline"))
+        rows.append({"measure (s)": metric, f"baseline ({args.baseline})": f"{base:.2f}", "now": f"{now:.2f}",
+                     "now / baseline": f"{now / base:.2f}" if base else "-"})
+    same = all(r["losses"] == runs["baseline"][0]["losses"] for name in runs for r in runs[name])
+    print(f"\nnative cpu, {args.steps} steps, 2 ranks, {args.pairs} launch(es) per setting, medians "
+          f"({time.strftime('%Y-%m-%d')}):\n")
+    print(markdown_table(rows))
+    print(f"\nlosses equal at every step in every launch: {'yes' if same else 'NO'}")
+
+
+if __name__ == "__main__":
+    main()
