@@ -54,9 +54,10 @@ def test_overlay_is_the_walkthrough_transformers_and_the_venv_meets_its_requirem
 
 
 @pytest.mark.parametrize("scenario", ["native", "hf_backend"])
-def test_cpu_scenario_passes_with_the_walkthrough_transformers(tmp_path, overlay_env, scenario):
+def test_cpu_scenario_passes_with_the_walkthrough_transformers(tmp_path, overlay_env, scenario, prefect_api):
     proc = subprocess.run([str(TITANFLOW), "run", scenario, "--target", "cpu", "--steps", "3", "--runs-dir", str(tmp_path)],
-                          check=False, capture_output=True, text=True, timeout=900, env=overlay_env)
+                          check=False, capture_output=True, text=True, timeout=900,
+                          env=overlay_env | {"PREFECT_API_URL": prefect_api})  # the session's server: no start of its own
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (run_dir,) = tmp_path.iterdir()
     summary = read_summary(run_dir / "summary.json")

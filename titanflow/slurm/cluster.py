@@ -237,13 +237,49 @@ def _cancel_jobs(cluster: Cluster) -> list[str]:
     return jobs
 
 
-def down(folder: Path = DEFAULT_DIR) -> list[Daemon]:
-    """Stop the cluster recorded in ``folder``: cancel its jobs (while slurmctld runs), then SIGTERM the recorded
-    daemons, slurmd first, and SIGKILL any still running after :data:`STOP_GRACE_S`; returns the daemons that were
-    running. The folder (logs, slurm.conf) is kept; its record is removed.
+def _descendants(proc: psutil.Process) -> list[psutil.Process]:
+    """The processes ``proc`` started (recursively), as they are now; none when it is gone."""
+    try:
+        return proc.children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
+def _name(proc: psutil.Process) -> str:
+    try:
+        return proc.name()
+    except psutil.NoSuchProcess:
+        return "helper"
+
+
+def _stop(proc: psutil.Process, what: str) -> None:
+    """Wait up to :data:`STOP_GRACE_S` for ``proc`` (already told to stop, or ending with its parent), then SIGKILL
+    it and wait as long again.
 
     Raises:
-        ClusterError: a daemon outlived SIGKILL.
+        ClusterError: it outlived SIGKILL, named ``what``.
+    """
+    try:
+        proc.wait(STOP_GRACE_S)
+        return
+    except psutil.TimeoutExpired:
+        proc.kill()
+    except psutil.NoSuchProcess:
+        return
+    try:
+        proc.wait(STOP_GRACE_S)
+    except psutil.TimeoutExpired:
+        raise ClusterError(f"{what} outlived SIGKILL") from None
+
+
+def down(folder: Path = DEFAULT_DIR) -> list[Daemon]:
+    """Stop the cluster recorded in ``folder``: cancel its jobs (while slurmctld runs), then SIGTERM the recorded
+    daemons, slurmd first, and SIGKILL any still running after :data:`STOP_GRACE_S`; the processes a daemon started
+    (slurmctld's slurmscriptd, a slurmd's slurmstepd) get the same grace to end with it, then SIGKILL. Returns the
+    daemons that were running. The folder (logs, slurm.conf) is kept; its record is removed.
+
+    Raises:
+        ClusterError: a daemon, or a process it started, outlived SIGKILL.
     """
     folder = Path(folder).resolve()
     cluster = read_cluster(folder)
@@ -256,15 +292,11 @@ def down(folder: Path = DEFAULT_DIR) -> list[Daemon]:
             pass
     running = [(d, p) for d in reversed(cluster.daemons) if (p := alive(d)) is not None]
     for daemon, proc in running:
+        helpers = _descendants(proc)  # slurmctld's slurmscriptd, slurmd's slurmstepd: they may outlive it a moment
         proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(STOP_GRACE_S)
-        except psutil.TimeoutExpired:
-            proc.kill()
-            try:
-                proc.wait(STOP_GRACE_S)
-            except psutil.TimeoutExpired:
-                raise ClusterError(f"{daemon.name} (pid {daemon.pid}) outlived SIGKILL") from None
+        for process in [proc, *helpers]:
+            _stop(process, f"{daemon.name} (pid {daemon.pid})" if process is proc else
+                  f"{daemon.name}'s {_name(process)} (pid {process.pid})")
     _state_path(folder).unlink()
     return [daemon for daemon, _ in running]
 
