@@ -4,8 +4,8 @@ Neuron compiler flags change the artifacts, and cache reuse across different
 flags has been reported wrong upstream, so the key covers the target, the
 compiler version, the flags, LNC and the shapes a graph is specialised on. On
 cpu-hosted targets it also covers the CPU's instruction set: inductor generates
-vector code for it (training compiles torchtitan's block-mask builder even with
-compile off), and code for AVX-512 does not run on a machine without it. The
+vector code for it (with flex attention, training compiles torchtitan's block-mask
+builder even with compile off), and code for AVX-512 does not run on a machine without it. The
 folder is shared by runs with the same key (warm-up fills it, training reads it).
 
 Each backend's compiler is pointed into the folder by its own variables (:data:`CACHE_ENV`):

@@ -5,10 +5,11 @@ closes, every rank runs one forward pass of the trained model on
 :data:`PROBE_TEXT` (FSDP needs all ranks), the way the trainer itself calls the
 model (``post_dataloading_process`` builds positions and attention masks), with
 the lm_head applied. The ids are padded to a training batch's shape
-(:func:`probe_batch`), so the block-mask builder torchtitan compiled for training
-is reused rather than traced again for a new shape (1.2 s per rank on the cpu
-target, benchmarks/launch_phases.py); attention is causal, so the padding after
-the probe's tokens changes none of their logits. Rank 0 writes
+(:func:`probe_batch`), so whatever training compiled for its shape (flex
+attention's block-mask builder, a compiled model) is reused rather than traced
+again for a new one (1.2 s per rank for the builder on the cpu target before it
+ran eagerly there, benchmarks/launch_phases.py); attention is causal, so the
+padding after the probe's tokens changes none of their logits. Rank 0 writes
 ``<dump_folder>/probe_logits.pt``:
 ``{"input_ids": [1, L] int64, "logits": [1, L, vocab] float32}``, and for an MoE
 ``"router_topk": [moe layers, L, top_k] int64``, each token's chosen experts per

@@ -10,6 +10,13 @@ keeps torchtitan's mask construction (its Config subclasses FlexAttention's, so
 declares. Numerically it is the same attention; the dense [B, 1, L, L] bool mask
 costs O(B L^2) memory, fine for the sequence lengths it is used with.
 
+The dense path reads the BlockMask's ``mask_mod`` only, never its blocks, so
+torchtitan's ``torch.compile(create_block_mask)`` buys it nothing: :func:`install`
+swaps in :func:`eager_block_mask`. On the cpu target that compile cost every launch
+a dynamo trace and the load of its compiled code (first step 1-2 s slower per
+rank, benchmarks/launch_phases.py) and a compile warm-up launch on a cold cache;
+eager, the builder takes 4-10 ms for 2 x 256 tokens and 0.11 s for 4096.
+
 For torchtitan's transformers backend, ``sdpa`` swaps :func:`hf_masked_sdpa` in for
 transformers' flex attention function in the backend's model module.
 """
@@ -20,7 +27,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from torch.nn.attention.flex_attention import BlockMask, create_mask
+from torch.nn.attention.flex_attention import BlockMask, create_block_mask, create_mask
 from torchtitan.models.common.attention import FlexAttention
 
 from titan_cfg import kernels
@@ -85,20 +92,31 @@ def hf_masked_sdpa(module, query_BNLH, key_BNLH, value_BNLH, attention_mask: Blo
     return sdpa_attention_forward(module, query_BNLH, key_BNLH, value_BNLH, mask, **kwargs)
 
 
+def eager_block_mask(mask_mod, B, H, Q_LEN, KV_LEN, **kwargs) -> BlockMask:
+    """torchtitan's ``create_attention_mask`` (same arguments) without ``torch.compile``: torch's
+    ``create_block_mask`` run eagerly. The BlockMask is the same; the dense attention reads its ``mask_mod``."""
+    return create_block_mask(mask_mod, B, H, Q_LEN, KV_LEN, **kwargs)
+
+
 def install(trainer_config, implementation: str) -> None:
     """Set the model's inner attention: ``flex`` keeps torchtitan's; ``sdpa`` puts
     :class:`KernelAttention` in every layer of a torchtitan decoder, or, for the transformers
     backend, swaps :func:`hf_masked_sdpa` in for transformers' ``flex_attention_forward`` in the
     backend's model module (both of its attention paths, the registered ``AttentionInterface``
-    shim and the per-module ``HFFlexKernel``, call that name).
+    shim and the per-module ``HFFlexKernel``, call that name). Either way the module's mask builder
+    ``create_attention_mask`` becomes :func:`eager_block_mask` (module docstring).
     """
     if implementation == "flex":
         return
     model_config = trainer_config.model_spec.model
     if hasattr(model_config, "layers"):  # a torchtitan Decoder config
+        from torchtitan.models.common import decoder
+
         for layer in model_config.layers:
             layer.attention.inner_attention = KernelAttention.Config(implementation=implementation)
+        decoder.create_attention_mask = eager_block_mask
     else:
         from torchtitan.experiments.transformers_modeling_backend import model as hf_backend_model
 
         hf_backend_model.flex_attention_forward = hf_masked_sdpa
+        hf_backend_model.create_attention_mask = eager_block_mask

@@ -10,11 +10,13 @@ a marker alone means the compiler did not write where the job's variables
 point, and the step is compiled again. A warm-up after which the compiler wrote
 nothing there leaves no marker and says so.
 
-With compile off, a job still compiles when its model masks documents: torchtitan's own models build the mask
-with ``torch.compile(create_block_mask)`` (torchtitan.models.common.attention.create_attention_mask) on the first
-step, with inductor, into the same keyed folder (``TORCHINDUCTOR_CACHE_DIR``). The warm-up runs that step ahead
-(:func:`compiles_when_eager`), so a cold run's first training step costs what a warm run's does and the report
-shows the compile apart from training. Otherwise nothing is compiled ahead and the task records why it skipped.
+With compile off, a job still compiles when its model masks documents with flex attention: torchtitan's own models
+build the mask with ``torch.compile(create_block_mask)`` (torchtitan.models.common.attention.create_attention_mask)
+on the first step, with inductor, into the same keyed folder (``TORCHINDUCTOR_CACHE_DIR``). The warm-up runs that
+step ahead (:func:`compiles_when_eager`), so a cold run's first training step costs what a warm run's does and the
+report shows the compile apart from training. The dense ``sdpa`` attention (every target but cuda) builds the mask
+eagerly (titan_cfg.kernels.attention.eager_block_mask): nothing is compiled ahead, and the task records why it
+skipped.
 """
 
 from __future__ import annotations
@@ -65,11 +67,12 @@ def is_warm(folder: Path, backend: str, eager: bool = False) -> bool:
 
 
 def compiles_when_eager(job: Job, backend: str | None) -> bool:
-    """With compile off, the job's first step still compiles: its model masks documents with torchtitan's compiled
-    block-mask builder (the scenario's ``document_mask``), and the keyed folder is inductor's (``backend``), where
-    that compile goes (a Neuron target's folder is the Neuron compiler's: the builder's inductor artifacts would
-    not be kept there)."""
-    return SCENARIOS[job.scenario].document_mask and backend == "inductor"
+    """With compile off, the job's first step still compiles: its model masks documents (the scenario's
+    ``document_mask``) with torchtitan's compiled block-mask builder, which flex attention alone keeps (the dense
+    ``sdpa`` attention builds it eagerly: titan_cfg.kernels.attention), and the keyed folder is inductor's
+    (``backend``), where that compile goes (a Neuron target's folder is the Neuron compiler's: the builder's
+    inductor artifacts would not be kept there)."""
+    return SCENARIOS[job.scenario].document_mask and job.kernels.get("attention") == "flex" and backend == "inductor"
 
 
 def warm_up(rendered: RenderedJob, timeout_s: float, on_lines=lambda _: None) -> WarmupResult:
@@ -85,8 +88,9 @@ def warm_up(rendered: RenderedJob, timeout_s: float, on_lines=lambda _: None) ->
     job = Job.read(Path(rendered.job_path))
     eager = not job.compile
     if eager and not compiles_when_eager(job, backend):
-        return WarmupResult(status="skipped", reason="compile is off and the model compiles no mask builder: "
-                            "nothing to compile ahead", seconds=0.0, cache_dir=None)
+        builder = "builds its mask eagerly" if job.kernels.get("attention") != "flex" else "compiles no mask builder"
+        return WarmupResult(status="skipped", reason=f"compile is off and the model {builder}: nothing to compile "
+                            "ahead", seconds=0.0, cache_dir=None)
     what = "its block-mask builder" if eager else "its model"
     if rendered.scheduler != "local":  # the warm-up runs here, on one node; the job's nodes compile their own
         return WarmupResult(status="skipped", reason=f"a {rendered.scheduler} job: its nodes compile in the first "

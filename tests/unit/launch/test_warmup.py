@@ -132,13 +132,13 @@ def test_a_warm_up_whose_compiler_wrote_nothing_leaves_no_marker(rendered, tmp_p
     assert not (neff_dir.parent / warmup.WARM_MARKER).exists()
 
 
-def _eager_rendered(tiny_assets, tmp_path, scenario: str):
-    """A cpu job of ``scenario`` with compile off, its inductor cache folder under ``tmp_path``."""
+def _eager_rendered(tiny_assets, tmp_path, scenario: str, target: str = "cpu"):
+    """A ``target`` job of ``scenario`` with compile off, its inductor cache folder under ``tmp_path``."""
     from titanflow.launch.render import render
     from titanflow.run.params import ScenarioRun
 
-    done = render(ScenarioRun(scenario=scenario, steps=3, nproc_per_node=1), tiny_assets.weights_dir,
-                  tmp_path / "run")
+    done = render(ScenarioRun(scenario=scenario, target=target, steps=3, nproc_per_node=1, compile=False),
+                  tiny_assets.weights_dir, tmp_path / "run")
     return done.model_copy(update={"env": {**done.env, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache")}})
 
 
@@ -159,10 +159,12 @@ def _fake_inductor_launch(calls: list):
 
 def test_an_eager_job_whose_model_masks_documents_warms_its_block_mask_builder_once(tiny_assets, tmp_path,
                                                                                    monkeypatch):
-    """native masks documents with torchtitan's torch.compile(create_block_mask): with compile off its first step
-    still compiles, so the warm-up runs it (its seconds apart from training), marks the folder warm for eager
-    jobs only, and the next eager run reuses it; a compiled job of the same key is not warm from it."""
-    rendered = _eager_rendered(tiny_assets, tmp_path, "native")
+    """native with flex attention (the cuda target's) masks documents with torchtitan's
+    torch.compile(create_block_mask): with compile off its first step still compiles, so the warm-up runs it (its
+    seconds apart from training), marks the folder warm for eager jobs only, and the next eager run reuses it; a
+    compiled job of the same key is not warm from it."""
+    rendered = _eager_rendered(tiny_assets, tmp_path, "native", target="cuda")
+    assert Job.read(Path(rendered.job_path)).kernels["attention"] == "flex"
     calls = []
     monkeypatch.setattr(warmup, "launch", _fake_inductor_launch(calls))
     first = warmup.warm_up(rendered, timeout_s=60)
@@ -182,4 +184,17 @@ def test_an_eager_job_of_the_transformers_backend_compiles_nothing_ahead(tiny_as
     monkeypatch.setattr(warmup, "launch", _fake_inductor_launch(calls))
     result = warmup.warm_up(rendered, timeout_s=60)
     assert (result.status, calls) == ("skipped", [])
-    assert result.reason == "compile is off and the model compiles no mask builder: nothing to compile ahead"
+    assert result.reason == "compile is off and the model builds its mask eagerly: nothing to compile ahead"
+
+
+def test_an_eager_cpu_job_with_the_dense_attention_compiles_nothing_ahead(tiny_assets, tmp_path, monkeypatch):
+    """native on cpu masks documents, but its sdpa attention builds the BlockMask eagerly
+    (titan_cfg.kernels.attention.eager_block_mask): no launch, no marker."""
+    rendered = _eager_rendered(tiny_assets, tmp_path, "native")
+    assert Job.read(Path(rendered.job_path)).kernels["attention"] == "sdpa"
+    calls = []
+    monkeypatch.setattr(warmup, "launch", _fake_inductor_launch(calls))
+    result = warmup.warm_up(rendered, timeout_s=60)
+    assert (result.status, result.seconds, calls) == ("skipped", 0.0, [])
+    assert result.reason == "compile is off and the model builds its mask eagerly: nothing to compile ahead"
+    assert not (tmp_path / "cache").exists()

@@ -59,3 +59,31 @@ def test_flex_attention_still_has_no_cpu_backward():
     q = torch.randn(1, 2, 128, 16, requires_grad=True)
     with pytest.raises(NotImplementedError, match="does not support backward on CPU"):
         flex_attention(q, q, q).sum().backward()
+
+
+def test_the_dense_attention_builds_torchtitans_mask_eagerly_with_the_same_mask(monkeypatch):
+    """install(sdpa) swaps torchtitan's torch.compile(create_block_mask) for eager_block_mask in the torchtitan
+    decoder's module and in the transformers backend's; the mask it gives is the hand-written document mask."""
+    from types import SimpleNamespace
+
+    from torchtitan.experiments.transformers_modeling_backend import model as hf_backend_model
+    from torchtitan.models.common import decoder
+
+    from titan_cfg.kernels.attention import dense_mask, eager_block_mask, hf_masked_sdpa, install
+
+    for module in (decoder, hf_backend_model):  # restored after the test
+        monkeypatch.setattr(module, "create_attention_mask", module.create_attention_mask)
+    monkeypatch.setattr(hf_backend_model, "flex_attention_forward", hf_backend_model.flex_attention_forward)
+    layer = SimpleNamespace(attention=SimpleNamespace(inner_attention=None))
+    install(SimpleNamespace(model_spec=SimpleNamespace(model=SimpleNamespace(layers=[layer]))), "sdpa")
+    assert decoder.create_attention_mask is eager_block_mask
+    assert isinstance(layer.attention.inner_attention, KernelAttention.Config)
+    install(SimpleNamespace(model_spec=SimpleNamespace(model=SimpleNamespace())), "sdpa")
+    assert hf_backend_model.create_attention_mask is eager_block_mask
+    assert hf_backend_model.flex_attention_forward is hf_masked_sdpa
+
+    mask_mod = and_masks(get_causal_mask_mod(), get_document_mask_mod(_positions()))
+    doc = (_positions() == 0).cumsum(-1)
+    allowed = (doc[:, :, None] == doc[:, None, :]) & torch.ones(L, L, dtype=torch.bool).tril()
+    built = eager_block_mask(mask_mod, B, None, L, L, device="cpu", BLOCK_SIZE=128)
+    assert torch.equal(dense_mask(built, B, L, "cpu"), allowed[:, None])
