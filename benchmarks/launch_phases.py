@@ -18,7 +18,7 @@ against the launch's start and end on this machine's clock, so they add up to th
 |---|---|---|
 | start + imports | launch | ``torchtitan version`` (torchrun, Python, torch and torchtitan imported) |
 | build | ``torchtitan version`` | ``Training starts`` (mesh, model, tokenizer, data loader, checkpointer) |
-| step 1 | ``Training starts`` | step 1's line (the block-mask builder's compile included) |
+| step 1 | ``Training starts`` | step 1's line (first allocations; with flex attention, the block-mask builder's compile) |
 | steps 2..N | step 1's line | step N's line |
 | save + sleep | step N's line | ``Training completed`` (last checkpoint; rank 0 sleeps 2 s, torchtitan's own) |
 | probe + close | ``Training completed`` | ``Process group destroyed`` (titan_cfg.probe, checkpointer, process group) |
