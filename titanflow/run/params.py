@@ -59,6 +59,24 @@ class Tolerances(BaseModel):
                                  "top-k experts are the same, trained vs export")
 
 
+def key_value_pairs(text: str, field: str, form: str) -> dict[str, str]:
+    """``"a=1,b=2"``, the command line's form of a mapping, as ``{"a": "1", "b": "2"}`` (spaces around items,
+    keys and values dropped).
+
+    Raises:
+        ValueError: an item without ``=``, or a key given twice (which would silently keep the last), naming
+            ``field`` and the expected ``form``.
+    """
+    pairs = [item.split("=", 1) for item in text.split(",") if item.strip()]
+    if any(len(pair) != 2 for pair in pairs):
+        raise ValueError(f"{field}: {text!r} is not {form}")
+    keys = [key.strip() for key, _ in pairs]
+    twice = sorted({key for key in keys if keys.count(key) > 1})
+    if twice:
+        raise ValueError(f"{field}: {', '.join(twice)} given more than once in {text!r}; give each once: {form}")
+    return dict(zip(keys, (v.strip() for _, v in pairs)))
+
+
 class Trim(BaseModel):
     """An MoE checkpoint cut down (titanflow.weights.trim): its first ``layers`` decoder layers, the first
     ``experts`` experts of each (the router's rows to match), ``top_k`` experts per token. The walkthrough's
@@ -75,10 +93,7 @@ class Trim(BaseModel):
     def _parse(cls, value):
         """Accept ``"layers=4,experts=64,top_k=4"`` (command line) as well as a mapping."""
         if isinstance(value, str):
-            pairs = [item.split("=", 1) for item in value.split(",") if item.strip()]
-            if any(len(pair) != 2 for pair in pairs):
-                raise ValueError(f"trim: {value!r} is not layers=N,experts=E,top_k=K")
-            return {key.strip(): v.strip() for key, v in pairs}
+            return key_value_pairs(value, "trim", "layers=N,experts=E,top_k=K")
         return value
 
     @model_validator(mode="after")
@@ -143,10 +158,19 @@ class ScenarioRun(BaseModel):
     def _parse_kernels(cls, value):
         """Accept ``"rope=cpu,attention=sdpa"`` (command line) as well as a mapping."""
         if isinstance(value, str):
-            pairs = [item.split("=", 1) for item in value.split(",") if item.strip()]
-            if any(len(pair) != 2 for pair in pairs):
-                raise ValueError(f"kernels: {value!r} is not op=impl[,op=impl] (e.g. rope=cpu)")
-            return {op.strip(): name.strip() for op, name in pairs}
+            return key_value_pairs(value, "kernels", "op=impl[,op=impl] (e.g. rope=cpu)")
+        return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _trim_for_moe_only(cls, value):
+        """A trim of a dense scenario is refused before the trim's own keys are read: whatever they say, it is the
+        scenario that is wrong."""
+        if isinstance(value, dict) and value.get("trim") is not None:
+            scenario = SCENARIOS.get(value.get("scenario") or "native")
+            if scenario is not None and scenario.model_type != "qwen3_moe":
+                raise ValueError(f"trim: only MoE weights are trimmed; {value.get('scenario') or 'native'} trains a "
+                                 "dense model (use moe)")
         return value
 
     @model_validator(mode="before")
@@ -186,8 +210,6 @@ class ScenarioRun(BaseModel):
                              f"({self.target_spec.min_step_s} s a step at best), beyond timeout_s {self.timeout_s:.0f}; "
                              f"pass at most {int(self.timeout_s / self.target_spec.min_step_s)} steps or a longer "
                              f"--timeout-s (at most {MAX_TIMEOUT_S})")
-        if self.trim is not None and SCENARIOS[self.scenario].model_type != "qwen3_moe":
-            raise ValueError(f"trim: only MoE weights are trimmed; {self.scenario} trains a dense model (use moe)")
         if self.model_spec == "walkthrough" and self.scenario != "native":
             raise ValueError(f"model_spec: walkthrough reproduces the walkthrough's native scenario; {self.scenario} "
                              "builds its model from config.json (pass model_spec=config)")
@@ -284,12 +306,17 @@ def nightly_suite(scenarios: list[str] | None = None, inits: list[str] | None = 
     """(scenario, init) pairs of a nightly suite, in order; default every scenario x both inits.
 
     Raises:
-        ValueError: an unknown scenario or init (names the known ones).
+        ValueError: an unknown scenario or init (names the known ones), or one given twice (its runs would be
+            the same pair run twice).
     """
     unknown = sorted(set(scenarios or []) - set(SCENARIOS)) + sorted(set(inits or []) - set(INITS))
     if unknown:
         raise ValueError(f"scenarios/inits: unknown {unknown}; scenarios: {', '.join(SCENARIOS)}; "
                          f"inits: {', '.join(INITS)}")
+    for field, given in (("scenarios", scenarios or []), ("inits", inits or [])):
+        twice = sorted({name for name in given if given.count(name) > 1})
+        if twice:
+            raise ValueError(f"{field}: {', '.join(twice)} given more than once; give each once")
     return [(s, i) for s in (scenarios or list(SCENARIOS)) for i in (inits or list(INITS))]
 
 

@@ -19,6 +19,17 @@ def test_unknown_scenario_is_refused_with_the_known_names():
         nightly_suite(["dense"])
 
 
+def test_a_scenario_or_init_given_twice_is_refused_rather_than_run_twice(capsys):
+    with pytest.raises(ValueError, match="scenarios: native given more than once; give each once"):
+        nightly_suite(["native", "moe", "native"])
+    with pytest.raises(ValueError, match="inits: random given more than once"):
+        nightly_suite(["moe"], ["random", "random"])
+    from titanflow.cli import main
+
+    assert main(["nightly", "--scenarios", "moe", "moe"]) == 2
+    assert "scenarios: moe given more than once" in capsys.readouterr().err
+
+
 def test_cli_refuses_bad_input_before_any_server_starts(capsys):
     from titanflow.cli import main
 

@@ -231,3 +231,28 @@ def test_a_cuda_run_needs_a_gpu_per_rank_before_anything_runs(tmp_path, capsys):
     assert err.startswith(f"titanflow: bad input:\ntarget: cuda cannot run on this machine: torch.cuda.is_available() "
                           f"is False: torch {torch.__version__} is a CPU build (torch.version.cuda is None); 8 ranks "
                           "need 8 GPUs; fix: run on a machine with 8 GPUs")
+
+
+@pytest.mark.parametrize(("fields", "message"), [
+    ({"kernels": "rope=cpu,rope=reference"},
+     "kernels: rope given more than once in 'rope=cpu,rope=reference'; give each once: op=impl"),
+    ({"kernels": "rope=cpu, attention=sdpa ,rope=cpu"}, "kernels: rope given more than once"),
+    ({"scenario": "moe", "trim": "layers=1,experts=2,layers=2,top_k=1"},
+     "trim: layers given more than once in 'layers=1,experts=2,layers=2,top_k=1'; give each once: layers=N"),
+])
+def test_a_key_given_twice_in_a_key_value_list_is_refused_not_overwritten(fields, message):
+    """Both command-line mappings (--kernels, --trim) would otherwise keep the last value given, silently."""
+    with pytest.raises(ValidationError, match=message):
+        ScenarioRun(**fields)
+    assert ScenarioRun(kernels="rope=cpu, attention=sdpa").kernels == {"rope": "cpu", "attention": "sdpa"}
+
+
+def test_a_trim_of_a_dense_scenario_is_refused_for_the_scenario_whatever_its_keys(capsys):
+    """The scenario is what is wrong: a trim missing keys is not asked to complete them first."""
+    for scenario in ("native", "hf_backend"):
+        with pytest.raises(ValidationError, match=f"trim: only MoE weights are trimmed; {scenario} trains a dense"):
+            ScenarioRun(scenario=scenario, trim="layers=1")
+    assert main(["render", "native", "--trim", "layers=1"]) == 2
+    err = capsys.readouterr().err
+    assert "trim: only MoE weights are trimmed; native trains a dense model (use moe)" in err
+    assert "experts" not in err  # not asked for the trim keys it lacks
