@@ -165,8 +165,8 @@ class _TimeWithoutSleep:
 def install(tokenizer_dir: Path, dump_folder: Path, tied_checkpoint: bool) -> None:
     """Make torchtitan's ``Trainer.train`` save the probe logits after training (this process only).
 
-    It also takes out the 2 s rank 0 sleeps at the end of ``Trainer.train`` (:data:`RANK_ZERO_SLEEP`), which
-    waits for the other ranks to finish before rank 0 goes on to close: the probe's forward pass that follows is
+    It also takes out rank 0's 2 s sleep at the end of ``Trainer.train`` (:data:`RANK_ZERO_SLEEP`), a wait for
+    the other ranks to finish before rank 0 goes on to close: the probe's forward pass that follows is
     a collective of every rank (FSDP's all-gathers), so the ranks meet there instead. ``time.sleep`` is that
     module's only call of ``sleep`` (``tests/unit/titan_cfg/test_probe.py`` checks both).
     """

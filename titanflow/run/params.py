@@ -71,10 +71,14 @@ def key_value_pairs(text: str, field: str, form: str) -> dict[str, str]:
     if any(len(pair) != 2 for pair in pairs):
         raise ValueError(f"{field}: {text!r} is not {form}")
     keys = [key.strip() for key, _ in pairs]
-    twice = sorted({key for key in keys if keys.count(key) > 1})
-    if twice:
+    if twice := given_twice(keys):
         raise ValueError(f"{field}: {', '.join(twice)} given more than once in {text!r}; give each once: {form}")
     return dict(zip(keys, (v.strip() for _, v in pairs)))
+
+
+def given_twice(names: list[str]) -> list[str]:
+    """The names that occur more than once in ``names``, sorted."""
+    return sorted({name for name in names if names.count(name) > 1})
 
 
 class Trim(BaseModel):
@@ -167,10 +171,9 @@ class ScenarioRun(BaseModel):
         """A trim of a dense scenario is refused before the trim's own keys are read: whatever they say, it is the
         scenario that is wrong."""
         if isinstance(value, dict) and value.get("trim") is not None:
-            scenario = SCENARIOS.get(value.get("scenario") or "native")
-            if scenario is not None and scenario.model_type != "qwen3_moe":
-                raise ValueError(f"trim: only MoE weights are trimmed; {value.get('scenario') or 'native'} trains a "
-                                 "dense model (use moe)")
+            name = value.get("scenario") or "native"
+            if name in SCENARIOS and SCENARIOS[name].model_type != "qwen3_moe":
+                raise ValueError(f"trim: only MoE weights are trimmed; {name} trains a dense model (use moe)")
         return value
 
     @model_validator(mode="before")
@@ -314,8 +317,7 @@ def nightly_suite(scenarios: list[str] | None = None, inits: list[str] | None = 
         raise ValueError(f"scenarios/inits: unknown {unknown}; scenarios: {', '.join(SCENARIOS)}; "
                          f"inits: {', '.join(INITS)}")
     for field, given in (("scenarios", scenarios or []), ("inits", inits or [])):
-        twice = sorted({name for name in given if given.count(name) > 1})
-        if twice:
+        if twice := given_twice(given):
             raise ValueError(f"{field}: {', '.join(twice)} given more than once; give each once")
     return [(s, i) for s in (scenarios or list(SCENARIOS)) for i in (inits or list(INITS))]
 
