@@ -141,6 +141,9 @@ class Scenario:
     ``attn_mask_type`` "causal", which still gives per-document positions to RoPE).
     ``torchtitan_decoder``: the model is torchtitan's own decoder, whose modules a kernel with ``decoder_only``
     replaces (the transformers backend builds transformers' model instead).
+    ``loss_chunks``: the sequence chunks of the loss (torchtitan's ``ChunkedLossWrapper``, ``loss.num_chunks`` of the
+    rendered config: its default, 8, for torchtitan's own Qwen3 configs), which ``seq_len`` must be a multiple of,
+    or None for an unchunked loss (the transformers backend's).
     """
 
     build: Callable[[Job], "Trainer.Config"]
@@ -154,6 +157,7 @@ class Scenario:
     compat: tuple[str, ...] = ()
     document_mask: bool = True
     torchtitan_decoder: bool = True
+    loss_chunks: int | None = 8
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -162,7 +166,7 @@ SCENARIOS: dict[str, Scenario] = {
     "hf_backend": Scenario(
         hf_backend, "torchtitan's transformers modeling backend, model from the folder's config.json",
         model_type="qwen3", output_init="trunc_normal_inv_sqrt_hidden", round_trip=False, compat=("hf_backend",),
-        document_mask=False, torchtitan_decoder=False,
+        document_mask=False, torchtitan_decoder=False, loss_chunks=None,
         rank_limits={"cpu": (1, "torchtitan 0.3.0's transformers backend needs spmd_backend='spmd_types', "
                                 "whose FSDP fails on CPU ('all parameters must be DTensors')")},
         # walkthrough scenario 1 keeps transformers_modeling_backend_full()'s 2048 tokens, the workload of

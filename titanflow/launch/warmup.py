@@ -46,7 +46,7 @@ class WarmupResult(BaseModel):
     reason: str = Field(description="why, in words")
     seconds: float = Field(description="wall seconds of the one-step compile run (0 unless warmed)")
     cache_dir: str | None = Field(description="the keyed compile-cache folder, when the job compiles")
-    eager: bool = Field(False, description="compile is off: what is warmed is the block-mask builder only "
+    eager: bool = Field(False, description="compile is off: what is warmed, if anything, is the block-mask builder only "
                         "(compiles_when_eager)")
 
     def from_cache(self) -> WarmupResult:
@@ -90,7 +90,7 @@ def warm_up(rendered: RenderedJob, timeout_s: float, on_lines=lambda _: None) ->
     if eager and not compiles_when_eager(job, backend):
         builder = "builds its mask eagerly" if job.kernels.get("attention") != "flex" else "compiles no mask builder"
         return WarmupResult(status="skipped", reason=f"compile is off and the model {builder}: nothing to compile "
-                            "ahead", seconds=0.0, cache_dir=None)
+                            "ahead", seconds=0.0, cache_dir=None, eager=True)
     what = "its block-mask builder" if eager else "its model"
     if rendered.scheduler != "local":  # the warm-up runs here, on one node; the job's nodes compile their own
         return WarmupResult(status="skipped", reason=f"a {rendered.scheduler} job: its nodes compile in the first "

@@ -7,6 +7,7 @@ fails in seconds rather than minutes into training.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import tempfile
@@ -59,14 +60,24 @@ class Tolerances(BaseModel):
                                  "top-k experts are the same, trained vs export")
 
 
-def key_value_pairs(text: str, field: str, form: str) -> dict[str, str]:
+def key_value_pairs(text: str, field: str, form: str) -> dict:
     """``"a=1,b=2"``, the command line's form of a mapping, as ``{"a": "1", "b": "2"}`` (spaces around items,
-    keys and values dropped).
+    keys and values dropped); text that starts with ``{`` is read as a JSON object instead (its values as JSON
+    gives them).
 
     Raises:
-        ValueError: an item without ``=``, or a key given twice (which would silently keep the last), naming
-            ``field`` and the expected ``form``.
+        ValueError: an item without ``=``, text that is not a JSON object, or a key given twice (which would
+            silently keep the last), naming ``field`` and the expected ``form``.
     """
+    if text.lstrip().startswith("{"):
+        try:
+            pairs = json.loads(text, object_pairs_hook=list)  # every key, duplicates included
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{field}: {text!r} is not a JSON object ({err.msg}); give {form} or a JSON "
+                             "object") from None
+        if twice := given_twice([key for key, _ in pairs]):
+            raise ValueError(f"{field}: {', '.join(twice)} given more than once in {text!r}; give each once")
+        return dict(pairs)
     pairs = [item.split("=", 1) for item in text.split(",") if item.strip()]
     if any(len(pair) != 2 for pair in pairs):
         raise ValueError(f"{field}: {text!r} is not {form}")
@@ -222,6 +233,12 @@ class ScenarioRun(BaseModel):
         if self.resume is not None and self.run_id is not None and self.run_id != self.resume:
             raise ValueError(f"run_id: {self.run_id} is not the resumed run {self.resume}; a resumed run keeps its id "
                              "(drop --run-id)")
+        chunks = SCENARIOS[self.scenario].loss_chunks
+        if chunks and self.seq_len_resolved % chunks:
+            lower = self.seq_len_resolved // chunks * chunks
+            raise ValueError(f"seq_len: {self.seq_len_resolved} tokens do not split into the {chunks} chunks of "
+                             f"{self.scenario}'s loss (torchtitan's ChunkedLossWrapper); pass a multiple of {chunks}, "
+                             f"e.g. --seq-len {max(lower, 16)} or {lower + chunks}")
         if self.warmup_steps is not None and self.warmup_steps > self.steps:
             raise ValueError(f"warmup_steps: {self.warmup_steps} exceeds steps {self.steps}; pass at most {self.steps}")
         for op, name in self.kernels_resolved.items():  # KernelChoiceError (a ValueError) names the op and the fix

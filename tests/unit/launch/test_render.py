@@ -373,3 +373,25 @@ def test_the_render_command_refuses_a_job_it_cannot_render_with_exit_2_and_leave
     assert capsys.readouterr().err.endswith(
         "titanflow: bad input:\ntorchtitan rejected the rendered config: ValueError: planted\n")
     assert not (tmp_path / "refused").exists()
+
+
+def test_each_scenarios_loss_chunks_are_its_rendered_configs_and_seq_len_is_checked_against_them(tmp_path,
+                                                                                                 tiny_assets):
+    """Scenario.loss_chunks is what torchtitan's config says (loss.num_chunks of the cpu render; none for an unchunked
+    loss), so a seq_len that does not split into them is refused before launch, not in the ranks' first loss."""
+    from pydantic import ValidationError
+
+    from titan_cfg.scenarios import SCENARIOS
+    from titanflow.assets import TINY_MOE, ensure_assets
+
+    weights = {"qwen3": tiny_assets.weights_dir, "qwen3_moe": ensure_assets(spec=TINY_MOE).weights_dir}
+    for scenario, spec in SCENARIOS.items():
+        done = render(ScenarioRun(scenario=scenario, steps=3), weights[spec.model_type], tmp_path / scenario)
+        loss = json.loads(Path(done.job_path).with_name("trainer_config.json").read_text())["loss"]
+        assert loss.get("num_chunks") == spec.loss_chunks, scenario
+    assert (SCENARIOS["native"].loss_chunks, SCENARIOS["hf_backend"].loss_chunks) == (8, None)
+    with pytest.raises(ValidationError, match="seq_len: 17 tokens do not split into the 8 chunks of native's loss"):
+        ScenarioRun(seq_len=17)
+    with pytest.raises(ValidationError, match="pass a multiple of 8, e.g. --seq-len 16 or 24"):
+        ScenarioRun(scenario="moe", seq_len=20)
+    assert ScenarioRun(seq_len=24).seq_len_resolved == 24

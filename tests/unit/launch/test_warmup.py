@@ -195,6 +195,6 @@ def test_an_eager_cpu_job_with_the_dense_attention_compiles_nothing_ahead(tiny_a
     calls = []
     monkeypatch.setattr(warmup, "launch", _fake_inductor_launch(calls))
     result = warmup.warm_up(rendered, timeout_s=60)
-    assert (result.status, result.seconds, calls) == ("skipped", 0.0, [])
+    assert (result.status, result.seconds, result.eager, calls) == ("skipped", 0.0, True, [])
     assert result.reason == "compile is off and the model builds its mask eagerly: nothing to compile ahead"
     assert not (tmp_path / "cache").exists()

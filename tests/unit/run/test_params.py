@@ -247,6 +247,16 @@ def test_a_key_given_twice_in_a_key_value_list_is_refused_not_overwritten(fields
     assert ScenarioRun(kernels="rope=cpu, attention=sdpa").kernels == {"rope": "cpu", "attention": "sdpa"}
 
 
+def test_the_mappings_also_take_a_json_object_as_their_help_says():
+    assert ScenarioRun(kernels='{"rope": "reference"}').kernels == {"rope": "reference"}
+    trim = ScenarioRun(scenario="moe", trim='{"layers": 1, "experts": 4, "top_k": 1}').trim
+    assert (trim.layers, trim.experts, trim.top_k) == (1, 4, 1)
+    with pytest.raises(ValidationError, match="kernels: rope given more than once"):
+        ScenarioRun(kernels='{"rope": "cpu", "rope": "reference"}')
+    with pytest.raises(ValidationError, match="kernels: .* is not a JSON object"):
+        ScenarioRun(kernels='{"rope": cpu}')
+
+
 def test_a_trim_of_a_dense_scenario_is_refused_for_the_scenario_whatever_its_keys(capsys):
     """The scenario is what is wrong: a trim missing keys is not asked to complete them first."""
     for scenario in ("native", "hf_backend"):
