@@ -33,22 +33,17 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import os
 import re
-import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.malloc_hugepages import render  # noqa: E402
-from titanflow.launch.metrics import log_lines, parse_step_line  # noqa: E402
-from titanflow.report.markdown import markdown_table  # noqa: E402
+from benchmarks.launch_pairs import alternate, print_comparison, render  # noqa: E402
+from titanflow.launch.metrics import parse_step_line  # noqa: E402
 
 #: torchtitan's log prefix: ``[titan] 2026-12-01 23:31:08,667 - root - INFO - <message>``.
 _TITAN_LINE = re.compile(r"\[titan\] (?P<at>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) - \S+ - \w+ - (?P<message>.*)")
@@ -76,31 +71,24 @@ def phase_marks(lines: list[str], steps: int) -> dict[str, float]:
     return marks
 
 
-def launch(script: Path, cwd: Path, dump_folder: Path, log: Path, steps: int) -> dict:
-    """Run ``script`` by bash in ``cwd`` with an empty ``dump_folder``: wall and CPU seconds, each phase's seconds,
-    losses."""
-    shutil.rmtree(dump_folder, ignore_errors=True)
-    start = time.time()
-    with log.open("w") as out:
-        proc = subprocess.Popen(["bash", str(script)], stdout=out, stderr=subprocess.STDOUT, cwd=cwd, env={
-            **os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])})
-        _, status, usage = os.wait4(proc.pid, 0)
-    end = time.time()
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"{script} failed; its output is in {log}")
-    lines = log_lines(log)
-    marks = phase_marks(lines, steps)
+def phases(result: dict, steps: int) -> dict:
+    """A launch's wall and CPU seconds and losses (benchmarks.launch_pairs.launch), and each phase's seconds
+    (PHASES, from rank 0's log lines of a ``steps``-step launch), which sum to the wall time.
+
+    Raises:
+        SystemExit: a phase's end is not in the log.
+    """
+    marks = phase_marks(result["lines"], steps)
     missing = [phase for phase, mark in PHASES if mark is not None and phase not in marks]
     if missing:
-        raise SystemExit(f"{log}: no line marks the end of {', '.join(missing)}")
-    result = {"wall_s": end - start, "user_s": usage.ru_utime, "sys_s": usage.ru_stime}
-    before = start
+        raise SystemExit(f"no line of the launch's log marks the end of {', '.join(missing)}")
+    figures = {key: result[key] for key in ("wall_s", "user_s", "sys_s", "losses")}
+    before = result["start"]
     for phase, _ in PHASES:
-        at = marks.get(phase, end)
-        result[phase] = at - before
+        at = marks.get(phase, result["end"])
+        figures[phase] = at - before
         before = at
-    result["losses"] = [round(r["loss"], 5) for line in lines if (r := parse_step_line(line)) is not None]
-    return result
+    return figures
 
 
 def baseline_worktree(revision: str, work: Path) -> Path:
@@ -129,28 +117,15 @@ def main() -> None:
     if pythonpath not in script:
         raise SystemExit(f"{job / 'launch.sh'} does not set {pythonpath.strip()}: nothing to swap")
     tree = baseline_worktree(args.baseline, work)
+    baseline = f"baseline ({args.baseline})"
     try:
-        scripts = {"now": job / "launch.sh", "baseline": job / "launch-baseline.sh"}
-        trees = {"now": REPO, "baseline": tree}
-        scripts["baseline"].write_text(script.replace(pythonpath, f"export PYTHONPATH={tree}\n"))
-        dump = job.parent / "train"
-        runs: dict[str, list[dict]] = {name: [] for name in scripts}
-        for pair in range(args.pairs):
-            for name, path in scripts.items():
-                runs[name].append(launch(path, trees[name], dump, work / f"{name}-{pair}.log", args.steps))
-                print(f"pair {pair + 1}/{args.pairs} {name}: {runs[name][-1]['wall_s']:.1f} s", flush=True)
+        (job / "launch-baseline.sh").write_text(script.replace(pythonpath, f"export PYTHONPATH={tree}\n"))
+        runs = alternate({"now": (job / "launch.sh", REPO), baseline: (job / "launch-baseline.sh", tree)},
+                         job.parent / "train", work, args.pairs, lambda result: phases(result, args.steps))
     finally:
         remove_worktree(tree)
-    rows = []
-    for metric in ["wall_s", "user_s", "sys_s", *(phase for phase, _ in PHASES)]:
-        now, base = (statistics.median(r[metric] for r in runs[name]) for name in ("now", "baseline"))
-        rows.append({"measure (s)": metric, f"baseline ({args.baseline})": f"{base:.2f}", "now": f"{now:.2f}",
-                     "now / baseline": f"{now / base:.2f}" if base else "-"})
-    same = all(r["losses"] == runs["baseline"][0]["losses"] for name in runs for r in runs[name])
-    print(f"\nnative cpu, {args.steps} steps, 2 ranks, {args.pairs} launch(es) per setting, medians "
-          f"({time.strftime('%Y-%m-%d')}):\n")
-    print(markdown_table(rows))
-    print(f"\nlosses equal at every step in every launch: {'yes' if same else 'NO'}")
+    print_comparison(runs, "now", baseline, ["wall_s", "user_s", "sys_s", *(phase for phase, _ in PHASES)],
+                     args.steps, args.pairs, measure_header="measure (s)")
 
 
 if __name__ == "__main__":
