@@ -9,7 +9,8 @@ Renders the native cpu job once (titanflow.launch.render, random init, the embed
 - **now**: as rendered, run from this tree (``PYTHONPATH`` and the working directory, which ``python -m`` puts first
   on ``sys.path``: the ranks run its ``titan_cfg``), as the flow runs it (titanflow.launch.torchrun);
 - **baseline**: the same script with ``PYTHONPATH`` and the working directory a git worktree of ``--baseline``
-  (default ``HEAD``, so uncommitted changes to the rank code are what is measured).
+  (default ``HEAD``, so uncommitted changes to the rank code are what is measured), and the torchrun line that
+  revision renders for the same job (``launch_line`` of its titanflow.launch.render: how it starts the ranks).
 
 Phases come from rank 0's torchtitan log lines (``[titan] <date> <time>,<ms>``: torchtitan's logger, wall clock)
 against the launch's start and end on this machine's clock, so they add up to the wall time:
@@ -33,7 +34,10 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
+import os
 import re
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -98,6 +102,17 @@ def baseline_worktree(revision: str, work: Path) -> Path:
     return path
 
 
+def baseline_launch_line(tree: Path, job: Path) -> list[str]:
+    """The torchrun argv the revision checked out at ``tree`` renders for the job in folder ``job`` (its
+    titanflow.launch.render ``launch_line``, run by this Python with ``tree`` first on the path)."""
+    code = ("import json, sys; from pathlib import Path; from titan_cfg.job import Job; "
+            "from titanflow.launch.render import launch_line; path = Path(sys.argv[1]); "
+            "print(json.dumps(launch_line(Job.read(path), path)[0]))")
+    out = subprocess.run([sys.executable, "-c", code, str(job / "job.json")], cwd=tree, check=True, text=True,
+                         capture_output=True, env={**os.environ, "PYTHONPATH": str(tree)})
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def remove_worktree(path: Path) -> None:
     """Remove the worktree :func:`baseline_worktree` made."""
     subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(path)], check=False)
@@ -119,7 +134,10 @@ def main() -> None:
     tree = baseline_worktree(args.baseline, work)
     baseline = f"baseline ({args.baseline})"
     try:
-        (job / "launch-baseline.sh").write_text(script.replace(pythonpath, f"export PYTHONPATH={tree}\n"))
+        exec_line = next(line for line in script.splitlines() if line.startswith("exec "))
+        baseline_script = script.replace(pythonpath, f"export PYTHONPATH={tree}\n").replace(
+            exec_line, f"exec {shlex.join(baseline_launch_line(tree, job))}")
+        (job / "launch-baseline.sh").write_text(baseline_script)
         runs = alternate({"now": (job / "launch.sh", REPO), baseline: (job / "launch-baseline.sh", tree)},
                          job.parent / "train", work, args.pairs, lambda result: phases(result, args.steps))
     finally:

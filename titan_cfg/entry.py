@@ -3,10 +3,15 @@ hand over to ``torchtitan.train``.
 
     TITANFLOW_JOB=runs/<id>/job/job.json torchrun --nproc_per_node=2 \\
         -m titan_cfg.entry --module titan_cfg.config_registry --config titanflow_job
+
+A target that forks its ranks (``Target.fork_ranks``: cpu) runs :mod:`titan_cfg.forked_torchrun` instead, which
+calls :func:`prepare` once before torchrun forks the ranks; each rank then runs :func:`main` through
+:mod:`titan_cfg.forked_rank`, and :func:`prepare` returns what the launcher already did.
 """
 
 from __future__ import annotations
 
+import functools
 import gc
 import os
 from pathlib import Path
@@ -16,16 +21,28 @@ from titan_cfg.compat.cpu import make_importable_without_triton
 from titan_cfg.job import JOB_ENV, Job
 
 
+@functools.cache
+def prepare() -> tuple[Job, tuple[str, ...]]:
+    """Read the job (``$TITANFLOW_JOB``), apply the compat layers of its target and scenario, and import
+    torchtitan's trainer; returns (the job, the names of the patches applied). Once per process: a forked rank
+    inherits the launcher's call and its patches."""
+    from titan_cfg.scenarios import SCENARIOS
+    from titan_cfg.targets import TARGETS
+
+    job = Job.read(Path(os.environ[JOB_ENV]))
+    applied = apply_compat(TARGETS[job.target]().node, SCENARIOS[job.scenario].compat)  # trn2-cluster: trn2's
+    make_importable_without_triton()
+    import torchtitan.train  # noqa: F401  (imported here so that a launcher that forks ranks shares it)
+
+    return job, tuple(applied)
+
+
 def main() -> None:
-    """torchrun entry: compat for the job's target, the parity probe and the step-1 batch record
+    """torchrun entry: compat for the job's target (:func:`prepare`), the parity probe and the step-1 batch record
     (titan_cfg.first_batch), then torchtitan's trainer main."""
     from titan_cfg.scenarios import SCENARIOS
 
-    job = Job.read(Path(os.environ[JOB_ENV]))
-    from titan_cfg.targets import TARGETS
-
-    applied = apply_compat(TARGETS[job.target]().node, SCENARIOS[job.scenario].compat)  # trn2-cluster: trn2's
-    make_importable_without_triton()
+    job, applied = prepare()
     if applied and os.environ.get("RANK", "0") == "0":
         print(f"titanflow: compat patches applied: {', '.join(applied)}", flush=True)
     from titan_cfg import first_batch, probe

@@ -63,6 +63,9 @@ class Target(BaseModel):
     # Pretrained init: repeat step 1's loss with transformers on the trainer's batch (titanflow.judge.first_step)
     # and judge against it. Only where that forward is the same arithmetic (fp32) and cheap next to training.
     independent_first_step: bool = False
+    # torchrun forks the ranks from one process that imported torchtitan (titan_cfg.forked_torchrun) instead of
+    # starting each afresh: only where no device runtime is initialised before the fork (cpu)
+    fork_ranks: bool = False
 
     @model_validator(mode="after")
     def _one_node_or_slurm(self) -> "Target":
@@ -121,6 +124,7 @@ def cpu() -> Target:
         activation_checkpoint="none",  # tiny model: memory is not the limit, time is
         mixed_precision_param="float32",  # fp32 end to end, so logits compare exactly with transformers
         independent_first_step=True,  # a tiny model: the forward takes about 3 s
+        fork_ranks=True,  # each rank's own import of torch and torchtitan cost about 3 s (titan_cfg.forked_torchrun)
         # a save (151 MB: weights and AdamW's two moments) took 0.5-1.2 s on 2 busy cores; a retry repeats at
         # most 4 steps
         checkpoint_interval=5,

@@ -23,10 +23,13 @@ def run_processes(run_dir: Path) -> list[psutil.Process]:
 
 
 def rank_process(run_dir: Path, rank: int) -> psutil.Process | None:
-    """The live rank ``rank`` of the run's launch (its environment has ``RANK``), or None."""
+    """The live rank ``rank`` of the run's launch, or None: a rank torchrun started afresh has ``RANK`` in its
+    environment; a forked rank (the cpu target, titan_cfg.forked_rank) shows its launcher's, and is named."""
+    from titan_cfg.forked_rank import process_name
+
     for proc in run_processes(run_dir):
         try:
-            if proc.environ().get("RANK") == str(rank):
+            if proc.environ().get("RANK") == str(rank) or proc.name() == process_name(str(rank)).decode():
                 return proc
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
@@ -42,14 +45,25 @@ def logged_steps(train_log: Path) -> list[dict]:
     return [row for row in map(parse_step_line, train_log.read_text(errors="replace").splitlines()) if row]
 
 
-def train_run_count(flow_run_id) -> int:
-    """How many times the flow run's train task ran, from the Prefect API (1 = no retry)."""
+def train_run_count(flow_run_id, wait_s: float = 30) -> int:
+    """How many times the flow run's train task ran, from the Prefect API (1 = no retry). A task run reaches the
+    server as events, sent and recorded after the flow has returned: the client's are sent first, then the API is
+    asked until the train task run's last state is there (at most ``wait_s`` seconds)."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+    from prefect.events.worker import EventsWorker
 
-    with get_client(sync_client=True) as client:
-        task_runs = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
-    (train,) = [t for t in task_runs if t.name.startswith("train-")]
+    EventsWorker.drain_all()
+    found: list = []
+
+    def recorded() -> bool:
+        with get_client(sync_client=True) as client:
+            task_runs = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
+        found[:] = [t for t in task_runs if t.name.startswith("train-") and t.state is not None and t.state.is_final()]
+        return bool(found)
+
+    wait_until(recorded, wait_s, "the train task run's final state on the Prefect server")
+    (train,) = found
     return train.run_count
 
 

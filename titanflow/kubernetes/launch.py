@@ -170,7 +170,7 @@ def run_pods(rendered, *, timeout_s: float, log_path: Path,
         recorded = {n: r for n, r in exits.items() if r is not None}
         if len(recorded) < job.nnodes:
             route.say(f"{len(recorded)} of {job.nnodes} pod(s) recorded an exit")
-    failed = first_failed(exits)
+    failed = first_failed(exits, nodes)
     ok = len(recorded) >= job.nnodes and all(r["exit_code"] == 0 for r in recorded.values())
     code = 0 if ok else (exits[failed]["exit_code"] if failed else 1)
     peak = max((r["peak_rss_bytes"] for r in recorded.values()), default=0)

@@ -182,10 +182,21 @@ def node_exits(nodes: Path, names: list[str]) -> dict[str, dict | None]:
     return found
 
 
-def first_failed(exits: dict[str, dict | None]) -> str | None:
-    """The node whose agent failed first (the earliest non-zero exit record), None when none failed."""
+def first_failed(exits: dict[str, dict | None], nodes: Path | None = None) -> str | None:
+    """The node that failed first, None when none failed: of the nodes with a non-zero exit record, the one whose
+    agent exited first; with ``nodes`` (the launch's nodes folder), a node whose first failing rank's own error
+    (:func:`node_rank_error`) is only a lost peer (titanflow.launch.root_cause.lost_peer) comes after every other.
+    Which agent exits first is a race a rank that lost its peer can win: srun or the pods then end the other agent,
+    whose rank failed first, before it exits on its own."""
+    from titanflow.launch.root_cause import lost_peer
+
     failed = [(r["ended_at"], n) for n, r in exits.items() if r is not None and r["exit_code"] != 0]
-    return min(failed)[1] if failed else None
+
+    def order(item: tuple[float, str]) -> tuple[bool, float, str]:
+        error = node_rank_error(nodes, item[1]) if nodes is not None else None
+        return error is not None and lost_peer(error.message), *item
+
+    return min(failed, key=order)[1] if failed else None
 
 
 def exit_words(record: dict | None) -> str:
@@ -204,22 +215,29 @@ def last_lines(path: Path, count: int) -> list[str]:
 
 
 
+def node_rank_error(nodes: Path, node: str):
+    """The first failing rank's own error on ``node`` (titanflow.launch.root_cause.first_rank_error: its rank logs
+    under ``train/ranks/<node>`` and its console), with its local rank; None when it left none."""
+    from titanflow.launch.root_cause import first_rank_error
+
+    console = "\n".join(last_lines(node_log_path(nodes, node), 200))
+    return first_rank_error(nodes.parent / "ranks" / node, console)
+
+
 def first_node_error(job: Job):
     """The root cause of a failed multi-node launch: on the node that failed first (:func:`first_failed`), its first
     failing rank's own error from its rank logs and console (titanflow.launch.root_cause.first_rank_error), with
     its global rank (the local one on that node when torchrun's report does not pair them) and the message
     prefixed ``node <name>:``; None when no node recorded a failure."""
-    from titanflow.launch.root_cause import first_rank_error
-
     nodes = nodes_dir(job)
     names = sorted(p.name.removesuffix(".exit.json") for p in nodes.glob("*.exit.json"))
-    failed = first_failed(node_exits(nodes, names))
+    failed = first_failed(node_exits(nodes, names), nodes)
     if failed is None:
         return None
-    console = "\n".join(last_lines(node_log_path(nodes, failed), 200))
-    found = first_rank_error(Path(job.dump_folder) / "ranks" / failed, console)
+    found = node_rank_error(nodes, failed)
     if found is None:
         return None
+    console = "\n".join(last_lines(node_log_path(nodes, failed), 200))
     # the rank as the job knows it: torchrun's failure report on that node pairs the global rank with the local one
     pairs = re.findall(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)", console)
     rank = next((int(g) for g, local in reversed(pairs) if int(local) == found.rank), found.rank)
@@ -252,7 +270,7 @@ class NodeLogs:
         exits = node_exits(self.nodes, names or sorted(self.tails))
         for name, record in exits.items():
             route.say(f"node {name}: {exit_words(record)}")
-        failed = first_failed(exits)
+        failed = first_failed(exits, self.nodes)
         if failed is not None:
             route.write(f"titanflow: node {failed} failed first; its last lines:")
             for line in last_lines(node_log_path(self.nodes, failed), FAILED_NODE_LINES):

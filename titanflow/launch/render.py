@@ -33,7 +33,12 @@ from titanflow.run.preflight import check_weights_folder
 from titanflow.weights.identity import weights_id as weights_id_of
 
 #: torchrun's module entry: applies the target's compat layer, then torchtitan.train.
-ENTRY = ["-m", "titan_cfg.entry", "--module", "titan_cfg.config_registry", "--config", "titanflow_job"]
+ENTRY = ["-m", "titan_cfg.entry"]
+#: The same entry for a target that forks its ranks (``Target.fork_ranks``): torchrun's function entry, started in a
+#: fork of titan_cfg.forked_torchrun, which has imported torchtitan once for every rank.
+FORKED_ENTRY = ["--start-method", "fork", "--run-path", str(paths.REPO_ROOT / "titan_cfg" / "forked_rank.py")]
+#: torchtitan's own arguments: the job's config, from titan_cfg.config_registry.
+TRAINER_ARGS = ["--module", "titan_cfg.config_registry", "--config", "titanflow_job"]
 
 
 class RenderError(ValueError):
@@ -130,13 +135,15 @@ def torchrun_line(job: Job) -> list[str]:
     """torchrun's arguments up to the entry module: ``--standalone`` for a local job; on Slurm or Kubernetes, c10d
     rendezvous on the first node (:data:`NODE_PLACEHOLDERS`) with the target's join timeout and no restarts (a
     failed node ends the launch; the train task's retry relaunches it), every node's rank logs under
-    ``train/ranks/<node>``."""
+    ``train/ranks/<node>``. A target that forks its ranks runs torchrun through titan_cfg.forked_torchrun (same
+    arguments)."""
     ranks = Path(job.dump_folder) / "ranks"
     console = ["--tee", "3", "--local-ranks-filter", "0"]
-    if job.scheduler == "local":
-        return ["torchrun", "--standalone", f"--nproc_per_node={job.world_size}", "--log-dir", str(ranks), *console]
     target = TARGETS[job.target]()
-    return ["torchrun", f"--nnodes={job.nnodes}", f"--nproc_per_node={job.nproc_per_node}",
+    torchrun = ["python", "-m", "titan_cfg.forked_torchrun"] if target.fork_ranks else ["torchrun"]
+    if job.scheduler == "local":
+        return [*torchrun, "--standalone", f"--nproc_per_node={job.world_size}", "--log-dir", str(ranks), *console]
+    return [*torchrun, f"--nnodes={job.nnodes}", f"--nproc_per_node={job.nproc_per_node}",
             "--rdzv-backend=c10d", f"--rdzv-endpoint={NODE_PLACEHOLDERS['endpoint']}",
             f"--rdzv-id={NODE_PLACEHOLDERS['rdzv_id']}", f"--rdzv-conf=join_timeout={target.rdzv_join_timeout_s}",
             "--max-restarts=0", "--log-dir", str(ranks / NODE_PLACEHOLDERS["node"]), *console]
@@ -159,7 +166,7 @@ def launch_line(job: Job, job_path: Path) -> tuple[list[str], dict[str, str]]:
     """torchrun argv (:func:`torchrun_line`: local rank 0 on the console, every rank's log under ``train/ranks``)
     and rank env; one node: ``--nproc_per_node`` is the job's world size."""
     target = TARGETS[job.target]()
-    argv = [*torchrun_line(job), *ENTRY]
+    argv = [*torchrun_line(job), *(FORKED_ENTRY if target.fork_ranks else ENTRY), *TRAINER_ARGS]
     env = {
         **(RANK_PREFIX if job.scheduler != "local" else {}),
         **target.env,

@@ -11,6 +11,11 @@ torchrun reports for it, else the last exception line of its ``stderr.log``. Wit
 (a launcher killed before it could print one), the rank with the oldest ``error.json``, else the
 first rank whose ``stderr.log`` holds an exception. torchrun's ``ChildFailedError`` banner itself
 says only that a child failed: it is never the root cause.
+
+torchrun's order is by the second, and a rank whose peer died fails within milliseconds of it (a forked rank
+exits at once), so the peer's failure can come first or in the same second, where torchrun lists the lower rank
+first. An error that says only that a peer went away (:func:`lost_peer`) is therefore the root cause only when no
+failing rank has another: the other failures of torchrun's report (and of the error files) are read too.
 """
 
 from __future__ import annotations
@@ -34,6 +39,18 @@ _FIRST_OBSERVED = re.compile(r"Root Cause \(first observed failure\):.*?\n\s*ran
                              r"(?:\s*\(local_rank:\s*(\d+)\))?.*?\n\s*traceback\s*:\s*([^\n]*)", re.DOTALL)
 #: A traceback that is a signal, as torchrun reports a rank killed by one.
 _SIGNAL = re.compile(r"^Signal \d+ \(\w+\) received by PID \d+")
+#: One failure of torchrun's report: its rank (and local rank) and the first line of its traceback.
+_REPORT_ENTRY = re.compile(r"^\s*rank\s*:\s*(\d+)(?:\s*\(local_rank:\s*(\d+)\))?.*?^\s*traceback\s*:\s*([^\n]*)",
+                           re.DOTALL | re.MULTILINE)
+#: What a rank raises when a rank it talks to has died: gloo's "Connection closed by peer" and "Connection reset by
+#: peer", NCCL's "remote process exited or there was a network error". A consequence, never a cause of its own.
+_LOST_PEER = re.compile(r"Connection (?:closed|reset) by peer|remote process exited")
+
+
+def lost_peer(message: str) -> bool:
+    """Whether a rank's error says only that a peer went away (gloo's or NCCL's words for it): the consequence of
+    another rank's failure."""
+    return _LOST_PEER.search(message) is not None
 
 
 class RankError(BaseModel):
@@ -66,20 +83,37 @@ def _error_file(path: Path) -> tuple[int, str] | None:
 
 
 def _from_error_files(attempt: Path) -> RankError | None:
-    found = [(read[0], int(path.parent.name), read[1], path)
+    """The oldest error.json, one that is more than a lost peer (:func:`lost_peer`) first."""
+    found = [(lost_peer(read[1]), read[0], int(path.parent.name), read[1], path)
              for path in attempt.glob("*/error.json") if (read := _error_file(path)) is not None]
     if not found:
         return None
-    _, rank, message, path = min(found)
+    _, _, rank, message, path = min(found)
     return RankError(rank=rank, message=_bounded(message), source=str(path))
 
 
-def _from_first_observed(attempt: Path, launcher_log: str) -> RankError | None:
-    """The rank torchrun's last "first observed failure" section names, with its own error."""
-    sections = _FIRST_OBSERVED.findall(launcher_log)
+def _report_failures(launcher_log: str) -> list[tuple[str, str, str]]:
+    """(rank, local rank or "", first traceback line) of each failure of torchrun's last failure report in
+    ``launcher_log``: the first observed one, then the others it lists under "Failures:"."""
+    sections = list(_FIRST_OBSERVED.finditer(launcher_log))
     if not sections:
-        return None
-    rank, local_rank, traceback = sections[-1]
+        return []
+    first = sections[-1]
+    listed = launcher_log.rfind("Failures:", 0, first.start())
+    others = _REPORT_ENTRY.findall(launcher_log[listed:first.start()]) if listed >= 0 else []
+    return [first.groups(), *others]
+
+
+def _from_report(attempt: Path, launcher_log: str) -> RankError | None:
+    """The first failure of torchrun's last report (:func:`_report_failures`) whose own error is more than a lost
+    peer, else its first observed failure; each with its own error (:func:`_rank_error`)."""
+    errors = [error for entry in _report_failures(launcher_log) if (error := _rank_error(attempt, *entry))]
+    return next((error for error in errors if not lost_peer(error.message)), errors[0] if errors else None)
+
+
+def _rank_error(attempt: Path, rank: str, local_rank: str, traceback: str) -> RankError | None:
+    """A failure of torchrun's report with its own error: error.json, the signal, or the last exception line of the
+    rank's stderr.log."""
     folder = attempt / (local_rank or rank)
     written = _error_file(folder / "error.json")
     if written is not None:
@@ -115,7 +149,7 @@ def first_rank_error(ranks_dir: Path, launcher_log: str = "") -> RankError | Non
     attempt = _latest_attempt(ranks_dir)
     if attempt is None:
         return None
-    found = _from_first_observed(attempt, launcher_log) or _from_error_files(attempt)
+    found = _from_report(attempt, launcher_log) or _from_error_files(attempt)
     if found is not None:
         return found
     ranks = sorted((p for p in attempt.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))

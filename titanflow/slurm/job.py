@@ -303,7 +303,7 @@ def run_job(rendered, *, timeout_s: float, log_path: Path, on_lines: Callable[[l
                       f"{job.nproc_per_node} rank(s), {' '.join(sbatch_options(job, timeout_s, settings))}")
             state, timed_out = follower.follow(job_id, timeout_s)
         exits = follower.report(job_id, state)
-    failed = first_failed(exits)
+    failed = first_failed(exits, nodes)
     ok = state.get("JobState") == "COMPLETED" and all(r is not None and r["exit_code"] == 0 for r in exits.values())
     code = 0 if ok else (exits[failed]["exit_code"] if failed else 1)
     peak = max((r["peak_rss_bytes"] for r in exits.values() if r), default=0)

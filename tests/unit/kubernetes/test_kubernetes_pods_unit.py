@@ -115,7 +115,7 @@ def test_a_job_on_kubernetes_renders_the_launch_every_pod_runs(tmp_path, tiny_as
     assert json.loads((tmp_path / "run" / "job" / "job.json").read_text())["scheduler"] == "kubernetes"
     assert "--standalone" not in rendered.argv and f"--rdzv-id={NODE_PLACEHOLDERS['rdzv_id']}" in rendered.argv
     script = (tmp_path / "run" / "job" / "launch.sh").read_text()
-    assert f"exec python -m titanflow.launch.node {tmp_path / 'run' / 'train' / 'nodes'} -- torchrun --nnodes=2" in script
+    assert f"exec python -m titanflow.launch.node {tmp_path / 'run' / 'train' / 'nodes'} -- python -m titan_cfg.forked_torchrun --nnodes=2" in script
     said = subprocess.run(["bash", str(tmp_path / "run" / "job" / "launch.sh")], capture_output=True, text=True,
                           cwd=paths.REPO_ROOT, env={"PATH": "/usr/bin:/bin"})
     assert said.returncode != 0 and "TITANFLOW_RDZV_ENDPOINT: the launch record of pod 0 sets it" in said.stderr

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from titan_cfg.job import JOB_ENV, Job
+from titanflow import paths
 from titanflow.judge.goldens import RENDER_DIR
 from titanflow.launch.render import render
 from titanflow.run.params import ScenarioRun
@@ -32,7 +33,10 @@ def test_cpu_job_matches_the_weights_folder(tmp_path, tiny_assets):
     files = _rendered_files(Path(rendered.job_path).parent)
     job, launch, trainer = files["job.json"], files["launch.json"], files["trainer_config.json"]
     assert (job["local_batch_size"], job["global_batch_size"], job["seq_len"], job["steps"]) == (2, 4, 256, 3)
-    assert launch["argv"][:3] == ["torchrun", "--standalone", "--nproc_per_node=2"]
+    # the cpu target forks its ranks (Target.fork_ranks): torchrun's own arguments, through titan_cfg.forked_torchrun
+    assert launch["argv"][:5] == ["python", "-m", "titan_cfg.forked_torchrun", "--standalone", "--nproc_per_node=2"]
+    assert launch["argv"][-8:] == ["--start-method", "fork", "--run-path", str(paths.REPO_ROOT / "titan_cfg" / "forked_rank.py"),
+                                   "--module", "titan_cfg.config_registry", "--config", "titanflow_job"]
     assert launch["env"][JOB_ENV] == rendered.job_path
     assert "TORCHINDUCTOR_CACHE_DIR" in launch["env"]
     model = trainer["model_spec"]["model"]
@@ -140,7 +144,6 @@ def test_trn2_render_matches_golden(tmp_path, config_only_folder, scenario, init
     run_dir = tmp_path / "runs" / golden_name(scenario, init, model_spec, target).removesuffix(".json")
     run = ScenarioRun(scenario=scenario, target=target, init=init, model_spec=model_spec, run_id=run_dir.name)
     rendered = render(run, weights, run_dir, files_only=True)
-    from titanflow import paths
     from titanflow.launch.dataset import torchtitan_checkout
 
     files = _normalised(_rendered_files(Path(rendered.job_path).parent), {
@@ -182,7 +185,7 @@ def test_two_cpu_nodes_of_one_rank_render_a_slurm_job_of_the_same_workload(tmp_p
     job, argv = files["job.json"], files["launch.json"]["argv"]
     assert (job["nnodes"], job["world_size"], job["global_batch_size"], job["local_batch_size"]) == (2, 2, 4, 2)
     assert rendered.scheduler == "slurm" and "--standalone" not in argv
-    assert argv[:8] == ["torchrun", "--nnodes=2", "--nproc_per_node=1", "--rdzv-backend=c10d",
+    assert argv[:10] == ["python", "-m", "titan_cfg.forked_torchrun", "--nnodes=2", "--nproc_per_node=1", "--rdzv-backend=c10d",
                         f"--rdzv-endpoint={NODE_PLACEHOLDERS['endpoint']}", f"--rdzv-id={NODE_PLACEHOLDERS['rdzv_id']}",
                         "--rdzv-conf=join_timeout=600", "--max-restarts=0"]
     assert argv[argv.index("--log-dir") + 1] == str(tmp_path / "run" / "train" / "ranks" / "${TITANFLOW_NODE}")

@@ -14,6 +14,7 @@ import pytest
 from prefect.states import Failed
 
 from helpers import FIXTURES
+from helpers.torchrun_reports import KILLED, LOST_PEER, child_failed_report
 from tasks.retry import retry_infrastructure_only
 from titanflow.judge.failures import classify_failure, root_cause
 from titanflow.launch.process import ProcessResult
@@ -25,7 +26,6 @@ pytestmark = pytest.mark.fault
 LOGS = FIXTURES / "failure_logs"
 MISSING = "RuntimeError: Missing key in checkpoint state_dict: model.layers.0.input_layernorm.weight."
 NAN = "RuntimeError: Loss is not finite (global_avg_loss=nan) at step 3. Stopping training."
-KILLED = "Signal 9 (SIGKILL) received by PID 20117"
 
 
 class _Task:
@@ -93,3 +93,36 @@ def test_a_launch_the_watchdog_ended_names_the_timeout_not_a_stopped_rank():
     error = str(launch_error("train", "timed out after 8 s", result, LOGS / "none.log", LOGS / "ranks_nan"))
     assert root_cause(error) is None and error.startswith("train: timed out after 8 s; full log")
     assert classify_failure(verdict="fail", failed_task="train", error=error, losses=None) == "infrastructure"
+
+
+
+
+def test_a_rank_that_lost_its_peer_is_not_the_root_cause_even_when_torchrun_observed_it_first(tmp_path):
+    """torchrun orders failures by the second and lists the lower rank first within one; a forked rank exits within
+    milliseconds of losing its peer, so rank 0's "Connection closed by peer" (its error.json, ranks_killed's) can be
+    the first observed failure while rank 1, killed by SIGKILL, is listed after it: rank 1 is the root cause."""
+    shutil.copytree(LOGS / "ranks_killed" / "launch", tmp_path / "launch")
+    report = child_failed_report((0, "Traceback (most recent call last):"), [(1, KILLED)])
+    root = first_rank_error(tmp_path, report)
+    assert (root.rank, root.message) == (1, KILLED)
+    # alone, the lost peer is all there is to name
+    only = first_rank_error(tmp_path, child_failed_report((0, "Traceback (most recent call last):"), []))
+    assert only.rank == 0 and "Connection closed by peer" in only.message
+
+
+def test_without_a_report_an_error_file_that_is_more_than_a_lost_peer_comes_first(tmp_path):
+    """No launcher report (a launcher killed before printing one): the error files decide, the oldest first, except
+    that a lost peer's comes after any other."""
+    import json
+
+    shutil.copytree(LOGS / "ranks_nan" / "launch", tmp_path / "launch")
+    files = sorted(tmp_path.glob("launch/attempt_0/*/error.json"))
+    nan = json.loads(files[0].read_text())
+    peer = json.loads(json.dumps(nan))
+    peer["message"]["message"] = LOST_PEER
+    peer["message"]["extraInfo"]["timestamp"] = str(int(nan["message"]["extraInfo"]["timestamp"]) - 5)  # older
+    lost = tmp_path / "launch" / "attempt_0" / "1" / "error.json"
+    lost.parent.mkdir(exist_ok=True)
+    lost.write_text(json.dumps(peer))
+    root = first_rank_error(tmp_path)
+    assert root.message == NAN and root.rank == int(files[0].parent.name)

@@ -5,6 +5,7 @@ tests/e2e/test_slurm_runs.py."""
 import io
 import json
 import math
+import shutil
 
 import pytest
 
@@ -67,6 +68,36 @@ def test_the_node_that_failed_first_is_the_earliest_non_zero_exit(tmp_path):
     assert exits["n4"] is None  # no record: Slurm ended it before it could write one
     assert first_failed(exits) == "n3"
     assert first_failed({"n1": exits["n1"], "n4": None}) is None
+
+
+def test_a_node_whose_rank_only_lost_its_peer_did_not_fail_first_even_when_its_agent_exited_first(tmp_path):
+    """Rank 1 SIGKILLed on n1: n2's rank 0 loses its peer and its agent exits 1 within milliseconds, before n1's
+    agent, which srun then ends with SIGTERM (the race make test met once ranks exited at once). The node that failed
+    first is n1: its torchrun names the SIGKILL, n2's rank only lost a peer (titanflow.launch.root_cause)."""
+    from helpers import FIXTURES
+    from helpers.torchrun_reports import KILLED, child_failed_report
+
+    from titan_cfg.job import Job
+    from titanflow.launch.nodes import first_node_error
+
+    nodes = tmp_path / "train" / "nodes"
+    nodes.mkdir(parents=True)
+    for node, code, signal, ended, report in (("n1", 143, "SIGTERM", 12.0, child_failed_report((1, KILLED), [])),
+                                               ("n2", 1, None, 11.0, child_failed_report((0, "Traceback"), []))):
+        (nodes / f"{node}.exit.json").write_text(json.dumps({"node": node, "exit_code": code, "signal": signal,
+                                                             "ended_at": ended, "peak_rss_bytes": 1}))
+        # one rank per node: local rank 0; the report pairs the global rank with it
+        (nodes / f"{node}.log").write_text(report.replace("(local_rank: 1)", "(local_rank: 0)"))
+        (tmp_path / "train" / "ranks" / node / "launch" / "attempt_0" / "0").mkdir(parents=True)
+    # n2's rank 0 wrote gloo's lost connection to its error.json (ranks_killed's rank 0, a real one)
+    shutil.copy(FIXTURES / "failure_logs" / "ranks_killed" / "launch" / "attempt_0" / "0" / "error.json",
+                tmp_path / "train" / "ranks" / "n2" / "launch" / "attempt_0" / "0")
+    exits = node_exits(nodes, ["n1", "n2"])
+    assert first_failed(exits) == "n2"  # by exit alone
+    assert first_failed(exits, nodes) == "n1"
+    job = Job.model_construct(dump_folder=str(tmp_path / "train"))
+    root = first_node_error(job)
+    assert (root.rank, root.message) == (1, f"node n1: {KILLED}")
 
 
 def test_the_slurm_time_limit_covers_the_timeout_and_the_cancel_grace():

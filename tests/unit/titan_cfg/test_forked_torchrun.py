@@ -1,0 +1,57 @@
+"""titan_cfg.forked_torchrun: torchrun's report of forked ranks lists every rank that had failed when it looked
+(torch 2.13 lists one), so that the root cause (titanflow.launch.root_cause) can name the rank killed, not the peer
+that lost it. The ranks here are real forks under torch's own MultiprocessContext, as torchrun starts them."""
+
+import os
+import signal
+import time
+
+import psutil
+import pytest
+
+from titan_cfg.forked_torchrun import report_every_failure
+
+
+def _rank(local_rank: int) -> None:
+    """Rank 1 is killed (SIGKILL); rank 0 raises what gloo raises once its peer is gone, 50 ms later."""
+    if local_rank == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(0.05)
+    raise RuntimeError("[gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:5537.")
+
+
+def _failures(tmp_path) -> dict:
+    """Start the two ranks forked, wait until both have ended, then let torch's context poll once: its failures."""
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, start_processes
+
+    context = start_processes("rank", _rank, args={0: (0,), 1: (1,)}, envs={0: {}, 1: {}},
+                              logs_specs=DefaultLogsSpecs(log_dir=str(tmp_path)), start_method="fork")
+    deadline = time.monotonic() + 30
+    while any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+              for pid in context.pids().values()):
+        assert time.monotonic() < deadline, "the ranks did not end"
+        time.sleep(0.02)
+    result = context.wait(timeout=5)
+    context.close()
+    return result.failures
+
+
+def test_every_rank_that_had_failed_is_reported_the_killed_one_with_its_signal(tmp_path):
+    from torch.distributed.elastic.multiprocessing import api
+
+    upstream = api.MultiprocessContext._poll
+    try:
+        assert len(_failures(tmp_path / "upstream")) == 1  # torch 2.13: one of the two, whichever join met first
+        assert report_every_failure() and not report_every_failure()  # patched once
+        failures = _failures(tmp_path / "patched")
+    finally:
+        api.MultiprocessContext._poll = upstream
+    assert sorted(failures) == [0, 1]
+    assert failures[1].exitcode == -signal.SIGKILL and failures[1].message.startswith("Signal 9 (SIGKILL)")
+    assert failures[0].exitcode == 1
+
+
+@pytest.fixture(autouse=True)
+def _no_stray_children():
+    yield
+    assert not [p for p in psutil.Process().children() if p.status() != psutil.STATUS_ZOMBIE]
