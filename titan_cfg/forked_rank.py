@@ -1,6 +1,7 @@
 """What each rank of a forked launch runs (``torchrun --start-method fork --run-path <this file>``, written by
 titanflow.launch.render for a target with ``fork_ranks``): :func:`titan_cfg.entry.main`, in the process torchrun
-forked from :mod:`titan_cfg.forked_torchrun`, which has already imported torchtitan and applied the compat layers.
+forked from :mod:`titan_cfg.forked_torchrun`, which has already imported torchtitan and applied the compat layers;
+first it takes back the signal handlers that process started with (torchrun's agent has since installed its own).
 
 A forked rank has its launcher's command line, and ``/proc/<pid>/environ`` shows the environment the launcher
 started with, without the ``RANK`` torchrun set after the fork; so the rank names itself ``titan-rank<RANK>``
@@ -28,6 +29,8 @@ def name_this_process(rank: str) -> None:
 
 if __name__ == "__main__":  # torchrun's --run-path runs this file as __main__, in the forked rank
     from titan_cfg.entry import main
+    from titan_cfg.forked_torchrun import restore_startup_handlers
 
+    restore_startup_handlers()
     name_this_process(os.environ.get("RANK", "?"))
     main()

@@ -11,14 +11,34 @@ torchtitan and applies the compat layers there first (:func:`titan_cfg.entry.pre
 them in place. Only targets with ``fork_ranks`` (cpu) launch this way: a Neuron or CUDA runtime must not be
 initialised in a process that later forks.
 
-One difference from ranks started afresh is mended here (:func:`report_every_failure`): torchrun's report of a
-forked launch names one failed rank only.
+Two differences from ranks started afresh are mended here. torchrun's report of a forked launch names one failed
+rank only (:func:`report_every_failure`). And a fork inherits the signal handlers torchrun installs in its own
+process before it starts the ranks (SIGTERM raises an exception, which Python runs only between bytecodes: a rank
+blocked in a collective then ignores the SIGTERM torchrun sends when its peer dies); each forked rank takes back
+the handlers this process started with (:func:`restore_startup_handlers`), as a new Python would have them.
 """
 
 from __future__ import annotations
 
 import gc
+import signal
 import sys
+
+#: The signals torchrun's agent handles in its own process (torch 2.13: TORCHELASTIC_SIGNALS_TO_HANDLE's default).
+AGENT_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
+#: Their handlers as this process started, before torchrun's (:func:`record_startup_handlers`).
+startup_handlers: dict[signal.Signals, object] = {}
+
+
+def record_startup_handlers() -> None:
+    """Keep this process's handlers of :data:`AGENT_SIGNALS` (those of a new Python) for the forked ranks."""
+    startup_handlers.update({sig: signal.getsignal(sig) for name in AGENT_SIGNALS if (sig := getattr(signal, name, None))})
+
+
+def restore_startup_handlers() -> None:
+    """In a forked rank: the handlers :func:`record_startup_handlers` kept, in place of torchrun's agent's."""
+    for sig, handler in startup_handlers.items():
+        signal.signal(sig, handler)
 
 
 def report_every_failure() -> bool:
@@ -55,10 +75,11 @@ def report_every_failure() -> bool:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """:func:`titan_cfg.entry.prepare` and :func:`report_every_failure`, then torchrun's ``main`` with ``argv``
-    (default: this command's arguments)."""
+    """:func:`record_startup_handlers`, :func:`titan_cfg.entry.prepare` and :func:`report_every_failure`, then
+    torchrun's ``main`` with ``argv`` (default: this command's arguments)."""
     from titan_cfg.entry import prepare
 
+    record_startup_handlers()
     prepare()
     report_every_failure()
     # What is imported by now lives until exit: frozen, neither this process's collections nor a rank's walk it (a

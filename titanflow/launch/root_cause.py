@@ -15,7 +15,8 @@ says only that a child failed: it is never the root cause.
 torchrun's order is by the second, and a rank whose peer died fails within milliseconds of it (a forked rank
 exits at once), so the peer's failure can come first or in the same second, where torchrun lists the lower rank
 first. An error that says only that a peer went away (:func:`lost_peer`) is therefore the root cause only when no
-failing rank has another: the other failures of torchrun's report (and of the error files) are read too.
+failing rank has another: the other failures of torchrun's report (and of the error files) are read too. (torch
+2.13 reports one failure of forked ranks; titan_cfg.forked_torchrun makes it report every one.)
 """
 
 from __future__ import annotations
