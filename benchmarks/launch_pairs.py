@@ -8,20 +8,38 @@ setting side by side with their ratio, and whether every launch logged the same 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from titanflow.launch.metrics import log_lines, parse_step_line  # noqa: E402
 from titanflow.report.markdown import markdown_table  # noqa: E402
+
+
+@contextlib.contextmanager
+def work_folder(given: Path | None, prefix: str) -> Iterator[Path]:
+    """The folder a benchmark renders, launches and logs into: ``given`` (``--work``), kept, else a temporary one
+    (a run's folders hold a few hundred MB of checkpoints), removed at the end, its logs with it."""
+    if given is not None:
+        given.mkdir(parents=True, exist_ok=True)
+        yield given
+        print(f"job, logs and checkpoints kept in {given}")
+        return
+    work = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        yield work
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def render(work: Path, steps: int) -> Path:

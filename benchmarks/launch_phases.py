@@ -40,13 +40,12 @@ import re
 import shlex
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.launch_pairs import alternate, print_comparison, render  # noqa: E402
+from benchmarks.launch_pairs import alternate, print_comparison, render, work_folder  # noqa: E402
 from titanflow.launch.metrics import parse_step_line  # noqa: E402
 
 #: torchtitan's log prefix: ``[titan] 2026-12-01 23:31:08,667 - root - INFO - <message>``.
@@ -123,28 +122,28 @@ def main() -> None:
     parser.add_argument("--baseline", default="HEAD", help="the revision whose rank code is compared (default HEAD)")
     parser.add_argument("--steps", type=int, default=3, help="training steps per launch (default 3)")
     parser.add_argument("--pairs", type=int, default=2, help="launches per setting (default 2)")
-    parser.add_argument("--work", type=Path, help="where the job and logs go (default: a temporary folder)")
+    parser.add_argument("--work", type=Path, help="where the job and logs go, kept (default: a temporary folder, "
+                        "removed at the end)")
     args = parser.parse_args()
-    work = args.work or Path(tempfile.mkdtemp(prefix="titanflow-launch-phases-"))
-    job = render(work, args.steps)
-    script = (job / "launch.sh").read_text()
-    pythonpath = f"export PYTHONPATH={REPO}\n"
-    if pythonpath not in script:
-        raise SystemExit(f"{job / 'launch.sh'} does not set {pythonpath.strip()}: nothing to swap")
-    tree = baseline_worktree(args.baseline, work)
-    baseline = f"baseline ({args.baseline})"
-    try:
-        exec_line = next(line for line in script.splitlines() if line.startswith("exec "))
-        baseline_script = script.replace(pythonpath, f"export PYTHONPATH={tree}\n").replace(
-            exec_line, f"exec {shlex.join(baseline_launch_line(tree, job))}")
-        (job / "launch-baseline.sh").write_text(baseline_script)
-        runs = alternate({"now": (job / "launch.sh", REPO), baseline: (job / "launch-baseline.sh", tree)},
-                         job.parent / "train", work, args.pairs, lambda result: phases(result, args.steps))
-    finally:
-        remove_worktree(tree)
+    with work_folder(args.work, "titanflow-launch-phases-") as work:
+        job = render(work, args.steps)
+        script = (job / "launch.sh").read_text()
+        pythonpath = f"export PYTHONPATH={REPO}\n"
+        if pythonpath not in script:
+            raise SystemExit(f"{job / 'launch.sh'} does not set {pythonpath.strip()}: nothing to swap")
+        tree = baseline_worktree(args.baseline, work)
+        baseline = f"baseline ({args.baseline})"
+        try:
+            exec_line = next(line for line in script.splitlines() if line.startswith("exec "))
+            baseline_script = script.replace(pythonpath, f"export PYTHONPATH={tree}\n").replace(
+                exec_line, f"exec {shlex.join(baseline_launch_line(tree, job))}")
+            (job / "launch-baseline.sh").write_text(baseline_script)
+            runs = alternate({"now": (job / "launch.sh", REPO), baseline: (job / "launch-baseline.sh", tree)},
+                             job.parent / "train", work, args.pairs, lambda result: phases(result, args.steps))
+        finally:
+            remove_worktree(tree)
     print_comparison(runs, "now", baseline, ["wall_s", "user_s", "sys_s", *(phase for phase, _ in PHASES)],
                      args.steps, args.pairs, measure_header="measure (s)")
-
 
 if __name__ == "__main__":
     main()

@@ -18,12 +18,11 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.launch_pairs import alternate, print_comparison, render  # noqa: E402
+from benchmarks.launch_pairs import alternate, print_comparison, render, work_folder  # noqa: E402
 from titanflow.launch.metrics import parse_step_line  # noqa: E402
 
 TUNABLE = "export GLIBC_TUNABLES="
@@ -41,21 +40,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=6, help="training steps per launch (default 6)")
     parser.add_argument("--pairs", type=int, default=2, help="launches per setting (default 2)")
-    parser.add_argument("--work", type=Path, help="where the job and logs go (default: a temporary folder)")
+    parser.add_argument("--work", type=Path, help="where the job and logs go, kept (default: a temporary folder, "
+                        "removed at the end)")
     args = parser.parse_args()
-    work = args.work or Path(tempfile.mkdtemp(prefix="titanflow-hugepages-"))
-    job = render(work, args.steps)
-    script = (job / "launch.sh").read_text()
-    if TUNABLE not in script:
-        raise SystemExit(f"{job / 'launch.sh'} sets no GLIBC_TUNABLES: nothing to compare")
-    scripts = {"huge pages": job / "launch.sh", "4 KiB pages": job / "launch-4k.sh"}
-    scripts["4 KiB pages"].write_text("".join(line for line in script.splitlines(keepends=True)
-                                              if not line.startswith(TUNABLE)))
-    runs = alternate({name: (path, None) for name, path in scripts.items()}, job.parent / "train", work, args.pairs,
-                     measure)
+    with work_folder(args.work, "titanflow-hugepages-") as work:
+        job = render(work, args.steps)
+        script = (job / "launch.sh").read_text()
+        if TUNABLE not in script:
+            raise SystemExit(f"{job / 'launch.sh'} sets no GLIBC_TUNABLES: nothing to compare")
+        scripts = {"huge pages": job / "launch.sh", "4 KiB pages": job / "launch-4k.sh"}
+        scripts["4 KiB pages"].write_text("".join(line for line in script.splitlines(keepends=True)
+                                                  if not line.startswith(TUNABLE)))
+        runs = alternate({name: (path, None) for name, path in scripts.items()}, job.parent / "train", work,
+                         args.pairs, measure)
     print_comparison(runs, "huge pages", "4 KiB pages", ["wall_s", "user_s", "sys_s", "tokens_per_s", "peak_rss_gib"],
                      args.steps, args.pairs)
-
 
 if __name__ == "__main__":
     main()

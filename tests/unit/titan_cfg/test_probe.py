@@ -9,7 +9,7 @@ import textwrap
 
 import torch
 
-from titan_cfg.probe import PROBE_TEXT, probe_batch, probe_ids
+from titan_cfg.probe import PROBE_TEXT, first_row_logits, probe_batch, probe_ids
 
 
 def test_the_probe_batch_is_a_training_batch_shape_whose_first_row_starts_with_the_probe_ids():
@@ -75,3 +75,15 @@ def test_torchtitans_rank_zero_sleep_is_still_there_and_install_takes_it_out():
     still_there, installed = proc.stdout.strip().splitlines()[-2:]
     assert still_there == "True 1"  # the one sleep is the rank 0 wait: when this fails, drop the patch
     assert installed == "0.0 True"
+
+
+def test_the_saved_probe_logits_hold_the_first_rows_tokens_alone(tmp_path):
+    """The probe runs at a training batch's shape (cpu: [2, 256]); what is saved is row 0's first L positions. A
+    slice of the batch's logits shares its storage, and torch.save writes a tensor's whole storage: a 37-token probe
+    of Qwen3's 151936-token vocabulary wrote 311 MB (2 x 256 x 151936 x 4 bytes) instead of 22.5 MB."""
+    batch_logits = torch.randn(2, 256, 1000)
+    kept = first_row_logits(batch_logits, 37)
+    assert kept.shape == (1, 37, 1000) and torch.equal(kept, batch_logits[:1, :37])
+    assert kept.untyped_storage().nbytes() == 37 * 1000 * 4
+    torch.save({"logits": kept}, tmp_path / "probe.pt")
+    assert (tmp_path / "probe.pt").stat().st_size < 37 * 1000 * 4 + 4096  # the logits and the file's own framing
