@@ -16,6 +16,7 @@ from __future__ import annotations
 import _thread
 import os
 import re
+import shutil
 import subprocess
 import threading
 import time
@@ -85,6 +86,7 @@ def test_the_cluster_comes_up_answers_srun_on_both_nodes_and_goes_down_leaving_n
             and str(folder) in " ".join(p.info["cmdline"] or []) and p.status() != psutil.STATUS_ZOMBIE]
     assert left == []
     assert slurm.read_cluster(folder) is None
+    shutil.rmtree(folder)  # its folder is the test's own (the session's cluster folder is the fixture's to remove)
 
 
 def test_slurm_refuses_more_nodes_than_it_has_and_an_unknown_partition_before_anything_runs(slurm_cluster,
