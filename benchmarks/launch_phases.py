@@ -145,5 +145,6 @@ def main() -> None:
     print_comparison(runs, "now", baseline, ["wall_s", "user_s", "sys_s", *(phase for phase, _ in PHASES)],
                      args.steps, args.pairs, measure_header="measure (s)")
 
+
 if __name__ == "__main__":
     main()

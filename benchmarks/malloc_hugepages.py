@@ -56,5 +56,6 @@ def main() -> None:
     print_comparison(runs, "huge pages", "4 KiB pages", ["wall_s", "user_s", "sys_s", "tokens_per_s", "peak_rss_gib"],
                      args.steps, args.pairs)
 
+
 if __name__ == "__main__":
     main()

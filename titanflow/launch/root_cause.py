@@ -34,15 +34,14 @@ MAX_MESSAGE_CHARS = 2000
 _PIECE_BYTES = 64 * 1024
 #: An exception line as Python prints it, under torchrun's ``[rankN]:`` prefix when it adds one.
 _EXCEPTION = re.compile(r"^(?:\[rank\d+\]:\s*)?((?:[\w.]+\.)?\w*(?:Error|Exception|Interrupt|Exit)\b(?::.*)?)$")
-#: torchrun's "Root Cause (first observed failure)" section in the launcher's log: the rank (and local rank)
-#: and the first line of its traceback ("Signal 9 (SIGKILL) received by PID 20117" for a killed rank).
-_FIRST_OBSERVED = re.compile(r"Root Cause \(first observed failure\):.*?\n\s*rank\s*:\s*(\d+)"
-                             r"(?:\s*\(local_rank:\s*(\d+)\))?.*?\n\s*traceback\s*:\s*([^\n]*)", re.DOTALL)
+#: One failure of torchrun's report: its rank (and local rank) and the first line of its traceback ("Signal 9
+#: (SIGKILL) received by PID 20117" for a killed rank).
+_ENTRY = r"^\s*rank\s*:\s*(\d+)(?:\s*\(local_rank:\s*(\d+)\))?.*?^\s*traceback\s*:\s*([^\n]*)"
+_REPORT_ENTRY = re.compile(_ENTRY, re.DOTALL | re.MULTILINE)
+#: torchrun's "Root Cause (first observed failure)" section in the launcher's log, with its one failure.
+_FIRST_OBSERVED = re.compile(r"Root Cause \(first observed failure\):.*?" + _ENTRY, re.DOTALL | re.MULTILINE)
 #: A traceback that is a signal, as torchrun reports a rank killed by one.
 _SIGNAL = re.compile(r"^Signal \d+ \(\w+\) received by PID \d+")
-#: One failure of torchrun's report: its rank (and local rank) and the first line of its traceback.
-_REPORT_ENTRY = re.compile(r"^\s*rank\s*:\s*(\d+)(?:\s*\(local_rank:\s*(\d+)\))?.*?^\s*traceback\s*:\s*([^\n]*)",
-                           re.DOTALL | re.MULTILINE)
 #: What a rank raises when a rank it talks to has died: gloo's "Connection closed by peer" and "Connection reset by
 #: peer", NCCL's "remote process exited or there was a network error". A consequence, never a cause of its own.
 _LOST_PEER = re.compile(r"Connection (?:closed|reset) by peer|remote process exited")
