@@ -286,6 +286,39 @@ class _Renewer:
                          self.slot.name)
 
 
+def _give_back(client, name: str, lease_id: UUID, log: logging.Logger) -> bool:
+    """Forget the holder record of ``name`` and release ``lease_id``, asked again every :data:`RETRY_S` while the
+    server does not answer (or answers 5xx), for at most :data:`LEASE_S` (after that the lease has expired and the
+    server frees the slot itself); True once released, False when refused (4xx) or out of time. Why not Prefect's retries alone: a client that has not yet reached this server
+    (``Variable``'s calls open a new one each time) fails at once on a refused connection, so a training that ended
+    while the server restarted left its slot taken until the lease expired, and the next run waited for it."""
+    deadline = time.monotonic() + LEASE_S
+    failed = None
+    while True:
+        try:
+            _forget(name, lease_id)
+            _written(client.release_concurrency_slots_with_lease, lease_id)  # a lease already gone: a no-op
+        except Exception as err:  # noqa: BLE001 - a slot left taken is freed by the lease's expiry at worst
+            answered = _status(err)
+            if answered is not None and answered < 500:  # refused: asking again gets the same answer
+                log.warning("training slot %s: release refused (%s); the server frees it when the lease expires",
+                            name, err)
+                return False
+            if failed is None:
+                log.warning("training slot %s: release failed (%s); asking again every %g s until the lease "
+                            "expires (%.0f s)", name, err, RETRY_S, LEASE_S)
+            failed = err
+            if time.monotonic() + RETRY_S >= deadline:
+                log.warning("training slot %s: not released (%s); the server frees it when the lease expires",
+                            name, err)
+                return False
+            time.sleep(RETRY_S)
+            continue
+        if failed is not None:
+            log.info("training slot %s released once the server answered again", name)
+        return True
+
+
 def _logger() -> logging.Logger:
     from prefect.exceptions import MissingContextError
     from prefect.logging import get_run_logger
@@ -334,12 +367,7 @@ def training_slot(host: str | None = None, run_id: str | None = None,
         finally:
             renewer.stopping.set()
             renewer.thread.join(timeout=10)
-            try:
-                _forget(name, slot.lease_id)
-                _written(client.release_concurrency_slots_with_lease, slot.lease_id)
-            except Exception as err:  # noqa: BLE001 - the lease expires on its own within LEASE_S
-                log.warning("training slot %s: release failed (%s); the server frees it when the lease "
-                            "expires (%.0f s)", name, err, LEASE_S)
+            _give_back(client, name, slot.lease_id, log)
 
 
 @contextlib.contextmanager

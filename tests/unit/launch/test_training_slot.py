@@ -203,3 +203,28 @@ def test_a_write_the_server_answers_busy_is_asked_again_at_once_and_any_other_re
     with temporary_settings({PREFECT_CLIENT_MAX_RETRIES: 5}):
         assert slots._written(down_then_up) == "released"
     assert calls == [0, 5]
+
+
+@pytest.mark.fault
+def test_a_slot_whose_release_meets_a_restarting_server_is_released_once_it_answers(api, fast, caplog, monkeypatch):
+    """The end of a training that met a server restart: the holder record's calls open a new client each time, which
+    fails at once on a refused connection (Prefect retries a refused connection only on a client that has connected
+    before). The release is asked again until the server answers, not left to the lease's expiry (LEASE_S)."""
+    import httpx
+
+    caplog.set_level("INFO", logger=slots.__name__)
+    forget = slots._forget
+    refused = []
+
+    def restarting(name, lease_id):
+        if len(refused) < 2:
+            refused.append(name)
+            raise httpx.ConnectError("connection refused")
+        forget(name, lease_id)
+
+    with training_slot("test-node-x", run_id="restart") as held:
+        assert _active(api, held.name) == 1
+        monkeypatch.setattr(slots, "_forget", restarting)  # the server goes down as the training ends
+    assert refused == [held.name] * 2
+    assert _active(api, held.name) == 0 and read_holder(held.name) is None
+    assert "release failed" in caplog.text and "released once the server answered again" in caplog.text
