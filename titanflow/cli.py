@@ -102,6 +102,14 @@ def print_summary(summary: RunSummary) -> None:
     if summary.train:
         rows += [("tokens/s", f"{summary.train.tokens_per_s:.0f}"),
                  ("peak RSS", f"{summary.train.peak_rss_bytes / 2**30:.2f} GiB")]
+        if (summary.train.attempts or 1) > 1:  # the train task's retries (tasks.retry) relaunched it
+            rows += [("training launches", f"{summary.train.attempts} (retried or resumed; train.log has every "
+                                           f"launch's output)")]
+    parity = summary.validation.parity if summary.validation else None
+    if parity is not None:
+        router = f", router agreement {parity.router_agreement:.4f}" if parity.router_agreement is not None else ""
+        rows += [("parity", f"KL {parity.kl:.2e} nats/token, top-1 agreement {parity.top1_agreement:.4f} over "
+                            f"{parity.tokens} tokens{router}")]
     rows += [(f"  {k} (s)", f"{v:.1f}") for k, v in summary.timings_s.items()]
     if summary.slot_wait_s:  # in no task's time (titanflow.launch.slot)
         rows += [("  training slot wait (s)", f"{summary.slot_wait_s:.1f}")]

@@ -1,0 +1,35 @@
+"""The summary ``titanflow run`` prints: what summary.json says of the export's parity and of a retried training,
+shown, not only kept in the file. The run is ``tests/fixtures/legacy_run`` (a real native cpu run: KL 0.0, top-1
+1.0 over 37 probe tokens), with a training of three launches and an MoE's router agreement set on it."""
+
+import re
+
+from helpers import FIXTURES
+from titanflow.cli import print_summary
+from titanflow.launch.torchrun import TrainResult
+from titanflow.run.summary import read_summary
+
+
+def _legacy(**train):
+    summary = read_summary(FIXTURES / "legacy_run" / "summary.json")
+    summary.train = TrainResult(log_path=None, metrics_path=None, losses=[11.94], tokens_per_s=1000.0,
+                                peak_memory_gib=0.5, peak_rss_bytes=2**30, wall_s=10.0, **train)
+    return summary
+
+
+def test_parity_and_router_agreement_are_printed(capsys):
+    summary = _legacy()
+    print_summary(summary)
+    assert re.search(r"\nparity +KL 0\.00e\+00 nats/token, top-1 agreement 1\.0000 over 37 tokens\n",
+                     capsys.readouterr().out)
+    summary.validation.parity.router_agreement = 0.9583
+    print_summary(summary)
+    assert "over 37 tokens, router agreement 0.9583\n" in capsys.readouterr().out
+
+
+def test_a_retried_training_says_how_many_launches_it_took(capsys):
+    print_summary(_legacy(attempts=3))
+    assert re.search(r"\ntraining launches +3 \(retried or resumed", capsys.readouterr().out)
+    for attempts in (1, None):  # one launch, or a summary written before launches were counted: nothing to say
+        print_summary(_legacy(attempts=attempts))
+        assert "training launches" not in capsys.readouterr().out
