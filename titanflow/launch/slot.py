@@ -267,6 +267,8 @@ class _Renewer:
                         self.log.info("training slot %s: lease renewed again", self.slot.name)
                     failing = False
                 except Exception as err:  # noqa: BLE001 - a monitoring failure must not stop training
+                    if _status(err) in _LEASE_GONE and self.stopping.is_set():
+                        return  # a renewal that outlasted the training: its slot is being given back
                     if _status(err) in _LEASE_GONE:
                         self._reacquire(client)
                     elif not failing:
@@ -366,7 +368,12 @@ def training_slot(host: str | None = None, run_id: str | None = None,
             yield slot
         finally:
             renewer.stopping.set()
-            renewer.thread.join(timeout=10)
+            # a renewal in flight ends first (a server restarting: Prefect's retries, about a minute), so that it
+            # cannot take the slot again once it is released; the lease it may have re-acquired is the one released
+            renewer.thread.join(timeout=LEASE_S)
+            if renewer.thread.is_alive():
+                log.warning("training slot %s: the lease renewal has not ended after %.0f s; releasing anyway",
+                            name, LEASE_S)
             _give_back(client, name, slot.lease_id, log)
 
 

@@ -228,3 +228,31 @@ def test_a_slot_whose_release_meets_a_restarting_server_is_released_once_it_answ
     assert refused == [held.name] * 2
     assert _active(api, held.name) == 0 and read_holder(held.name) is None
     assert "release failed" in caplog.text and "released once the server answered again" in caplog.text
+
+
+@pytest.mark.fault
+def test_a_renewal_still_in_flight_when_training_ends_never_takes_the_slot_again(api, fast, caplog, monkeypatch):
+    """A renewal that a restarting server answers late ("lease gone") after the training has ended: the release
+    waits for it and it gives up instead of re-acquiring, so the slot is free once the block is left (before, the
+    release went ahead after 10 s and the late answer took the slot again until the lease expired: the next run
+    then waited up to LEASE_S)."""
+    from prefect.client.orchestration import SyncPrefectClient
+
+    caplog.set_level("INFO", logger=slots.__name__)
+    ending, in_flight = threading.Event(), threading.Event()
+    renew = SyncPrefectClient.renew_concurrency_lease
+
+    def restarting(client, lease_id, lease_duration):
+        if not ending.is_set():
+            return renew(client, lease_id, lease_duration)
+        in_flight.set()
+        time.sleep(1.0)  # the server restarting while the training ends, and losing the lease
+        api.release_concurrency_slots_with_lease(lease_id)
+        raise _answer(404)
+
+    monkeypatch.setattr(SyncPrefectClient, "renew_concurrency_lease", restarting)
+    with training_slot("test-node-late", run_id="late") as held:
+        ending.set()
+        assert in_flight.wait(10)  # the training ends while the renewal waits for its answer
+    assert _active(api, held.name) == 0 and read_holder(held.name) is None
+    assert "lease was lost" not in caplog.text  # no new lease asked for
