@@ -10,6 +10,7 @@ whose message starts with the field to change.
 from __future__ import annotations
 
 import datetime
+import functools
 import os
 import secrets
 from pathlib import Path
@@ -106,6 +107,7 @@ def check_weights_folder(run: ScenarioRun, folder: Path, complete: bool = True) 
         return shape
     if not (folder / "tokenizer.json").is_file():
         raise ValueError(f"weights: {folder} has no tokenizer.json; torchtitan reads the tokenizer from it")
+    check_tokenizer_fits(folder, shape.vocab_size)
     from titanflow.weights.check import check_checkpoint, check_save_index
 
     check_save_index(folder)  # the export is sharded by this index, whatever the init
@@ -115,6 +117,35 @@ def check_weights_folder(run: ScenarioRun, folder: Path, complete: bool = True) 
         check_pretrained_source(folder)
         check_checkpoint(folder)  # every shard and tensor the load reads, before any rank starts
     return shape
+
+
+@functools.cache
+def _largest_token_id(tokenizer_json: Path, size: int, mtime_ns: int) -> int:
+    """The largest id of a tokenizer.json: its model's vocabulary and its added tokens (read by the ``tokenizers``
+    library, which knows every model type's layout; about 0.6 s for Qwen3's 11 MB, once per file version and
+    process)."""
+    from tokenizers import Tokenizer
+
+    return max(Tokenizer.from_file(str(tokenizer_json)).get_vocab(with_added_tokens=True).values())
+
+
+def check_tokenizer_fits(folder: Path, vocab_size: int) -> None:
+    """Every id ``folder/tokenizer.json`` can produce has a row in the model's embedding: its largest id is below
+    config.json's ``vocab_size``. A model may have more rows than the tokenizer has ids (Qwen3: 151,669 ids,
+    151,936 rows, padded for sharding), never fewer: a token past the last row fails the first forward pass on every
+    rank (``IndexError: index out of range in self``), after the launch and the model's build.
+
+    Raises:
+        ValueError: naming ``weights``, the two sizes and the fix.
+    """
+    path = folder / "tokenizer.json"
+    stat = path.stat()
+    largest = _largest_token_id(path.resolve(), stat.st_size, stat.st_mtime_ns)
+    if largest >= vocab_size:
+        raise ValueError(f"weights: {folder / 'config.json'} has vocab_size {vocab_size}, but its tokenizer.json has "
+                         f"ids up to {largest}, which would index past the embedding's last row; fix: give a folder "
+                         f"whose config.json vocab_size is at least {largest + 1} (the model's own tokenizer and "
+                         "config)")
 
 
 def check_pretrained_weights_given(run: ScenarioRun) -> None:

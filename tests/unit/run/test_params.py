@@ -109,6 +109,35 @@ def test_cli_refuses_a_non_qwen3_folder_and_an_existing_run_id(tmp_path, capsys,
     assert "run_id" in capsys.readouterr().err and list(runs.iterdir()) == [runs / "taken"]
 
 
+def _vocab_folder(tmp_path, tiny_assets, vocab_size: int):
+    import json
+    import shutil
+
+    folder = tmp_path / f"vocab-{vocab_size}"
+    shutil.copytree(tiny_assets.weights_dir, folder, ignore=shutil.ignore_patterns("*.safetensors"))
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "vocab_size": vocab_size}))
+    return folder
+
+
+def test_a_config_vocab_size_below_the_tokenizers_ids_is_refused_before_a_launch(tmp_path, capsys, tiny_assets):
+    """The Qwen3 tokenizer's ids run to 151,668 (151,643 BPE ranks and 26 added tokens, titanflow.assets); a
+    config.json with fewer embedding rows failed each rank's first forward pass (IndexError) after the launch."""
+    from titanflow.assets.tokenizer import QWEN3_ADDED_TOKENS, QWEN_RANKS_COUNT
+    from titanflow.run.preflight import check_tokenizer_fits
+
+    assert QWEN_RANKS_COUNT + len(QWEN3_ADDED_TOKENS) - 1 == 151_668  # the largest id the message names
+    runs = tmp_path / "runs"
+    assert main(["run", "native", "--weights", str(_vocab_folder(tmp_path, tiny_assets, 151_000)),
+                 "--runs-dir", str(runs)]) == 2
+    err = capsys.readouterr().err
+    assert "weights: " in err and "has vocab_size 151000, but its tokenizer.json has ids up to 151668" in err
+    assert "vocab_size is at least 151669" in err and (not runs.exists() or not any(runs.iterdir()))
+    check_tokenizer_fits(_vocab_folder(tmp_path, tiny_assets, 151_669), 151_669)  # one row per id: enough
+    with pytest.raises(ValueError, match="ids up to 151668"):
+        check_tokenizer_fits(_vocab_folder(tmp_path, tiny_assets, 151_668), 151_668)
+
+
 def test_weights_pointing_at_a_file_is_refused(tmp_path, capsys, tiny_assets):
     assert main(["run", "native", "--weights", str(tiny_assets.weights_dir / "config.json"),
                  "--runs-dir", str(tmp_path)]) == 2
