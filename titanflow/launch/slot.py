@@ -291,9 +291,11 @@ class _Renewer:
 def _give_back(client, name: str, lease_id: UUID, log: logging.Logger) -> bool:
     """Forget the holder record of ``name`` and release ``lease_id``, asked again every :data:`RETRY_S` while the
     server does not answer (or answers 5xx), for at most :data:`LEASE_S` (after that the lease has expired and the
-    server frees the slot itself); True once released, False when refused (4xx) or out of time. Why not Prefect's retries alone: a client that has not yet reached this server
-    (``Variable``'s calls open a new one each time) fails at once on a refused connection, so a training that ended
-    while the server restarted left its slot taken until the lease expired, and the next run waited for it."""
+    server frees the slot itself); True once released, False when refused (4xx) or out of time.
+
+    Why not Prefect's retries alone: a client that has not yet reached this server (``Variable``'s calls open a new
+    one each time) fails at once on a refused connection, so a training that ended while the server restarted left
+    its slot taken until the lease expired, and the next run waited for it."""
     deadline = time.monotonic() + LEASE_S
     failed = None
     while True:
