@@ -81,11 +81,12 @@ def read_config(weights_dir: Path) -> dict:
     """
     path = Path(weights_dir) / "config.json"
     if not path.is_file():
-        raise ConfigError(f"weights_dir: {path} not found; a Hugging Face model folder needs a config.json")
+        raise ConfigError(f"weights: {path} not found; fix: give the Hugging Face model folder, which holds a "
+                          "config.json")
     try:
         return json.loads(path.read_text())
     except json.JSONDecodeError as err:
-        raise ConfigError(f"weights_dir: {path} is not valid JSON ({err})") from err
+        raise ConfigError(f"weights: {path} is not valid JSON ({err}); fix: restore the model's own config.json") from err
 
 
 def qwen3_shape(weights_dir: Path, model_type: str | None = None) -> Qwen3Shape:
@@ -100,30 +101,34 @@ def qwen3_shape(weights_dir: Path, model_type: str | None = None) -> Qwen3Shape:
     config = read_config(weights_dir)
     nested = (config.get("rope_parameters") or {}).get("rope_theta")
     if nested is not None and config.get("rope_theta") is not None and nested != config["rope_theta"]:
-        raise ConfigError(f"weights_dir: config.json says rope_theta {config['rope_theta']} and "
+        raise ConfigError(f"weights: config.json says rope_theta {config['rope_theta']} and "
                           f"rope_parameters.rope_theta {nested}; they must agree (transformers 5.x reads the "
-                          "latter): remove one or make them equal")
+                          "latter); fix: remove one or make them equal")
     config = {**config, "rope_theta": rope_theta_of(config)}
     wanted = [model_type] if model_type else list(SHAPES)
     if config.get("model_type") not in wanted:
         raise ConfigError(
-            f"weights_dir: config.json model_type is {config.get('model_type')!r}; this scenario needs "
-            f"model_type {' or '.join(map(repr, wanted))} (qwen3: dense Qwen3, qwen3_moe: Qwen3 MoE)"
+            f"weights: config.json model_type is {config.get('model_type')!r}; this scenario needs "
+            f"model_type {' or '.join(map(repr, wanted))} (qwen3: dense Qwen3, qwen3_moe: Qwen3 MoE); fix: pass a "
+            "folder of that model type, or the scenario of this one (native and hf_backend: qwen3, moe: qwen3_moe)"
         )
     try:
         shape = SHAPES[config["model_type"]].model_validate(config)
     except ValidationError as err:
         fields = ", ".join(".".join(map(str, e["loc"])) for e in err.errors())
-        raise ConfigError(f"weights_dir: config.json is missing or has invalid fields: {fields}") from err
+        raise ConfigError(f"weights: config.json is missing or has invalid fields: {fields}; fix: give the model's "
+                          "own config.json (transformers' Qwen3Config / Qwen3MoeConfig fields)") from err
     if shape.num_attention_heads % shape.num_key_value_heads:
         raise ConfigError(
-            f"weights_dir: num_attention_heads {shape.num_attention_heads} is not a multiple "
-            f"of num_key_value_heads {shape.num_key_value_heads}"
+            f"weights: num_attention_heads {shape.num_attention_heads} is not a multiple of num_key_value_heads "
+            f"{shape.num_key_value_heads} (each key/value head serves a whole group of query heads); fix: give the "
+            "model's own config.json"
         )
     if shape.rms_norm_eps != TORCHTITAN_QWEN3_EPS:
         raise ConfigError(
-            f"weights_dir: rms_norm_eps {shape.rms_norm_eps} differs from the {TORCHTITAN_QWEN3_EPS} "
-            "torchtitan's Qwen3 builds; the trained model would not be the checkpoint's architecture"
+            f"weights: rms_norm_eps {shape.rms_norm_eps} differs from the {TORCHTITAN_QWEN3_EPS} "
+            "torchtitan's Qwen3 builds; the trained model would not be the checkpoint's architecture; fix: a Qwen3 "
+            f"checkpoint with rms_norm_eps {TORCHTITAN_QWEN3_EPS}"
         )
     if isinstance(shape, Qwen3MoeShape):
         _check_moe_routing(shape)
@@ -135,15 +140,17 @@ def _check_moe_routing(shape: Qwen3MoeShape) -> None:
     top-k renormalisation (``route_norm=True``); refuse checkpoints that route otherwise."""
     if shape.decoder_sparse_step != 1 or shape.mlp_only_layers:
         raise ConfigError(
-            f"weights_dir: config.json has decoder_sparse_step {shape.decoder_sparse_step} and mlp_only_layers "
-            f"{shape.mlp_only_layers}; torchtitan's Qwen3 MoE builds every layer as MoE (needs 1 and [])"
+            f"weights: config.json has decoder_sparse_step {shape.decoder_sparse_step} and mlp_only_layers "
+            f"{shape.mlp_only_layers}; torchtitan's Qwen3 MoE builds every layer as MoE; fix: a checkpoint with "
+            "decoder_sparse_step 1 and mlp_only_layers []"
         )
     if not shape.norm_topk_prob:
-        raise ConfigError("weights_dir: config.json norm_topk_prob is false; torchtitan's Qwen3 MoE "
-                          "renormalises the top-k weights (route_norm=True), as Qwen3-30B-A3B does")
+        raise ConfigError("weights: config.json norm_topk_prob is false; torchtitan's Qwen3 MoE "
+                          "renormalises the top-k weights (route_norm=True), as Qwen3-30B-A3B does; fix: a checkpoint "
+                          "trained with norm_topk_prob true")
     if shape.num_experts_per_tok > shape.num_experts:
-        raise ConfigError(f"weights_dir: num_experts_per_tok {shape.num_experts_per_tok} exceeds "
-                          f"num_experts {shape.num_experts}")
+        raise ConfigError(f"weights: num_experts_per_tok {shape.num_experts_per_tok} exceeds "
+                          f"num_experts {shape.num_experts}; fix: give the model's own config.json")
 
 
 def torchtitan_model_spec(shape: Qwen3Shape, *, flavor: str, max_seq_len: int):

@@ -100,8 +100,8 @@ def print_summary(summary: RunSummary) -> None:
     if summary.first_non_finite_step is not None:
         rows += [("non-finite", f"loss not finite from step {summary.first_non_finite_step}")]
     if summary.train:
-        rows += [("tokens/s", f"{summary.train.tokens_per_s:.0f}"),
-                 ("peak RSS", f"{summary.train.peak_rss_bytes / 2**30:.2f} GiB")]
+        rows += [("tokens/s", f"{summary.train.tokens_per_s:.0f} (all ranks)"),
+                 ("peak RSS", f"{summary.train.peak_rss_bytes / 2**30:.2f} GiB (the launch's largest process)")]
         if (summary.train.attempts or 1) > 1:  # the train task's retries (tasks.retry) relaunched it
             rows += [("training launches", f"{summary.train.attempts} (retried or resumed; train.log has every "
                                            f"launch's output)")]

@@ -351,12 +351,20 @@ def describe(state: ServerState) -> str:
     return "\n".join(lines)
 
 
+def default_home() -> Path:
+    """The home ``make server`` and ``make stop`` use: ``$PREFECT_HOME`` when set (as every other Prefect command
+    reads it before prefect.toml), else :data:`DEFAULT_HOME`."""
+    given = os.environ.get("PREFECT_HOME")
+    return Path(given).expanduser() if given else DEFAULT_HOME
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m titanflow.prefect_ops.server {start,status,stop}``; exit 0 on success, 1 on failure."""
     parser = argparse.ArgumentParser(prog="python -m titanflow.prefect_ops.server", description=__doc__.split("\n\n")[0])
     parser.add_argument("command", choices=["start", "status", "stop"])
-    parser.add_argument("--home", type=Path, default=DEFAULT_HOME,
-                        help=f"Prefect home: SQLite database, logs, process record (default: {DEFAULT_HOME})")
+    parser.add_argument("--home", type=Path, default=default_home(),
+                        help="Prefect home: SQLite database, logs, process record (default: $PREFECT_HOME when set, "
+                             f"else {DEFAULT_HOME})")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT,
                         help=f"server port on 127.0.0.1, 0 for a free one (default: {DEFAULT_PORT})")
     args = parser.parse_args(argv)

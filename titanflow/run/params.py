@@ -209,10 +209,15 @@ class ScenarioRun(BaseModel):
             raise ValueError(f"nproc_per_node: {self.scenario} on {self.target} runs on at most {limit[0]} rank(s) "
                              f"in all (world size {self.nnodes_resolved} x {self.nproc_per_node_resolved}): {limit[1]}")
         if self.global_batch_size_resolved % self.world_size:
+            # the field named is the one given: a batch given alone is the batch's fault, else the ranks'
+            field = ("global_batch_size" if self.global_batch_size is not None and not (self.nproc_per_node or self.nnodes)
+                     else "nproc_per_node" if self.nproc_per_node or not self.nnodes else "nnodes")
+            multiple = -(-self.global_batch_size_resolved // self.world_size) * self.world_size
             raise ValueError(
-                f"nproc_per_node: world size {self.world_size} ({self.nnodes_resolved} node(s) x "
+                f"{field}: world size {self.world_size} ({self.nnodes_resolved} node(s) x "
                 f"{self.nproc_per_node_resolved}) does not divide global_batch_size {self.global_batch_size_resolved}; "
-                "pick a global_batch_size that is a multiple of the world size"
+                f"fix: a global_batch_size that is a multiple of the world size (e.g. --global-batch-size {multiple}), "
+                "or ranks that divide it"
             )
         most_ranks = self.target_spec.max_nproc_per_node or os.cpu_count() or 1
         if self.nproc_per_node_resolved > most_ranks:
@@ -251,7 +256,7 @@ class ScenarioRun(BaseModel):
                     f"transformers' model (the transformers backend computes it inside transformers): use "
                     f"{op}={upstream}")
         if self.weights is not None and _looks_like_path(self.weights) and not Path(self.weights).expanduser().exists():
-            raise ValueError(f"weights: folder {self.weights} does not exist; give a local HF folder or a Hub id")
+            raise ValueError(f"weights: folder {self.weights} does not exist; fix: give a local HF folder or a Hub id")
         return self
 
     @property

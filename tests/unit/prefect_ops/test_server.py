@@ -117,7 +117,23 @@ def test_the_callers_imports_run_while_the_temporary_server_starts_with_its_url_
 
     monkeypatch.delenv("PREFECT_API_URL", raising=False)
     monkeypatch.setenv("PREFECT_HOME", str(tmp_path))
-    monkeypatch.setattr(cli.importlib, "import_module", lambda name: while_starting_probe(os.environ["PREFECT_API_URL"]))
+    real_import = cli.importlib.import_module
+
+    def import_module(name, *args, **kwargs):  # the flow module probed; any other import (the server's own, lazily) made
+        if name != "flows.scenario":
+            return real_import(name, *args, **kwargs)
+        return while_starting_probe(os.environ["PREFECT_API_URL"])
+
+    monkeypatch.setattr(cli.importlib, "import_module", import_module)
     reached, url = cli._with_api(lambda: os.environ["PREFECT_API_URL"], imports=("flows.scenario",))
     assert reached and seen["url_at_import"] == url and seen["healthy_at_import"] is False
     assert "PREFECT_API_URL" not in os.environ
+
+
+def test_make_server_and_make_stop_take_an_exported_prefect_home(monkeypatch, tmp_path):
+    """Prefect's own commands read PREFECT_HOME before prefect.toml; the server's start and stop do the same, so a
+    user's exported home holds the database, logs and process record, and stop finds what start recorded."""
+    monkeypatch.setenv("PREFECT_HOME", str(tmp_path / "home"))
+    assert server.default_home() == tmp_path / "home"
+    monkeypatch.delenv("PREFECT_HOME")
+    assert server.default_home() == server.DEFAULT_HOME

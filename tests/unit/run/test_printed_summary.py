@@ -27,6 +27,15 @@ def test_parity_and_router_agreement_are_printed(capsys):
     assert "over 37 tokens, router agreement 0.9583\n" in capsys.readouterr().out
 
 
+def test_training_figures_say_what_they_cover(capsys):
+    """tokens/s is every rank's together (TrainResult.tokens_per_s: per-rank median x world size), twice what each
+    rank's own step lines show on the cpu target's 2 ranks; the peak RSS is the launch's largest process."""
+    print_summary(_legacy())
+    printed = capsys.readouterr().out
+    assert re.search(r"\ntokens/s +1000 \(all ranks\)\n", printed)
+    assert re.search(r"\npeak RSS +1\.00 GiB \(the launch's largest process\)\n", printed)
+
+
 def test_a_retried_training_says_how_many_launches_it_took(capsys):
     print_summary(_legacy(attempts=3))
     assert re.search(r"\ntraining launches +3 \(retried or resumed", capsys.readouterr().out)
