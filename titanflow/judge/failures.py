@@ -12,7 +12,7 @@ checked in this order (the first that matches wins):
 
 | class | signals |
 |---|---|
-| ``input`` | the root cause is a checkpoint or input that does not load: a missing or unexpected key, a shape mismatch, a damaged safetensors file, a missing file (never retried) |
+| ``input`` | the root cause is a checkpoint or input that does not load: a missing or unexpected key, a shape mismatch, a damaged safetensors file, a missing file; or a rank's own ``ValueError``, ``AssertionError`` or ``IndexError`` that no signature of any class explains (:data:`RANK_REFUSAL`: a configuration or data the trainer refuses) (never retried) |
 | ``infrastructure`` | launch failure, rendezvous / port in use, out of memory, SIGKILL / exit -9 / "Killed", the timeout watchdog |
 | ``compile`` | inductor / dynamo / neuronx-cc errors, the ``compile_warmup`` task failing |
 | ``numerics`` | a NaN or infinite loss, a first-step loss outside its band (``compare_loss`` verdict fail), loss regression findings |
@@ -108,6 +108,14 @@ def root_cause(error: str | None) -> str | None:
 INPUT_REFUSAL = re.compile(r"^(?:ValueError|WeightsError|FileNotFoundError|ConfigError): "
                            r"(?:weights|seq_len|steps|nnodes|nproc_per_node|nproc|global_batch_size|kernels|timeout_s|init|lr|resume): ")
 
+#: A rank's own refusal of the run's configuration or data, on a root cause no signature of any class matched:
+#: torchtitan checks its config with ``ValueError`` and ``assert`` (a parallel degree that does not divide the batch
+#: or the sequence), and a token id past the embedding's rows fails as ``IndexError: index out of range in self``. Each
+#: fails the same way on every launch, so it is input, never retried. A ``ValueError`` of a failed rendezvous matches
+#: the infrastructure signatures first; other exception types (``TypeError``, ``AttributeError``: the code's own
+#: errors, or a broken install) keep the failed task's class.
+RANK_REFUSAL = re.compile(r"^(?:ValueError|AssertionError|IndexError)\b")
+
 #: The classes matched on a whole error and log tail: ``input``'s signatures hold for a root cause only.
 TEXT_CLASSES: tuple[str, ...] = tuple(c for c in FAILURE_CLASSES if c != "input")
 
@@ -129,7 +137,8 @@ def classify_failure(*, verdict: str | None, failed_task: str | None, error: str
 
     A run failed when its ``verdict`` is "fail", a task failed, or a loss is not finite; a
     ``cancelled`` run did not fail (None), whatever it logged before it was stopped.
-    Order: the root cause ``error`` names, when a signature of any class matches it; then a
+    Order: the root cause ``error`` names, when a signature of any class matches it, else input when it is a
+    rank's own refusal (:data:`RANK_REFUSAL`); then a
     signature of the infrastructure class in ``error`` or ``log_tail`` (the last lines
     of the training log; "" for a failure before training); a compile signature or the
     compile_warmup task; a non-finite loss; then the remaining signatures; then
@@ -145,6 +154,8 @@ def classify_failure(*, verdict: str | None, failed_task: str | None, error: str
     by_cause = matching_signature(cause, FAILURE_CLASSES) if cause else None
     if by_cause:
         return by_cause[0]
+    if cause and RANK_REFUSAL.match(cause):
+        return "input"
     if INPUT_REFUSAL.match(error or ""):
         return "input"
     found = matching_signature(f"{error or ''}\n{log_tail or ''}")

@@ -126,3 +126,22 @@ def test_without_a_report_an_error_file_that_is_more_than_a_lost_peer_comes_firs
     lost.write_text(json.dumps(peer))
     root = first_rank_error(tmp_path)
     assert root.message == NAN and root.rank == int(files[0].parent.name)
+
+
+@pytest.mark.parametrize("message, cls", [
+    # torchtitan's own config checks and a token id past the embedding (a config.json vocab_size below the tokenizer's)
+    ("ValueError: Sequence length 100 must be divisible by the product of TP degree and 2 * CP degree", "input"),
+    ("AssertionError: global batch size must be a multiple of local batch size times data-parallel degree", "input"),
+    ("IndexError: index out of range in self", "input"),
+    # a ValueError of a rendezvous is the infrastructure signature's; another exception type keeps the task's class
+    ("ValueError: Error initializing torch.distributed using env:// rendezvous: environment variable MASTER_ADDR "
+     "expected, but not set", "infrastructure"),
+    ("TypeError: 'NoneType' object is not subscriptable", "infrastructure"),
+])
+def test_a_ranks_own_refusal_of_its_configuration_is_input_and_never_retried(message, cls):
+    """Each of these fails the same way on every launch: retrying it (twice, a full launch each) only delays the
+    verdict, and the history would count a configuration error as a flaky machine."""
+    error = f"TrainingError: train: torchrun exited 1; root cause (rank 1): {message}; full log runs/x/train.log"
+    assert classify_failure(verdict="fail", failed_task="train", error=error, losses=None) == cls
+    state = Failed(data=RuntimeError(error.split(": ", 1)[1]))  # what Prefect's retry condition sees
+    assert retry_infrastructure_only(_Task(), None, state) is (cls == "infrastructure")
