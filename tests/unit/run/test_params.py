@@ -1,5 +1,6 @@
 """Bad input fails before any compute, naming the field (issue: bad input)."""
 
+import json
 import time
 from pathlib import Path
 
@@ -136,6 +137,14 @@ def test_a_config_vocab_size_below_the_tokenizers_ids_is_refused_before_a_launch
     check_tokenizer_fits(_vocab_folder(tmp_path, tiny_assets, 151_669), 151_669)  # one row per id: enough
     with pytest.raises(ValueError, match="ids up to 151668"):
         check_tokenizer_fits(_vocab_folder(tmp_path, tiny_assets, 151_668), 151_668)
+    # the largest id is kept under the file's content hash: a tokenizer without its last added token is read anew
+    shrunk = _vocab_folder(tmp_path / "shrunk", tiny_assets, 151_668)
+    tokenizer = json.loads((shrunk / "tokenizer.json").read_text())
+    assert tokenizer["added_tokens"].pop()["id"] == 151_668
+    (shrunk / "tokenizer.json").write_text(json.dumps(tokenizer))
+    check_tokenizer_fits(shrunk, 151_668)  # ids up to 151667 now: 151,668 rows hold them
+    with pytest.raises(ValueError, match="ids up to 151667"):
+        check_tokenizer_fits(shrunk, 151_667)
 
 
 def test_weights_pointing_at_a_file_is_refused(tmp_path, capsys, tiny_assets):
