@@ -111,6 +111,18 @@ def hub_token() -> HubToken | None:
     return HubToken(SecretStr(value.strip()), f"Prefect Secret block {name!r}")
 
 
+#: getaddrinfo's answer when no name server knows the host: EAI_NONAME (glibc, macOS) or EAI_NODATA. A machine
+#: without network (or without a resolver) answers it at once and on every retry. "Temporary failure in name
+#: resolution" (EAI_AGAIN) is not one of them: that one a retry may fix.
+_UNKNOWN_HOST = ("Name or service not known", "nodename nor servname provided", "No address associated with hostname")
+
+
+def _host_unknown(err: BaseException | None) -> bool:
+    """Whether ``err`` is a connection that failed because the Hub's host name does not resolve (:data:`_UNKNOWN_HOST`):
+    retrying it 10 s later gets the same answer."""
+    return err is not None and any(text in str(err) for text in _UNKNOWN_HOST)
+
+
 def _download_error(repo_id: str, err: Exception, token: SecretStr | None) -> WeightsError:
     """The WeightsError for ``err`` raised by snapshot_download, its text redacted."""
     import httpx
@@ -132,7 +144,8 @@ def _download_error(repo_id: str, err: Exception, token: SecretStr | None) -> We
     if isinstance(err, LocalEntryNotFoundError):
         # snapshot_download falls back to the cache when the Hub fails; the Hub's own error is chained
         hub_status = getattr(getattr(err.__cause__, "response", None), "status_code", None)
-        transient = (hub_status or 0) >= 500 or isinstance(err.__cause__, (httpx.ConnectError, httpx.TimeoutException))
+        transient = ((hub_status or 0) >= 500 or isinstance(err.__cause__, (httpx.ConnectError, httpx.TimeoutException))
+                     ) and not _host_unknown(err.__cause__)
         return (TransientDownloadError if transient else WeightsError)(
             f"weights: {repo_id} is not in the local HF cache and the Hub did not serve it (offline, "
             f"HF_HUB_OFFLINE=1, or a Hub error, quoted at the end); download it where there is network, or pass a local "

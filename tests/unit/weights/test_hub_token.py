@@ -312,3 +312,26 @@ def test_secret_search_finds_it_in_text_and_in_compressed_parquet(tmp_path):
     assert ENV_TOKEN not in message
     with pytest.raises(ValueError, match="at least 8"):
         assert_secret_absent(tmp_path, "hf_x")
+
+
+@pytest.mark.parametrize(("cause", "error_type"), [
+    # a machine without network: getaddrinfo's EAI_NONAME, the same on every retry (measured: 40 s of two retries)
+    ("[Errno -2] Name or service not known", WeightsError),
+    # a resolver that did not answer in time: a retry may fix it
+    ("[Errno -3] Temporary failure in name resolution", TransientDownloadError),
+    ("[Errno 111] Connection refused", TransientDownloadError),
+])
+def test_an_unknown_hub_host_is_not_retried_while_a_failed_connection_is(cause, error_type):
+    """snapshot_download falls back to the local cache when the Hub cannot be reached, and raises
+    LocalEntryNotFoundError chained to the connection's error: that error decides whether the train of retries of
+    pull_weights (tasks.retry.retry_transient_download) is worth starting."""
+    import httpx
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    from titanflow.weights.resolve import _download_error
+
+    try:
+        raise LocalEntryNotFoundError("not in the cache") from httpx.ConnectError(cause)
+    except LocalEntryNotFoundError as err:
+        error = _download_error(REPO, err, None)
+    assert type(error) is error_type and "is not in the local HF cache" in str(error)
