@@ -257,12 +257,16 @@ class _Renewer:
 
     def run(self) -> None:
         from prefect.client.orchestration import get_client
+        from prefect.settings import PREFECT_CLIENT_MAX_RETRIES, temporary_settings
 
         failing = False
         with get_client(sync_client=True) as client:
             while not self.stopping.wait(RENEW_EVERY_S):
                 try:
-                    client.renew_concurrency_lease(self.slot.lease_id, LEASE_S)
+                    # one try per beat: the next beat is the retry. Prefect's own retries (2 + 4 + ... + 32 s) would
+                    # hold a renewal sent during a restart for up to a minute, and the release waits for it
+                    with temporary_settings({PREFECT_CLIENT_MAX_RETRIES: 0}):
+                        client.renew_concurrency_lease(self.slot.lease_id, LEASE_S)
                     if failing:
                         self.log.info("training slot %s: lease renewed again", self.slot.name)
                     failing = False
@@ -370,8 +374,8 @@ def training_slot(host: str | None = None, run_id: str | None = None,
             yield slot
         finally:
             renewer.stopping.set()
-            # a renewal in flight ends first (a server restarting: Prefect's retries, about a minute), so that it
-            # cannot take the slot again once it is released; the lease it may have re-acquired is the one released
+            # a renewal in flight ends first (one request, or a re-acquisition), so that it cannot take the slot
+            # again once it is released; the lease it may have re-acquired is the one released
             renewer.thread.join(timeout=LEASE_S)
             if renewer.thread.is_alive():
                 log.warning("training slot %s: the lease renewal has not ended after %.0f s; releasing anyway",

@@ -237,12 +237,16 @@ def test_a_renewal_still_in_flight_when_training_ends_never_takes_the_slot_again
     release went ahead after 10 s and the late answer took the slot again until the lease expired: the next run
     then waited up to LEASE_S)."""
     from prefect.client.orchestration import SyncPrefectClient
+    from prefect.settings import PREFECT_CLIENT_MAX_RETRIES
 
     caplog.set_level("INFO", logger=slots.__name__)
     ending, in_flight = threading.Event(), threading.Event()
     renew = SyncPrefectClient.renew_concurrency_lease
 
+    retries = []
+
     def restarting(client, lease_id, lease_duration):
+        retries.append(PREFECT_CLIENT_MAX_RETRIES.value())
         if not ending.is_set():
             return renew(client, lease_id, lease_duration)
         in_flight.set()
@@ -256,3 +260,5 @@ def test_a_renewal_still_in_flight_when_training_ends_never_takes_the_slot_again
         assert in_flight.wait(10)  # the training ends while the renewal waits for its answer
     assert _active(api, held.name) == 0 and read_holder(held.name) is None
     assert "lease was lost" not in caplog.text  # no new lease asked for
+    # one request per beat: Prefect's own retries (up to a minute) would hold the release that waits for it
+    assert retries and set(retries) == {0}
