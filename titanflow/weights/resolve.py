@@ -154,7 +154,8 @@ def _download_error(repo_id: str, err: Exception, token: SecretStr | None) -> We
         return WeightsError(f"weights: the Hub refused {repo_id} (HTTP {status}); check the token and your access "
                             f"to the repo ({detail})")
     if isinstance(err, OSError):  # connection errors and server errors surface as httpx/OSErrors
-        return TransientDownloadError(f"weights: downloading {repo_id} failed: {detail}")
+        return (WeightsError if _host_unknown(err) else TransientDownloadError)(
+            f"weights: downloading {repo_id} failed: {detail}")
     return WeightsError(f"weights: downloading {repo_id} failed: {detail}")
 
 

@@ -335,3 +335,7 @@ def test_an_unknown_hub_host_is_not_retried_while_a_failed_connection_is(cause, 
     except LocalEntryNotFoundError as err:
         error = _download_error(REPO, err, None)
     assert type(error) is error_type and "is not in the local HF cache" in str(error)
+    # the same answer raised by the resolver itself (socket.gaierror, an OSError), not chained by huggingface_hub
+    import socket
+
+    assert type(_download_error(REPO, socket.gaierror(cause), None)) is error_type
