@@ -10,7 +10,6 @@ whose message starts with the field to change.
 from __future__ import annotations
 
 import datetime
-import functools
 import os
 import secrets
 from pathlib import Path
@@ -127,11 +126,10 @@ def _read_largest_token_id(tokenizer_json: Path) -> int:
     return max(Tokenizer.from_file(str(tokenizer_json)).get_vocab(with_added_tokens=True).values())
 
 
-@functools.cache
-def _largest_token_id(tokenizer_json: Path, size: int, mtime_ns: int) -> int:
+def _largest_token_id(tokenizer_json: Path) -> int:
     """:func:`_read_largest_token_id`, kept in the titanflow cache under the file's content hash (about 0.03 s to hash
     Qwen3's tokenizer.json), so a run pays the read once per tokenizer, not once per process; read directly when the
-    cache cannot be written. ``size`` and ``mtime_ns`` key this process's memo."""
+    cache cannot be written."""
     from titanflow import paths
     from titanflow.assets.cache import build_once, sha256_file
 
@@ -152,9 +150,7 @@ def check_tokenizer_fits(folder: Path, vocab_size: int) -> None:
     Raises:
         ValueError: naming ``weights``, the two sizes and the fix.
     """
-    path = folder / "tokenizer.json"
-    stat = path.stat()
-    largest = _largest_token_id(path.resolve(), stat.st_size, stat.st_mtime_ns)
+    largest = _largest_token_id(folder / "tokenizer.json")
     if largest >= vocab_size:
         raise ValueError(f"weights: {folder / 'config.json'} has vocab_size {vocab_size}, but its tokenizer.json has "
                          f"ids up to {largest}, which would index past the embedding's last row; fix: give a folder "
