@@ -271,14 +271,15 @@ class _Renewer:
                         self.log.info("training slot %s: lease renewed again", self.slot.name)
                     failing = False
                 except Exception as err:  # noqa: BLE001 - a monitoring failure must not stop training
-                    if _status(err) in _LEASE_GONE and self.stopping.is_set():
+                    gone = _status(err) in _LEASE_GONE
+                    if gone and self.stopping.is_set():
                         return  # a renewal that outlasted the training: its slot is being given back
-                    if _status(err) in _LEASE_GONE:
+                    if gone:
                         self._reacquire(client)
                     elif not failing:
                         self.log.warning("training slot %s: lease renewal failed (%s); training goes on, "
                                          "retrying every %.0f s", self.slot.name, err, RENEW_EVERY_S)
-                    failing = _status(err) not in _LEASE_GONE
+                    failing = not gone
 
     def _reacquire(self, client) -> None:
         lease_id = _try_acquire(client, self.slot.name, self.holder)
