@@ -41,7 +41,7 @@ from tasks.warmup import compile_warmup
 from tasks.weights import pull_weights
 from titan_cfg.job import ExportDtype, Init, ModelSpecSource
 from titan_cfg.scenarios import SCENARIOS
-from titanflow.export.imports import import_ahead
+from titanflow.export.imports import import_ahead, modules_for
 from titanflow.judge.environment import numerics_environment
 from titanflow.launch.slot import training_slot
 from titanflow.report.artifacts import artifact_key, waiting_progress
@@ -194,7 +194,7 @@ def qwen3_scenario(
                 summary.compile_warmup = call(compile_warmup, rendered, run.timeout_s)
                 if TaskName.compile_warmup in summary.cached_tasks:  # it compiled nothing this time
                     summary.compile_warmup = summary.compile_warmup.from_cache()
-            import_ahead()  # validate's libraries, while training runs (titanflow.export.imports)
+            import_ahead(modules_for(SCENARIOS[run.scenario].round_trip))  # validate's, while training runs
             with record.task(train):
                 if rendered.scheduler == "slurm":  # it trains on its nodes, whose slots the train task takes
                     node.close()

@@ -1,6 +1,7 @@
-"""The libraries the export's checks import (torch, transformers' Qwen3 models, safetensors), imported ahead on a thread of their own while training runs, so that ``validate``
-starts checking instead of importing (8-9 s of imports in the flow process, which otherwise sits idle through
-training).
+"""The libraries the export's checks import (torch, transformers' Qwen3 models, safetensors, and torchtitan's Qwen3
+models where the round trip runs), imported ahead on a thread of their own while training runs, so that
+``validate`` starts checking instead of importing (8-9 s of imports in the flow process, which otherwise sits idle
+through training).
 
 Why a thread and not a process: the imports are for the flow process itself. Python's import lock makes it safe:
 a task that imports a module the thread is still importing waits for it, then finds it imported. On a machine
@@ -13,13 +14,26 @@ from __future__ import annotations
 import importlib
 import threading
 
-#: What the checks import (titanflow.export.structure, load, parity), heaviest first. torchtitan (the round trip)
-#: is left out: it is imported only behind its compat layer (titan_cfg.compat.cpu), which the round trip applies.
+#: What the checks import (titanflow.export.structure, load, parity), heaviest first.
 MODULES = ("torch", "transformers", "transformers.models.qwen3.modeling_qwen3",
            "transformers.models.qwen3_moe.modeling_qwen3_moe", "safetensors.torch")
+#: What the round trip (titanflow.export.roundtrip) imports besides: torchtitan's Qwen3 models, which
+#: titan_cfg.model_spec builds from. A flow whose torchtitan config came from Prefect's cache has not imported
+#: torchtitan, and its validate spent 2.5 s here on the flow's main thread (py-spy, native cpu, 3 steps).
+ROUND_TRIP_MODULES = ("torchtitan.models.common", "torchtitan.models.qwen3", "torchtitan.models.qwen3.model")
+
+
+def modules_for(round_trip: bool) -> tuple[str, ...]:
+    """What ``validate`` imports: :data:`MODULES`, and :data:`ROUND_TRIP_MODULES` when the scenario's export is
+    checked HF -> torchtitan -> HF (``titan_cfg.scenarios.Scenario.round_trip``)."""
+    return MODULES + ROUND_TRIP_MODULES if round_trip else MODULES
 
 
 def _import_all(modules: tuple[str, ...], failed: list[str]) -> None:
+    if any(name.startswith("torchtitan") for name in modules):
+        from titan_cfg.compat.cpu import make_importable_without_triton
+
+        make_importable_without_triton()  # import-only, as the round trip applies it (titan_cfg.compat.cpu)
     for name in modules:
         try:
             importlib.import_module(name)
