@@ -33,6 +33,7 @@ from titanflow.bisect.probe import BisectFolder
 from titanflow.bisect.record import append_bisect
 from titanflow.bisect.search import BisectResult, bisect_range, check_inputs, new_bisect_id, new_result
 from titanflow.paths import REPO_ROOT, runs_root, write_atomic
+from titanflow.prefect_ops.stopped import cancelled_not_crashed
 from titanflow.report.bisect import bisect_markdown, headline, publish_bisect
 from titanflow.run.params import ScenarioName, TargetName
 
@@ -74,7 +75,7 @@ def conclude(result: BisectResult) -> State:
     return Completed(message=headline(result)) if result.status == "found" else Failed(message=headline(result))
 
 
-@flow(name="qwen3-bisect")
+@flow(name="qwen3-bisect", on_crashed=[cancelled_not_crashed])
 def qwen3_bisect(
     good: str,
     bad: str,

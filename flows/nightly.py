@@ -34,6 +34,7 @@ from tasks.trends import trends
 from titan_cfg.job import Init
 from titanflow.judge.failures import classify
 from titanflow.prefect_ops.alerts import emit_regression_alert
+from titanflow.prefect_ops.stopped import cancelled_not_crashed
 from titanflow.run.params import ScenarioName, TargetName, nightly_runs
 from titanflow.run.preflight import new_run_id
 from titanflow.run.summary import cancel_cause, read_summary
@@ -125,7 +126,7 @@ def conclude(target: str, rows: list[dict]) -> State:
     return state
 
 
-@flow(name="qwen3-nightly")
+@flow(name="qwen3-nightly", on_crashed=[cancelled_not_crashed])
 def qwen3_nightly(
     target: TargetName = "cpu",
     scenarios: list[ScenarioName] | None = None,

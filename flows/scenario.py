@@ -15,8 +15,8 @@ so no other run's training slows them down; a run on Slurm trains holding its no
 is judged against the run history, appended to it and reported; the verdict is
 decided by titanflow.judge.verdict. A run cancelled in Prefect (the worker's SIGTERM) or
 interrupted (Ctrl-C) stops training at once and is recorded, appended and reported the same way,
-with verdict ``cancelled`` and the steps it logged, before the flow run ends Cancelled (Crashed
-after Ctrl-C). The flow only wires tasks and records what
+with verdict ``cancelled`` and the steps it logged, before the flow run ends Cancelled (after Ctrl-C,
+Prefect's Crashed turned Cancelled: titanflow.prefect_ops.stopped). The flow only wires tasks and records what
 they return in the run's :class:`~titanflow.run.summary.RunSummary`.
 """
 
@@ -44,6 +44,7 @@ from titan_cfg.scenarios import SCENARIOS
 from titanflow.export.imports import import_ahead, modules_for
 from titanflow.judge.environment import numerics_environment
 from titanflow.launch.slot import training_slot
+from titanflow.prefect_ops.stopped import cancelled_not_crashed
 from titanflow.report.artifacts import artifact_key, waiting_progress
 from titanflow.run.params import ScenarioName, ScenarioRun, TargetName, Trim
 from titanflow.run.preflight import preflight
@@ -96,7 +97,7 @@ def judge_against_history(record: RunRecorder) -> Path:
     return summary_path
 
 
-@flow(name="qwen3-scenario")
+@flow(name="qwen3-scenario", on_crashed=[cancelled_not_crashed])
 def qwen3_scenario(
     scenario: ScenarioName | None = None,
     target: TargetName | None = None,

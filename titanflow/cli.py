@@ -592,11 +592,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``titanflow`` console script."""
+    """Entry point of the ``titanflow`` console script; 130 after a Ctrl-C that the command does not answer itself
+    (``run`` prints the run's own record): what a flow had run is recorded by the flow (its summaries, the
+    history), and its flow runs end Cancelled (titanflow.prefect_ops.stopped)."""
     args = build_parser().parse_args(argv)
-    return {"run": cmd_run, "render": cmd_render, "assets": cmd_assets, "nightly": cmd_nightly,
-            "history": cmd_history, "compare": cmd_compare, "trim": cmd_trim, "doctor": cmd_doctor,
-            "bisect": cmd_bisect}[args.command](args)
+    command = {"run": cmd_run, "render": cmd_render, "assets": cmd_assets, "nightly": cmd_nightly,
+               "history": cmd_history, "compare": cmd_compare, "trim": cmd_trim, "doctor": cmd_doctor,
+               "bisect": cmd_bisect}[args.command]
+    try:
+        return command(args)
+    except KeyboardInterrupt:
+        print(f"titanflow: interrupted (Ctrl-C); titanflow {args.command} stopped", file=sys.stderr)
+        return 130
 
 
 def console() -> None:

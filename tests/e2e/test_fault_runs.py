@@ -4,9 +4,11 @@ Each asserts how the run ends (verdict, class or cancel), how often training ran
 the run is left, and that its logs and the history rows already there are intact.
 """
 
+import contextlib
 import os
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -258,5 +260,10 @@ def test_ctrl_c_of_titanflow_run_while_training_ends_everything_and_records_canc
     assert changed_history_cells(before, table) == {}
     assert len(logged_steps(run_dir / "train.log")) >= 2
     assert token not in output
+    # Prefect's own record agrees (titanflow.prefect_ops.stopped): the flow run ended Cancelled, not Crashed. The
+    # temporary server is gone with the command; its SQLite database, in the home given, keeps the state.
+    with contextlib.closing(sqlite3.connect(home / "prefect.db")) as db:
+        assert db.execute("SELECT id, state_type, state_name FROM flow_run").fetchall() == [
+            (summary.flow_run_id, "CANCELLED", "Cancelled")]
     searched = assert_secret_absent([run_dir, home, Path(os.environ["TITANFLOW_HISTORY"])], token)
     assert searched > 10  # the run folder, the server's database and the history table were searched

@@ -43,3 +43,11 @@ def test_ctrl_c_before_the_summary_keeps_what_the_run_wrote(tmp_path, monkeypatc
 @pytest.fixture(autouse=True)
 def _no_api_url(monkeypatch):
     monkeypatch.delenv("PREFECT_API_URL", raising=False)
+
+
+def test_ctrl_c_of_a_command_without_its_own_answer_exits_130_without_a_traceback(tmp_path, monkeypatch, capsys):
+    # titanflow nightly and bisect run their flows through _with_api too; the flows record what ran
+    _interrupt_at_start(monkeypatch)
+    assert cli.main(["nightly", "--target", "cpu", "--runs-dir", str(tmp_path)]) == 130
+    err = capsys.readouterr().err
+    assert err.strip() == "titanflow: interrupted (Ctrl-C); titanflow nightly stopped"

@@ -1,0 +1,57 @@
+"""titanflow.prefect_ops.stopped on a real Prefect server: a flow run stopped from outside (Ctrl-C, a SIGTERM that is
+not a Prefect cancel) ends Cancelled with the cause titanflow records (titanflow.run.summary.cancel_cause), not
+Crashed; any other crash stays Crashed; every titanflow flow has the hook. The Ctrl-C of a real `titanflow run` is
+tests/e2e/test_fault_runs.py."""
+
+from __future__ import annotations
+
+import signal
+import uuid
+
+import pytest
+from prefect import flow
+from prefect.exceptions import TerminationSignal
+
+from titanflow.prefect_ops.stopped import cancelled_not_crashed
+
+
+def _ended_state(raised: BaseException):
+    """Run a flow with the hook that raises ``raised``; its flow run's state as the server has it."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName
+
+    name = f"stopped-{uuid.uuid4().hex[:8]}"
+
+    @flow(name="stopped", flow_run_name=name, on_crashed=[cancelled_not_crashed])
+    def stops():
+        raise raised
+
+    with pytest.raises(type(raised)):
+        stops()
+    with get_client(sync_client=True) as client:
+        (run,) = client.read_flow_runs(flow_run_filter=FlowRunFilter(name=FlowRunFilterName(any_=[name])))
+    return run.state
+
+
+@pytest.mark.usefixtures("prefect_server")
+def test_a_stop_from_outside_ends_cancelled_with_its_cause_and_any_other_crash_stays_crashed():
+    interrupted = _ended_state(KeyboardInterrupt())
+    assert (interrupted.type.value, interrupted.message) == ("CANCELLED", "interrupted (Ctrl-C)")
+    # Prefect hands a TerminationSignal on to the SIGTERM handler it found (it signals its own process): a no-op here
+    previous = signal.signal(signal.SIGTERM, lambda *_: None)
+    try:
+        terminated = _ended_state(TerminationSignal(signal.SIGTERM))
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert terminated.type.value == "CANCELLED"
+    assert terminated.message == "cancelled (SIGTERM: a Prefect cancel, or the process was told to stop)"
+    exited = _ended_state(SystemExit(3))  # not a stop titanflow records as cancelled: Prefect's Crashed stands
+    assert exited.type.value == "CRASHED" and "system exit" in exited.message
+
+
+def test_every_titanflow_flow_has_the_hook():
+    from flows.bisection import qwen3_bisect
+    from flows.nightly import qwen3_nightly
+    from flows.scenario import qwen3_scenario
+
+    assert all(cancelled_not_crashed in f.on_crashed_hooks for f in (qwen3_scenario, qwen3_nightly, qwen3_bisect))
