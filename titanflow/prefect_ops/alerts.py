@@ -10,14 +10,17 @@ deployment on the cron, ``prefect deployment run``, ``titanflow nightly`` with `
 
 - :data:`FAILED_AUTOMATION` fires on ``prefect.flow-run.Failed`` (and ``Crashed``, ``TimedOut``: a
   nightly that ended without a verdict) of a run of the flow :data:`NIGHTLY_FLOW`; its subflows are
-  ``qwen3-scenario`` runs and never match. The message: the run's name, target and final state
+  ``qwen3-scenario`` runs and never match. Not on the Crashed of a nightly someone interrupted (Ctrl-C of
+  ``titanflow nightly``), which Prefect's engine sets before the flow's hook turns it Cancelled
+  (titanflow.prefect_ops.stopped): its event's ``prefect.state-message`` label is Prefect's own message for
+  an interrupt, which the trigger excludes (:func:`interrupted_message`). The message: the run's name, target and final state
   message (how many scenario runs failed, their classes, how many regressions were flagged) and the
   link to the flow run in the UI.
 - :data:`REGRESSION_AUTOMATION` fires on the event :data:`REGRESSION_EVENT`, which the nightly emits
   (:func:`emit_regression_alert`) when it ends without failing but flagged regressions (slower,
   larger: findings that do not fail a run). A failed nightly does not emit it, so each nightly
-  sends at most one message. Prefect's triggers match event names and resource labels, not state
-  messages, hence an event of its own rather than a filter on ``prefect.flow-run.Completed``.
+  sends at most one message. An event of its own rather than a filter on ``prefect.flow-run.Completed``:
+  the state message a trigger can match is one label of exact text, not the counts in it.
 
 The block, first found: ``TITANFLOW_ALERT_BLOCK``, an existing notification block named
 ``<block-type-slug>/<name>`` (``slack-webhook/nightly``, ``sendgrid-email/nightly``: made once in
@@ -106,6 +109,15 @@ def alert_setting(environ: Mapping[str, str] = os.environ) -> AlertSetting | Non
     return None
 
 
+def interrupted_message() -> str:
+    """The message of the Crashed state Prefect's engine gives a flow run interrupted by Ctrl-C (a
+    ``KeyboardInterrupt``), as Prefect itself words it (``prefect.states.exception_to_crashed_state``)."""
+    from prefect.states import exception_to_crashed_state
+    from prefect.utilities.asyncutils import run_coro_as_sync
+
+    return run_coro_as_sync(exception_to_crashed_state(KeyboardInterrupt())).message
+
+
 def automations(block_document_id: UUID) -> list:
     """The two automations (``prefect.automations.Automation``, not yet created) sending through
     the block document ``block_document_id`` (module docstring)."""
@@ -115,7 +127,10 @@ def automations(block_document_id: UUID) -> list:
         name=FAILED_AUTOMATION,
         description=f"One message when a {NIGHTLY_FLOW} flow run ends Failed, Crashed or TimedOut "
                     "(titanflow.prefect_ops.alerts)",
-        trigger=EventTrigger(expect=set(FAILED_EVENTS), match={"prefect.resource.id": "prefect.flow-run.*"},
+        # "!": Prefect's negation of a label's value; the server gives every flow-run state event this label ("" for
+        # a state without a message), so only the interrupt's Crashed is left out
+        trigger=EventTrigger(expect=set(FAILED_EVENTS), match={"prefect.resource.id": "prefect.flow-run.*",
+                                                               "prefect.state-message": f"!{interrupted_message()}"},
                              match_related={"prefect.resource.role": "flow", "prefect.resource.name": NIGHTLY_FLOW},
                              for_each={"prefect.resource.id"}, posture=Posture.Reactive, threshold=1, within=0),
         actions=[SendNotification(block_document_id=block_document_id, subject=FAILED_SUBJECT, body=FAILED_BODY)])

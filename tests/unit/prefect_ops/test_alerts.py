@@ -31,11 +31,12 @@ def _event(name: str, resource: dict, related: list[dict], payload: dict | None 
                          payload=payload or {}, id=uuid4())
 
 
-def _state_event(state: str, flow_name: str):
-    """A flow run's state-change event as the server emits it (prefect.server.models.events)."""
+def _state_event(state: str, flow_name: str, message: str = ""):
+    """A flow run's state-change event as the server emits it (prefect.server.models.events: every one has the
+    ``prefect.state-message`` label, "" when the state has no message)."""
     return _event(f"prefect.flow-run.{state}",
                   {"prefect.resource.id": f"prefect.flow-run.{FLOW_RUN_ID}", "prefect.resource.name": "curly-newt",
-                   "prefect.state-name": state},
+                   "prefect.state-name": state, "prefect.state-message": message},
                   [{"prefect.resource.id": f"prefect.flow.{uuid4()}", "prefect.resource.role": "flow",
                     "prefect.resource.name": flow_name},
                    {"prefect.resource.id": "prefect.tag.suite:nightly", "prefect.resource.role": "tag"}])
@@ -57,6 +58,18 @@ def test_the_failed_automation_fires_on_a_nightly_ending_failed_crashed_or_timed
         assert not trigger.covers(_state_event(state, "qwen3-nightly")), state
     # the nightly's own scenario runs are subflows of another flow: their failures are the nightly's message
     assert not trigger.covers(_state_event("Failed", "qwen3-scenario"))
+
+
+def test_a_nightly_interrupted_by_ctrl_c_does_not_alert_but_any_other_crash_does():
+    # Prefect's engine sets Crashed with its own message before the flow's hook sets Cancelled
+    # (titanflow.prefect_ops.stopped); the message is Prefect's wording, read from Prefect itself
+    assert alerts.interrupted_message() == "Execution was aborted by an interrupt signal."
+    trigger = _server_trigger(alerts.automations(BLOCK_ID)[0])
+    assert not trigger.covers(_state_event("Crashed", "qwen3-nightly", alerts.interrupted_message()))
+    for message in ("Execution was aborted by a termination signal.",  # a SIGTERM that was no Prefect cancel
+                    "Execution was interrupted by an unexpected exception: MemoryError", ""):
+        assert trigger.covers(_state_event("Crashed", "qwen3-nightly", message)), message
+    assert trigger.covers(_state_event("Failed", "qwen3-nightly", "2 of 6 scenario runs failed (numerics)"))
 
 
 def test_the_regression_automation_fires_on_the_event_the_nightly_emits_and_nothing_else():
