@@ -121,7 +121,9 @@ def print_summary(summary: RunSummary) -> None:
     if summary.history_error:
         rows += [("HISTORY", f"not recorded: {summary.history_error}")]
     if summary.resumed:
-        rows += [("resumed", f"{summary.resumes} time(s), last from step {summary.resumed[-1].from_step or 0}")]
+        from_step = summary.resumed[-1].from_step  # as the flow's log says it: None is step 1, no checkpoint
+        rows += [("resumed", f"{summary.resumes} time(s), last from step "
+                             f"{from_step or '1 (no complete step checkpoint)'}")]
     if summary.cached_tasks:
         rows += [("cached", ", ".join(summary.cached_tasks))]
     width = max(len(k) for k, _ in rows)
@@ -490,6 +492,8 @@ def cmd_assets(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``titanflow`` command line: one subcommand per ``cmd_*`` function."""
+    from titan_cfg.targets import TARGETS
+
     parser = argparse.ArgumentParser(prog="titanflow", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     assets = sub.add_parser("assets", help="build or reuse the offline tokenizer and tiny Qwen3 weights")
@@ -514,7 +518,8 @@ def build_parser() -> argparse.ArgumentParser:
     nightly = sub.add_parser("nightly", help="run the nightly suite of a target (qwen3-nightly)",
                              description="Run every scenario x init of a target as qwen3-scenario subflows "
                                          "(flows/nightly.py); exit 0 only when all passed.")
-    nightly.add_argument("--target", default="cpu")
+    nightly.add_argument("--target", default="cpu", help="the target every run trains on (default: cpu; "
+                         "known: " + ", ".join(TARGETS) + ")")
     nightly.add_argument("--scenarios", nargs="+", help="default: every scenario")
     nightly.add_argument("--inits", nargs="+", help="default: random pretrained")
     nightly.add_argument("--steps", type=int, help="steps of every run (default: ScenarioRun's)")

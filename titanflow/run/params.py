@@ -118,6 +118,10 @@ class Trim(BaseModel):
         return self
 
 
+#: A run id: a folder name under the runs folder (no path separators, not starting with a dot).
+RUN_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+
+
 class ScenarioRun(BaseModel):
     """One scenario run as the user asked for it; ``None`` means "the target's default".
 
@@ -162,7 +166,7 @@ class ScenarioRun(BaseModel):
     timeout_s: float = Field(1800, gt=0, le=MAX_TIMEOUT_S, description="seconds before a training launch is killed (each attempt: "
                              "an infrastructure failure is retried twice)")
     runs_dir: str | None = Field(None, description="parent of runs/<run-id>; None: $TITANFLOW_RUNS or <repo>/runs")
-    run_id: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    run_id: str | None = Field(None, pattern=RUN_ID_PATTERN)
     resume: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", description="the id of a failed, "
                                "cancelled or killed run to continue in its own folder, from its newest complete step "
                                "checkpoint (titanflow.run.resume); its parameters are kept: give none that change the job")
@@ -255,8 +259,13 @@ class ScenarioRun(BaseModel):
                     f"kernels: {op}={name} replaces a module of torchtitan's own decoder; {self.scenario} trains "
                     f"transformers' model (the transformers backend computes it inside transformers): use "
                     f"{op}={upstream}")
-        if self.weights is not None and _looks_like_path(self.weights) and not Path(self.weights).expanduser().exists():
-            raise ValueError(f"weights: folder {self.weights} does not exist; fix: give a local HF folder or a Hub id")
+        if self.weights is not None and _looks_like_path(self.weights):
+            given = Path(self.weights).expanduser()
+            if not given.exists():
+                raise ValueError(f"weights: folder {self.weights} does not exist; fix: give a local HF folder or a Hub id")
+            if not given.is_dir():
+                raise ValueError(f"weights: {self.weights} is a file; fix: give the model's folder (the one holding its "
+                                 "config.json), or a Hub id")
         return self
 
     @property
@@ -367,8 +376,9 @@ def nightly_runs(target: str, scenarios: list[str] | None = None, inits: list[st
 
 
 def _looks_like_path(weights: str) -> bool:
-    """A Hub id is ``name`` or ``org/name``; anything absolute, relative-dotted or deeper is a path."""
-    return weights.startswith(("/", ".", "~")) or weights.count("/") > 1 or os.path.isdir(weights)
+    """A Hub id is ``name`` or ``org/name``; anything absolute, relative-dotted or deeper is a path, and so is a name
+    that is a file or folder here (``README.md``, ``models/tiny``)."""
+    return weights.startswith(("/", ".", "~")) or weights.count("/") > 1 or os.path.exists(weights)
 
 
 def is_hub_id(weights: str) -> bool:
@@ -383,8 +393,11 @@ def check_writable(folder: Path, field: str, fix: str) -> None:
     permission check alone is not enough (root passes every ``os.access``).
 
     Raises:
-        ValueError: ``<field>: <folder> is not writable (<OS error>); <fix>``.
+        ValueError: ``<field>: <folder> is a file, not a folder; <fix>``, or ``<field>: <folder> is not writable
+            (<OS error>); <fix>``.
     """
+    if folder.exists() and not folder.is_dir():  # mkdir would say "File exists", which reads as a folder there
+        raise ValueError(f"{field}: {folder} is a file, not a folder; {fix}")
     try:
         folder.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-probe-"):

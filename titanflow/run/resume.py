@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,7 +29,7 @@ import psutil
 from titan_cfg.job import CHECKPOINT_FOLDER, JOB_FILE, Job
 from titanflow import paths
 from titanflow.launch.resume import step_folders, why_incomplete
-from titanflow.run.params import ScenarioRun
+from titanflow.run.params import RUN_ID_PATTERN, ScenarioRun
 from titanflow.run.preflight import preflight
 from titanflow.run.summary import SUMMARY, Continuation, RunSummary, read_summary
 
@@ -103,7 +104,8 @@ def live_processes(run_dir: Path) -> list[psutil.Process]:
 
 
 def _field_flag(name: str) -> str:
-    return f"--{name.replace('_', '-')}"
+    """How the command line gives field ``name``: ``--steps``; the scenario is the positional argument."""
+    return "the scenario argument" if name == "scenario" else f"--{name.replace('_', '-')}"
 
 
 def resumed_run(given: dict) -> Resumption:
@@ -114,6 +116,9 @@ def resumed_run(given: dict) -> Resumption:
         ValueError: the message starts with the field to change (``resume``, or a differing parameter's).
     """
     run_id = given["resume"]
+    if not re.fullmatch(RUN_ID_PATTERN, run_id):
+        raise ValueError(f"resume: {run_id!r} is not a run id (a folder name: letters, digits, '.', '_', '-'); pass "
+                         "the id `titanflow run` printed")
     root = Path(given["runs_dir"]).resolve() if given.get("runs_dir") else paths.runs_root()
     run_dir = root / run_id
     if not run_dir.is_dir():

@@ -48,12 +48,32 @@ def test_runs_dir_under_a_file_is_refused(tmp_path):
     blocker.write_text("")
     with pytest.raises(ValueError, match="runs_dir"):
         check_runs_dir_writable(blocker / "runs")
+    # the runs folder named is itself a file: said so, not mkdir's "File exists" as "not writable"
+    with pytest.raises(ValueError, match=rf"^runs_dir: {blocker} is a file, not a folder; "):
+        check_runs_dir_writable(blocker)
 
 
-def test_hub_ids_and_paths_are_told_apart():
+def test_hub_ids_and_paths_are_told_apart(tmp_path, monkeypatch):
     assert is_hub_id("Qwen/Qwen3-4B-Instruct-2507")
     assert not is_hub_id("/models/qwen")
     assert not is_hub_id("./models/qwen")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "README.md").write_text("not a model")
+    (tmp_path / "org" / "tiny").mkdir(parents=True)
+    assert not is_hub_id("README.md") and not is_hub_id("org/tiny")  # named like Hub ids, but here
+
+
+def test_a_file_given_as_weights_is_refused_before_anything_runs_naming_the_fix(tmp_path, monkeypatch, capsys):
+    # a name like a Hub id went to the Hub before (pull_weights, a flow run started, 9 s offline)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "README.md").write_text("not a model")
+    for given in ("README.md", str(tmp_path / "README.md")):
+        with pytest.raises(ValidationError) as err:
+            ScenarioRun(weights=given)
+        assert f"weights: {given} is a file; fix: give the model's folder (the one holding its config.json)" in \
+            str(err.value)
+    assert main(["run", "native", "--target", "cpu", "--weights", "README.md"]) == 2
+    assert "weights: README.md is a file" in capsys.readouterr().err
 
 
 def test_cli_refuses_bad_input_in_seconds_without_prefect(capsys):

@@ -42,3 +42,16 @@ def test_a_retried_training_says_how_many_launches_it_took(capsys):
     for attempts in (1, None):  # one launch, or a summary written before launches were counted: nothing to say
         print_summary(_legacy(attempts=attempts))
         assert "training launches" not in capsys.readouterr().out
+
+
+def test_a_resumed_run_says_the_step_it_went_on_from_as_the_flow_log_does(capsys):
+    import datetime
+
+    from titanflow.run.summary import Continuation
+
+    summary = _legacy()
+    for from_step, said in ((None, "1 (no complete step checkpoint)"), (6, "6")):  # "step 0" before, for None
+        summary.resumed = [Continuation(flow_run_id="f-2", previous_flow_run_id="f-1", previous_verdict="cancelled",
+                                        from_step=from_step, at=datetime.datetime.now(datetime.UTC))]
+        print_summary(summary)
+        assert re.search(rf"\nresumed +1 time\(s\), last from step {re.escape(said)}\n", capsys.readouterr().out)

@@ -43,6 +43,20 @@ def test_a_run_folder_that_does_not_exist_is_refused(tmp_path):
         resumed_run({"resume": "nope", "runs_dir": str(tmp_path)})
 
 
+@pytest.mark.parametrize("given", ["../../etc", "a/b", ".hidden", ""])
+def test_a_resume_that_is_not_a_run_id_is_refused_before_any_folder_is_read(tmp_path, given):
+    # ../../etc was refused only because that folder had no summary.json
+    with pytest.raises(ValueError, match=r"^resume: .* is not a run id \(a folder name"):
+        resumed_run({"resume": given, "runs_dir": str(tmp_path / "runs")})
+
+
+def test_a_changed_scenario_is_named_as_the_command_line_gives_it(tmp_path, tiny_assets):
+    _run_folder(tmp_path)
+    with pytest.raises(ValueError) as err:
+        resumed_run({"resume": "r1", "runs_dir": str(tmp_path), "scenario": "moe"})
+    assert "drop the scenario argument (only --timeout-s may change)" in str(err.value)  # not --scenario, no such flag
+
+
 def test_a_folder_without_summary_is_refused(tmp_path):
     (tmp_path / "bare").mkdir()
     with pytest.raises(ValueError, match=r"^resume: .*bare has no summary.json.*start a new run"):
