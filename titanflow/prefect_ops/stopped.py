@@ -7,7 +7,9 @@ shutdown). titanflow records such a run as ``cancelled`` in its summary, history
 flow, sets its flow run Cancelled too, the cause as the state's message, so that the Prefect UI says what the
 history says. A crash of any other cause (``SystemExit``, the API unreachable, the process killed outright, which
 runs no hook) stays Crashed. A Prefect cancel (the UI, ``prefect flow-run cancel``) is Prefect's own
-cancellation and never reaches the hook.
+cancellation and never reaches the hook. The task run that was running when the stop came (``train``, mostly) keeps
+Prefect's Crashed: its states reach the server as the flow process's events, recorded after the hook has run, so
+setting it here could be undone by its own late event; the flow run and titanflow's records say cancelled.
 """
 
 from __future__ import annotations
