@@ -265,5 +265,8 @@ def test_ctrl_c_of_titanflow_run_while_training_ends_everything_and_records_canc
     with contextlib.closing(sqlite3.connect(home / "prefect.db")) as db:
         assert db.execute("SELECT id, state_type, state_name FROM flow_run").fetchall() == [
             (summary.flow_run_id, "CANCELLED", "Cancelled")]
+        # and so does the task run the interrupt came in; every other task run completed (the judging ones after it)
+        unfinished = db.execute("SELECT name, state_type FROM task_run WHERE state_type != 'COMPLETED'").fetchall()
+        assert [(name.rsplit("-", 1)[0], state) for name, state in unfinished] == [("train", "CANCELLED")]
     searched = assert_secret_absent([run_dir, home, Path(os.environ["TITANFLOW_HISTORY"])], token)
     assert searched > 10  # the run folder, the server's database and the history table were searched

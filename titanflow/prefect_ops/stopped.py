@@ -7,9 +7,13 @@ shutdown). titanflow records such a run as ``cancelled`` in its summary, history
 flow, sets its flow run Cancelled too, the cause as the state's message, so that the Prefect UI says what the
 history says. A crash of any other cause (``SystemExit``, the API unreachable, the process killed outright, which
 runs no hook) stays Crashed. A Prefect cancel (the UI, ``prefect flow-run cancel``) is Prefect's own
-cancellation and never reaches the hook. The task run that was running when the stop came (``train``, mostly) keeps
-Prefect's Crashed: its states reach the server as the flow process's events, recorded after the hook has run, so
-setting it here could be undone by its own late event; the flow run and titanflow's records say cancelled.
+cancellation and never reaches the hook.
+
+The task run the stop came in (``train``, mostly) is set Cancelled too. Its states reach the server as the flow
+process's events, which the server records in the background; the hook sends what is queued, then sets every task
+run of the flow run the server holds as not ended (or Crashed) Cancelled. The server keeps a task run's newest state
+(its task-run recorder updates a row only with a later state timestamp), so the Crashed event recorded after the
+hook cannot undo it. A task run whose start the server had not recorded yet keeps Prefect's Crashed.
 """
 
 from __future__ import annotations
@@ -31,5 +35,28 @@ def cancelled_not_crashed(flow, flow_run, state) -> None:
 
     with get_client(sync_client=True) as client:
         client.set_flow_run_state(flow_run.id, Cancelled(message=cause), force=True)
-    flow_run_logger(flow_run, flow).info("flow run set Cancelled, not Crashed: %s; titanflow records it cancelled",
-                                         cause)
+        tasks = _stopped_task_runs(client, flow_run.id)
+        for task_run in tasks:
+            client.set_task_run_state(task_run.id, Cancelled(message=cause), force=True)
+    flow_run_logger(flow_run, flow).info("flow run set Cancelled, not Crashed: %s; titanflow records it cancelled%s",
+                                         cause, f" (task runs {', '.join(t.name for t in tasks)} too)" if tasks else "")
+
+
+def _stopped_task_runs(client, flow_run_id) -> list:
+    """The flow run's task runs the server holds as not ended, or Crashed, once the events this process queued (the
+    task runs' states) are sent."""
+    from prefect.client.schemas.filters import (
+        FlowRunFilter,
+        FlowRunFilterId,
+        TaskRunFilter,
+        TaskRunFilterState,
+        TaskRunFilterStateType,
+    )
+    from prefect.client.schemas.objects import StateType
+    from prefect.events.worker import EventsWorker
+
+    EventsWorker.drain_all(timeout=5)
+    stopped = [StateType.PENDING, StateType.SCHEDULED, StateType.RUNNING, StateType.CRASHED]
+    return client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])),
+                                 task_run_filter=TaskRunFilter(state=TaskRunFilterState(
+                                     type=TaskRunFilterStateType(any_=stopped))))

@@ -6,6 +6,7 @@ tests/e2e/test_fault_runs.py."""
 from __future__ import annotations
 
 import signal
+import time
 import uuid
 
 import pytest
@@ -47,6 +48,60 @@ def test_a_stop_from_outside_ends_cancelled_with_its_cause_and_any_other_crash_s
     assert terminated.message == "cancelled (SIGTERM: a Prefect cancel, or the process was told to stop)"
     exited = _ended_state(SystemExit(3))  # not a stop titanflow records as cancelled: Prefect's Crashed stands
     assert exited.type.value == "CRASHED" and "system exit" in exited.message
+
+
+def _recorded_running(task_run_id) -> None:
+    """Wait until the server has recorded the task run Running (its state comes by event, in the background)."""
+    from prefect.client.orchestration import get_client
+    from prefect.events.worker import EventsWorker
+
+    EventsWorker.drain_all(timeout=10)
+    with get_client(sync_client=True) as client:
+        for _ in range(200):
+            try:
+                if client.read_task_run(task_run_id).state.is_running():
+                    return
+            except Exception:  # noqa: BLE001 - not recorded yet
+                pass
+            time.sleep(0.1)
+    raise AssertionError(f"task run {task_run_id} never recorded Running")
+
+
+@pytest.mark.usefixtures("prefect_server")
+def test_the_task_run_the_stop_came_in_ends_cancelled_too_and_a_finished_one_keeps_its_state():
+    from prefect import runtime, task
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId, FlowRunFilterName
+    from prefect.events.worker import EventsWorker
+
+    name = f"stopped-{uuid.uuid4().hex[:8]}"
+
+    @task(name="done")
+    def done():
+        return 1
+
+    @task(name="training")
+    def training():
+        _recorded_running(runtime.task_run.id)  # as a training is, long after it started
+        raise KeyboardInterrupt
+
+    @flow(name="stopped", flow_run_name=name, on_crashed=[cancelled_not_crashed])
+    def stops():
+        done()
+        training()
+
+    with pytest.raises(KeyboardInterrupt):
+        stops()
+    EventsWorker.drain_all(timeout=10)  # whatever the flow process still queued, the task's Crashed included
+    time.sleep(2)  # which the server records in the background: it must not undo the Cancelled
+    with get_client(sync_client=True) as client:
+        (run,) = client.read_flow_runs(flow_run_filter=FlowRunFilter(name=FlowRunFilterName(any_=[name])))
+        task_runs = {t.name.rsplit("-", 1)[0]: t.state
+                     for t in client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[run.id])))}
+    assert run.state.type.value == "CANCELLED"
+    assert {name: state.type.value for name, state in task_runs.items()} == {"done": "COMPLETED",
+                                                                              "training": "CANCELLED"}
+    assert task_runs["training"].message == "interrupted (Ctrl-C)"
 
 
 def test_every_titanflow_flow_has_the_hook():

@@ -200,7 +200,7 @@ def test_an_unwritable_dest_is_bad_input_not_a_traceback(tmp_path, capsys):
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     assert main(["trim", str(_config_only(tmp_path)), str(blocker / "trimmed"), *WALKTHROUGH]) == 2
-    assert capsys.readouterr().err == (f"titanflow: bad input:\ndest: {blocker} is not writable (File exists); pass a "
+    assert capsys.readouterr().err == (f"titanflow: bad input:\ndest: {blocker} is a file, not a folder; pass a "
                                        "folder under one you can write\n")
 
 
