@@ -167,7 +167,7 @@ class ScenarioRun(BaseModel):
                              "an infrastructure failure is retried twice)")
     runs_dir: str | None = Field(None, description="parent of runs/<run-id>; None: $TITANFLOW_RUNS or <repo>/runs")
     run_id: str | None = Field(None, pattern=RUN_ID_PATTERN)
-    resume: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", description="the id of a failed, "
+    resume: str | None = Field(None, pattern=RUN_ID_PATTERN, description="the id of a failed, "
                                "cancelled or killed run to continue in its own folder, from its newest complete step "
                                "checkpoint (titanflow.run.resume); its parameters are kept: give none that change the job")
     tolerances: Tolerances = Tolerances()
