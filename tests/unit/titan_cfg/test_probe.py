@@ -3,9 +3,11 @@
 That the padded forward pass gives the trained model's logits is what the export's parity check asserts on every
 end-to-end run (KL against transformers on the unpadded ids, tests/e2e/test_scenarios.py)."""
 
+import importlib.util
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import torch
 
@@ -58,7 +60,7 @@ def test_the_trainers_tokenizer_gives_the_same_ids_and_a_tokenizer_of_another_fo
 
 def test_torchtitans_rank_zero_sleep_is_still_there_and_install_takes_it_out():
     proc = _fresh_python("""
-        import inspect, time
+        import inspect, logging, time
         from pathlib import Path
         from titan_cfg.compat.cpu import make_importable_without_triton
         make_importable_without_triton()
@@ -70,11 +72,25 @@ def test_torchtitans_rank_zero_sleep_is_still_there_and_install_takes_it_out():
         start = time.monotonic()
         torchtitan.trainer.time.sleep(2)
         print(round(time.monotonic() - start, 1), torchtitan.trainer.time.perf_counter is time.perf_counter)
+        logging.basicConfig(level=logging.INFO, format="logged: %(message)s")
+        torchtitan.trainer.logger.info(probe.RANK_ZERO_SLEEP_MESSAGE)  # what Trainer.train logs before the sleep
+        torchtitan.trainer.logger.info("Training completed")
     """)
     assert proc.returncode == 0, proc.stderr[-3000:]
     still_there, installed = proc.stdout.strip().splitlines()[-2:]
     assert still_there == "True 1"  # the one sleep is the rank 0 wait: when this fails, drop the patch
     assert installed == "0.0 True"
+    assert probe_source_logs_the_sleep_message()  # torchtitan's own line, read from its source
+    logged = [line for line in proc.stderr.splitlines() if line.startswith("logged: ")]
+    assert logged == ["logged: Training completed"]  # the sleep's line is left out, the next one kept
+
+
+def probe_source_logs_the_sleep_message() -> bool:
+    """True while torchtitan's ``Trainer.train`` logs :data:`titan_cfg.probe.RANK_ZERO_SLEEP_MESSAGE` before it sleeps."""
+    from titan_cfg.probe import RANK_ZERO_SLEEP_MESSAGE
+
+    trainer = Path(importlib.util.find_spec("torchtitan.trainer").origin).read_text()
+    return f'logger.info("{RANK_ZERO_SLEEP_MESSAGE}")' in trainer
 
 
 def test_the_saved_probe_logits_hold_the_first_rows_tokens_alone(tmp_path):
