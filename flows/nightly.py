@@ -152,8 +152,8 @@ def qwen3_nightly(
         create_markdown_artifact(key=f"nightly-{target}", markdown=suite_markdown(target, rows),
                                  description=f"nightly suite on {target}")
 
-    for params, run in nightly_runs(target, scenarios, inits, steps=steps, lr=lr, runs_dir=runs_dir,
-                                    scheduler=scheduler):
+    suite = nightly_runs(target, scenarios, inits, steps=steps, lr=lr, runs_dir=runs_dir, scheduler=scheduler)
+    for params, run in suite:
         scenario, init = run.scenario, run.init
         run_id = new_run_id(run)
         summary_path = run.runs_root() / run_id / "summary.json"
@@ -165,6 +165,9 @@ def qwen3_nightly(
                 raise
             rows.append({"scenario": scenario, "init": init, "run_id": run_id,
                          **outcome(summary_path, Cancelled(message=cause))})
+            kept = f"; its record: {summary_path}" if summary_path.is_file() else ""
+            logger.warning("%s/%s: cancelled (%s) in run %s%s; the suite stops at run %d of %d", scenario, init,
+                           cause, run_id, kept, len(rows), len(suite))
             publish()
             raise
         row = {"scenario": scenario, "init": init, "run_id": run_id, **outcome(summary_path, state)}

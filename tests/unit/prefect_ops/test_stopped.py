@@ -5,6 +5,7 @@ tests/e2e/test_fault_runs.py."""
 
 from __future__ import annotations
 
+import re
 import signal
 import time
 import uuid
@@ -110,3 +111,29 @@ def test_every_titanflow_flow_has_the_hook():
     from flows.scenario import qwen3_scenario
 
     assert all(cancelled_not_crashed in f.on_crashed_hooks for f in (qwen3_scenario, qwen3_nightly, qwen3_bisect))
+
+
+@pytest.mark.usefixtures("prefect_server")
+def test_a_nightly_interrupted_in_a_scenario_run_names_that_run_in_its_log_and_ends_cancelled(monkeypatch, tmp_path):
+    import flows.nightly
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName, LogFilter, LogFilterFlowRunId
+    from prefect.logging.handlers import APILogWorker
+
+    def interrupted_scenario(**params):  # Ctrl-C while the suite's first scenario run trains
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(flows.nightly, "qwen3_scenario", interrupted_scenario)
+    name = f"nightly-{uuid.uuid4().hex[:8]}"
+    with pytest.raises(KeyboardInterrupt):
+        flows.nightly.qwen3_nightly.with_options(flow_run_name=name)(
+            target="cpu", scenarios=["native", "moe"], inits=["random"], runs_dir=str(tmp_path))
+    APILogWorker.drain_all(timeout=10)
+    with get_client(sync_client=True) as client:
+        (run,) = client.read_flow_runs(flow_run_filter=FlowRunFilter(name=FlowRunFilterName(any_=[name])))
+        messages = [log.message for log in client.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[run.id])))]
+    assert run.state.type.value == "CANCELLED"
+    (named,) = [m for m in messages if "cancelled (interrupted (Ctrl-C))" in m]
+    # the run the suite was in, by the run id it gave it (titanflow.run.preflight.new_run_id); the second never started
+    assert re.fullmatch(r"native/random: cancelled \(interrupted \(Ctrl-C\)\) in run native-cpu-random-\d{8}-\d{6}-"
+                        r"[0-9a-f]{4}; the suite stops at run 1 of 2", named), named
