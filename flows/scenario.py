@@ -41,6 +41,7 @@ from tasks.warmup import compile_warmup
 from tasks.weights import pull_weights
 from titan_cfg.job import ExportDtype, Init, ModelSpecSource
 from titan_cfg.scenarios import SCENARIOS
+from titanflow import paths
 from titanflow.export.imports import import_ahead, modules_for
 from titanflow.judge.environment import numerics_environment
 from titanflow.launch.slot import training_slot
@@ -140,7 +141,7 @@ def qwen3_scenario(
     record = RunRecorder(run_dir, RunSummary(
         run_id=run_dir.name, flow_run_id=flow_run_id, scenario=run.scenario, target=run.target,
         init=run.init, steps=run.steps, kernels=run.kernels_resolved, parameters=run.model_dump(),
-        environment=numerics_environment(), resumed=resumed))
+        environment=numerics_environment(paths.cache_root()), resumed=resumed))
     summary = record.summary
     record.write()  # from the start: a run killed before its end keeps its parameters, to be resumed
     if resumption and end_previous_flow_run(resumption.previous.flow_run_id, flow_run_id):

@@ -56,9 +56,10 @@ def compiler_version(backend: str) -> str:
     return ";".join(versions)
 
 
-def cache_key(job: Job, target: Target, model_shape: dict) -> str:
+def cache_key(job: Job, target: Target, model_shape: dict, cache_root: Path | None = None) -> str:
     """16-hex-digit sha256 of (scenario, target, world size, compiler version, flags, LNC, shapes, kernels,
-    and on cpu-hosted targets the CPU's instruction set)."""
+    and on cpu-hosted targets the CPU's instruction set: :func:`titan_cfg.cpu_isa.cpu_capability`, kept under
+    ``cache_root`` when given)."""
     backend = job.compile_backend or "inductor"
     material = {
         "scenario": job.scenario,  # native and transformers-backend graphs differ
@@ -71,7 +72,7 @@ def cache_key(job: Job, target: Target, model_shape: dict) -> str:
         "kernels": job.kernels,
     }
     if target.device in ("cpu", "cuda"):  # inductor generates host code for this CPU
-        material["cpu"] = {"capability": cpu_capability(), "isa_flags": cpu_model_and_flags()[1]}
+        material["cpu"] = {"capability": cpu_capability(cache_root), "isa_flags": cpu_model_and_flags()[1]}
     return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -79,7 +80,7 @@ def cache_env(job: Job, target: Target, model_shape: dict, cache_root: Path) -> 
     """Every cache variable of the job's backend (:data:`CACHE_ENV`) pointed into the keyed folder
     ``<cache_root>/compile/<target>-<key>``, e.g. ``TORCH_NEURONX_NEFF_CACHE_DIR=<folder>/neff``."""
     backend = job.compile_backend or "inductor"
-    folder = cache_root / "compile" / f"{target.name}-{cache_key(job, target, model_shape)}"
+    folder = cache_root / "compile" / f"{target.name}-{cache_key(job, target, model_shape, cache_root)}"
     return {variable: str(folder / sub) if sub else str(folder)
             for variable, sub in CACHE_ENV.get(backend, CACHE_ENV["inductor"]).items()}
 

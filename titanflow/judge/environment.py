@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+from pathlib import Path
+
 from titan_cfg.cpu_isa import cpu_capability, cpu_model_and_flags
 from titanflow.assets.cache import installed_versions
 
@@ -19,13 +21,14 @@ from titanflow.assets.cache import installed_versions
 NUMERICS_PACKAGES = ("torch", "torchtitan", "transformers")
 
 
-def numerics_environment() -> dict:
+def numerics_environment(cache_dir: Path | None = None) -> dict:
     """``{"cpu_model", "cpu_capability", "isa_flags", "versions"}`` of this process (JSON-ready).
 
-    ``cpu_capability`` is what ATen dispatches to (it honours ``ATEN_CPU_CAPABILITY``).
+    ``cpu_capability`` is what ATen dispatches to (it honours ``ATEN_CPU_CAPABILITY``), kept in ``cache_dir`` when
+    given (:func:`titan_cfg.cpu_isa.cpu_capability`: read back there without importing torch).
     """
     model, flags = cpu_model_and_flags()
-    return {"cpu_model": model, "cpu_capability": cpu_capability(), "isa_flags": flags,
+    return {"cpu_model": model, "cpu_capability": cpu_capability(cache_dir), "isa_flags": flags,
             "versions": installed_versions(*NUMERICS_PACKAGES)}
 
 

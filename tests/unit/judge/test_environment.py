@@ -38,3 +38,46 @@ def test_the_capability_is_what_aten_dispatches_to():
     held, here = json.loads(out), numerics_environment()
     assert held["cpu_capability"] == "DEFAULT"
     assert held == here | {"cpu_capability": "DEFAULT"}
+
+
+#: Prints (the capability, whether torch got imported) in a fresh process, the capability kept in argv[1].
+CAPABILITY_KEPT = """
+import sys
+from pathlib import Path
+from titan_cfg.cpu_isa import cpu_capability
+print(cpu_capability(Path(sys.argv[1])), "torch" in sys.modules)
+"""
+
+
+def _capability_in_fresh_process(cache_dir, **env) -> str:
+    return subprocess.run([sys.executable, "-c", CAPABILITY_KEPT, str(cache_dir)], capture_output=True, text=True,
+                          check=True, env={"PATH": "", **env}).stdout.strip()
+
+
+def test_the_capability_is_kept_by_its_key_and_read_back_without_importing_torch(tmp_path):
+    import torch
+
+    from titan_cfg.cpu_isa import capability_key
+
+    asked = torch.backends.cpu.get_cpu_capability()  # what ATen says in this process
+    assert _capability_in_fresh_process(tmp_path) == f"{asked} True"  # first: asked torch, and kept
+    assert (tmp_path / "cpu-capability" / capability_key()).read_text() == asked
+    assert _capability_in_fresh_process(tmp_path) == f"{asked} False"  # then: read back, torch never imported
+    # ATEN_CPU_CAPABILITY is in the key: the scalar kernels' answer is kept apart, not read from the other
+    assert _capability_in_fresh_process(tmp_path, ATEN_CPU_CAPABILITY="default") == "DEFAULT True"
+    assert _capability_in_fresh_process(tmp_path, ATEN_CPU_CAPABILITY="default") == "DEFAULT False"
+    assert _capability_in_fresh_process(tmp_path) == f"{asked} False"
+    assert len(list((tmp_path / "cpu-capability").iterdir())) == 2
+
+
+def test_an_empty_kept_capability_is_asked_again(tmp_path):
+    import torch
+
+    from titan_cfg.cpu_isa import capability_key
+
+    asked = torch.backends.cpu.get_cpu_capability()
+    kept = tmp_path / "cpu-capability" / capability_key()
+    kept.parent.mkdir()
+    kept.write_text("")  # e.g. written on a full disk
+    assert _capability_in_fresh_process(tmp_path) == f"{asked} True"
+    assert kept.read_text() == asked
