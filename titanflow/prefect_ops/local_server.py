@@ -57,7 +57,8 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-#: titanflow's record, in PREFECT_HOME, that a server start there registered Prefect's block types (:func:`block_types_registered`).
+#: titanflow's record, in PREFECT_HOME, that a server start there registered Prefect's block types
+#: (:func:`block_types_registered`).
 BLOCK_TYPES_RECORD = "titanflow-block-types.json"
 
 #: The settings that start a server without registering block types: registration off, and its memo check off too,
