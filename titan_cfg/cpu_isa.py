@@ -64,8 +64,10 @@ def cpu_capability(cache_dir: Path | None = None) -> str:
     cpu, 3 steps, 2 cores, 2026-12-02). A process that has imported torch asks it.
     """
     kept = cache_dir / "cpu-capability" / capability_key() if cache_dir is not None else None
-    if kept is not None and "torch" not in sys.modules and _read(kept):
-        return _read(kept)
+    if kept is not None and "torch" not in sys.modules:
+        answer = _read(kept)
+        if answer:
+            return answer
     import torch
 
     answer = torch.backends.cpu.get_cpu_capability()
