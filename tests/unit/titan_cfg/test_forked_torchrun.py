@@ -20,10 +20,16 @@ def _rank(local_rank: int) -> None:
     raise RuntimeError("[gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:5537.")
 
 
-def _failures(tmp_path) -> dict:
-    """Start the two ranks forked, wait until both have ended, then let torch's context poll once: its failures."""
+def _failures(tmp_path, monkeypatch) -> dict:
+    """Start the two ranks forked, wait until both have ended, then let torch's context poll once: its failures.
+    torch's start_processes gives each rank an error file in tempfile.gettempdir(), which a rank that raises writes and
+    nothing removes: here under ``tmp_path``, as a launch's are under its TMPDIR (titanflow.launch.render)."""
+    import tempfile
+
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, start_processes
 
+    tmp_path.mkdir(parents=True)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     context = start_processes("rank", _rank, args={0: (0,), 1: (1,)}, envs={0: {}, 1: {}},
                               logs_specs=DefaultLogsSpecs(log_dir=str(tmp_path)), start_method="fork")
     deadline = time.monotonic() + 30
@@ -38,14 +44,15 @@ def _failures(tmp_path) -> dict:
     return result.failures
 
 
-def test_every_rank_that_had_failed_is_reported_the_killed_one_with_its_signal(tmp_path):
+def test_every_rank_that_had_failed_is_reported_the_killed_one_with_its_signal(tmp_path, monkeypatch):
     from torch.distributed.elastic.multiprocessing import api
 
     upstream = api.MultiprocessContext._poll
     try:
-        assert len(_failures(tmp_path / "upstream")) == 1  # torch 2.13: one of the two, whichever join met first
+        # torch 2.13: one of the two, whichever join met first
+        assert len(_failures(tmp_path / "upstream", monkeypatch)) == 1
         assert report_every_failure() and not report_every_failure()  # patched once
-        failures = _failures(tmp_path / "patched")
+        failures = _failures(tmp_path / "patched", monkeypatch)
     finally:
         api.MultiprocessContext._poll = upstream
     assert sorted(failures) == [0, 1]
@@ -73,7 +80,7 @@ print(context.wait(timeout=30).failures[0].exitcode)
 
 
 @pytest.mark.parametrize("mode, exitcode", [("restore", -signal.SIGTERM), ("inherit", 1)])
-def test_a_forked_rank_ends_on_sigterm_as_a_new_python_does(mode, exitcode):
+def test_a_forked_rank_ends_on_sigterm_as_a_new_python_does(mode, exitcode, tmp_path):
     """torchrun's agent handles SIGTERM itself (raising an exception, run between bytecodes) before it forks: a rank
     that keeps that handler exits 1 through Python, and one blocked in a collective does not exit at all (met in
     make test: 30 s until the launch timeout). With the handlers the launcher started with restored, SIGTERM ends the
@@ -81,7 +88,8 @@ def test_a_forked_rank_ends_on_sigterm_as_a_new_python_does(mode, exitcode):
     import subprocess
     import sys
 
+    # its log folder and error files in tmp_path, not left in /tmp
     done = subprocess.run([sys.executable, "-c", _SIGTERM_A_FORKED_RANK, mode], capture_output=True, text=True,
-                          timeout=120)
+                          timeout=120, env={**os.environ, "TMPDIR": str(tmp_path)})
     assert done.returncode == 0, done.stderr[-3000:]
     assert int(done.stdout.split()[-1]) == exitcode
