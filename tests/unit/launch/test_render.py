@@ -135,11 +135,14 @@ def golden_name(scenario: str, init: str, model_spec: str = "config", target: st
 
 @pytest.mark.parametrize(("scenario", "init", "model_spec", "target"), [
     *((*render, "trn2") for render in TRN2_RENDERS), *((*render, "config", "trn2-cluster") for render in CLUSTER_RENDERS)])
-def test_trn2_render_matches_golden(tmp_path, config_only_folder, scenario, init, model_spec, target):
+def test_trn2_render_matches_golden(tmp_path, config_only_folder, scenario, init, model_spec, target, monkeypatch):
     """trn2 renders from the published config.json of each walkthrough model (tests/fixtures):
     Qwen3-4B-Instruct-2507, and Qwen3-30B-A3B trimmed to 4 layers, 64 experts, top-4. Files only
     (``titanflow render``): here there are no weights, no Neuron device and no c4_test. trn2-cluster's golden
-    also pins its Slurm batch script."""
+    also pins its Slurm batch script. The ranks' environment carries the caller's own PYTHONPATH and GLIBC_TUNABLES
+    (titanflow.launch.render.launch_line): the goldens are renders from a caller without either."""
+    for name in ("PYTHONPATH", "GLIBC_TUNABLES"):
+        monkeypatch.delenv(name, raising=False)
     weights = config_only_folder(*TRN2_WEIGHTS[scenario])
     run_dir = tmp_path / "runs" / golden_name(scenario, init, model_spec, target).removesuffix(".json")
     run = ScenarioRun(scenario=scenario, target=target, init=init, model_spec=model_spec, run_id=run_dir.name)
