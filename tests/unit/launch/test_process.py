@@ -320,7 +320,8 @@ def test_torchrun_and_its_ranks_die_with_a_runner_killed_by_sigkill(tmp_path):
     sleeper.write_text(f"import os, time\nfrom pathlib import Path\nPath({str(tmp_path)!r}, 'rank' + os.environ['RANK'])"
                        ".write_text(str(os.getpid()))\ntime.sleep(600)\n")
     torchrun = str(Path(sys.executable).parent / "torchrun")
-    runner, _ = _start_runner(tmp_path, [torchrun, "--standalone", "--nproc_per_node=2", str(sleeper)])
+    runner, _ = _start_runner(tmp_path, [torchrun, "--standalone", "--nproc_per_node=2", "--log-dir",
+                                         str(tmp_path / "ranks"), str(sleeper)])  # its logs here, not in /tmp
     deadline = time.monotonic() + 120
     found = []
     while len(found) < 2 and time.monotonic() < deadline:
