@@ -66,6 +66,10 @@ class Target(BaseModel):
     # torchrun forks the ranks from one process that imported torchtitan (titan_cfg.forked_torchrun) instead of
     # starting each afresh: only where no device runtime is initialised before the fork (cpu)
     fork_ranks: bool = False
+    # Memory one rank's device has (bytes): a run whose step cannot fit in it is refused before launch
+    # (titanflow.run.preflight.check_logits_fit). None: on the CPU, the launching machine's memory shared by the
+    # node's ranks; elsewhere (cuda: each GPU's own) not checked.
+    rank_memory_bytes: int | None = None
 
     @model_validator(mode="after")
     def _one_node_or_slurm(self) -> "Target":
@@ -155,6 +159,11 @@ def cpu() -> Target:
 TRN2_CHECKPOINT_BUDGET_S, TRN2_STEP_S = 600, 2.0
 TRN2_CHECKPOINT_INTERVAL = int(TRN2_CHECKPOINT_BUDGET_S / TRN2_STEP_S)  # 300 steps
 
+#: Device memory of one trn2 rank: a Trainium2 chip has 96 GiB of HBM and 8 physical NeuronCores (AWS Neuron docs,
+#: Trainium2 architecture; 16 chips and 1.5 TiB in a trn2.48xlarge), which LNC=2 pairs into 4 logical cores, one
+#: rank each: 24 GiB a rank.
+TRN2_RANK_MEMORY_BYTES = 96 * 2**30 // (8 // 2)  # a chip's HBM over its logical cores at LNC=2
+
 
 def trn2() -> Target:
     """One trn2.48xlarge: 64 ranks at LNC=2 on torch-neuronx (walkthrough scenario 2:
@@ -180,6 +189,7 @@ def trn2() -> Target:
         compile_backend="neuron",
         dataset="c4_test",  # the walkthrough trains on torchtitan's own c4_test split
         checkpoint_interval=TRN2_CHECKPOINT_INTERVAL,
+        rank_memory_bytes=TRN2_RANK_MEMORY_BYTES,
         env={
             "NEURON_LOGICAL_NC_CONFIG": "2",
             "NEURON_RT_VIRTUAL_CORE_SIZE": "2",

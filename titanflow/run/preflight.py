@@ -102,6 +102,7 @@ def check_weights_folder(run: ScenarioRun, folder: Path, complete: bool = True) 
             f"seq_len: {run.seq_len_resolved} exceeds the model's max_position_embeddings "
             f"{shape.max_position_embeddings}; pass --seq-len {shape.max_position_embeddings} or less"
         )
+    check_logits_fit(run, shape.vocab_size)
     if not complete:
         return shape
     if not (folder / "tokenizer.json").is_file():
@@ -116,6 +117,59 @@ def check_weights_folder(run: ScenarioRun, folder: Path, complete: bool = True) 
         check_pretrained_source(folder)
         check_checkpoint(folder)  # every shard and tensor the load reads, before any rank starts
     return shape
+
+
+#: Bytes of one logit: torchtitan's loss computes the output layer's logits in float32 whatever the training dtype
+#: (torchtitan 0.3.0 ``cross_entropy_loss`` upcasts them; the cpu target trains in float32 throughout).
+LOGIT_BYTES = 4
+
+
+def rank_memory(run: ScenarioRun) -> tuple[int, str] | None:
+    """(bytes one rank can hold, where that figure comes from), or None where it is not checked: the target's own
+    (``Target.rank_memory_bytes``: trn2's HBM a logical core), else on the CPU of a local launch this machine's memory
+    (psutil) over the node's ranks; a GPU's memory, or a CPU node that Slurm or Kubernetes picks, is not known here."""
+    spec = run.target_spec
+    if spec.rank_memory_bytes is not None:
+        return spec.rank_memory_bytes, f"{spec.rank_memory_bytes / 2**30:.0f} GiB of device memory a {spec.node} rank"
+    if spec.device != "cpu" or run.scheduler_resolved != "local":
+        return None
+    import psutil
+
+    total, ranks = psutil.virtual_memory().total, run.nproc_per_node_resolved
+    return total // ranks, f"this machine's {total / 2**30:.1f} GiB of memory over its {ranks} rank(s)"
+
+
+def check_logits_fit(run: ScenarioRun, vocab_size: int) -> None:
+    """A rank's share of the batch can be held at all: the float32 logits of one loss chunk (``local batch x seq_len
+    / the scenario's loss chunks`` tokens x ``vocab_size`` x :data:`LOGIT_BYTES`) fit the rank's memory
+    (:func:`rank_memory`). Every training step materialises them, so a run beyond this is certain to fail (or, on a
+    CPU, to swap for hours): this is a lower bound of a step's memory, never a refusal of a run that would fit.
+    Example: the cpu golden run (2 ranks, global batch 4 x 256 tokens, 8 chunks) needs 39 MB a rank; trn2's
+    (64 ranks, batch 1 x 4096, 8 chunks) 311 MB of a rank's 24 GiB, so its global batch may reach 82 x 64 = 5248.
+
+    Raises:
+        ValueError: ``global_batch_size: ...`` with the largest that fits, or ``seq_len: ...`` when not even one
+            sequence a rank fits.
+    """
+    memory = rank_memory(run)
+    if memory is None:
+        return
+    limit, where = memory
+    chunks = SCENARIOS[run.scenario].loss_chunks or 1
+    sequence_bytes = run.seq_len_resolved // chunks * vocab_size * LOGIT_BYTES  # one sequence's chunk of logits
+    local = run.global_batch_size_resolved // run.world_size
+    if local * sequence_bytes <= limit:
+        return
+    in_chunks = f" in each of the loss's {chunks} chunks" if chunks > 1 else ""
+    need = (f"{local} sequence(s) of {run.seq_len_resolved} tokens a rank ({run.world_size} ranks) make float32 "
+            f"logits of {local * sequence_bytes / 2**30:,.1f} GiB over the {vocab_size}-token vocabulary{in_chunks}, "
+            f"beyond {where}")
+    most = limit // sequence_bytes * run.world_size
+    if most >= run.world_size:
+        raise ValueError(f"global_batch_size: {run.global_batch_size_resolved}: {need}; pass --global-batch-size "
+                         f"{most} or less (a multiple of the world size {run.world_size}), or a shorter --seq-len")
+    longest = limit // (vocab_size * LOGIT_BYTES) * chunks  # a multiple of the chunks
+    raise ValueError(f"seq_len: {run.seq_len_resolved}: {need}; pass --seq-len {longest} or less")
 
 
 def _read_largest_token_id(tokenizer_json: Path) -> int:

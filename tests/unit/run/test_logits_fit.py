@@ -1,0 +1,70 @@
+"""titanflow.run.preflight.check_logits_fit: a batch whose float32 logits cannot be held by a rank is refused before
+anything is launched, naming the largest batch (or sequence length) that fits.
+
+The figures are derived here from the rule: one loss chunk's logits, local batch x seq_len / chunks tokens x vocab
+x 4 bytes, against trn2's 24 GiB a rank (96 GiB of HBM a Trainium2 chip over its 4 logical cores at LNC=2) or, on the
+cpu target, this machine's memory over the node's ranks."""
+
+import psutil
+import pytest
+
+from titan_cfg.targets import TRN2_RANK_MEMORY_BYTES
+from titanflow.cli import main
+from titanflow.run.params import ScenarioRun
+from titanflow.run.preflight import check_logits_fit, rank_memory
+
+QWEN3_VOCAB = 151_936  # Qwen3's vocab_size (config.json of Qwen3-4B-Instruct-2507 and of the tiny models)
+
+
+def test_trn2_rank_memory_is_a_trainium2_chips_hbm_over_its_logical_cores():
+    assert TRN2_RANK_MEMORY_BYTES == 24 * 2**30
+    assert rank_memory(ScenarioRun(target="trn2"))[0] == 24 * 2**30
+    assert rank_memory(ScenarioRun(target="trn2-cluster"))[0] == 24 * 2**30
+
+
+def test_a_trn2_batch_fits_up_to_the_largest_multiple_of_the_world_size_and_is_refused_beyond():
+    # native on trn2: seq_len 4096 in 8 chunks, 512 tokens x 151936 x 4 B = 311,164,928 B a sequence;
+    # 24 GiB holds 82 of them: 82 x 64 ranks = 5248 sequences
+    per_sequence = 4096 // 8 * QWEN3_VOCAB * 4
+    most = 24 * 2**30 // per_sequence * 64
+    assert (per_sequence, most) == (311_164_928, 5248)
+    check_logits_fit(ScenarioRun(target="trn2", global_batch_size=most), QWEN3_VOCAB)
+    with pytest.raises(ValueError, match=r"^global_batch_size: 5312: 83 sequence\(s\) of 4096 tokens a rank \(64 "
+                                         r"ranks\) .* 24 GiB of device memory a trn2 rank; pass --global-batch-size "
+                                         r"5248 or less"):
+        check_logits_fit(ScenarioRun(target="trn2", global_batch_size=most + 64), QWEN3_VOCAB)
+
+
+def test_when_not_one_sequence_fits_the_sequence_length_is_named():
+    # a vocabulary of 10^8: one 512-token chunk is 204.8 GB; 24 GiB holds 64 tokens a chunk, 8 chunks: 512 tokens
+    vocab = 10**8
+    longest = 24 * 2**30 // (vocab * 4) * 8
+    assert longest == 512
+    with pytest.raises(ValueError, match=rf"^seq_len: 4096: .*; pass --seq-len {longest} or less$"):
+        check_logits_fit(ScenarioRun(target="trn2"), vocab)
+
+
+@pytest.mark.parametrize("target", ["cpu", "trn2", "trn2-cluster"])
+@pytest.mark.parametrize("scenario", ["native", "hf_backend", "moe"])
+def test_every_scenarios_default_workload_fits(target, scenario):
+    check_logits_fit(ScenarioRun(scenario=scenario, target=target), QWEN3_VOCAB)
+
+
+def test_a_gpus_memory_and_a_cpu_node_slurm_picks_are_not_known_here():
+    assert rank_memory(ScenarioRun(target="cuda")) is None
+    assert rank_memory(ScenarioRun(target="cpu", scheduler="slurm")) is None
+    check_logits_fit(ScenarioRun(target="cuda", global_batch_size=8 * 10**6), QWEN3_VOCAB)  # not refused here
+
+
+def test_an_absurd_cpu_batch_is_refused_before_anything_runs(tmp_path, capsys):
+    """`titanflow run native --global-batch-size 1000000` trained nothing for minutes, the dataset re-looped to fill
+    500,000 sequences a rank, until the timeout; now it is refused in preflight, with this machine's largest batch."""
+    runs = tmp_path / "runs"
+    assert main(["run", "native", "--target", "cpu", "--global-batch-size", "1000000", "--runs-dir", str(runs)]) == 2
+    err = capsys.readouterr().err
+    # the cpu target: 2 ranks share this machine's memory; 256 tokens in 8 chunks, 32 x 151936 x 4 B a sequence
+    most = psutil.virtual_memory().total // 2 // (256 // 8 * QWEN3_VOCAB * 4) * 2
+    assert "global_batch_size: 1000000: 500000 sequence(s) of 256 tokens a rank (2 ranks)" in err
+    assert f"beyond this machine's {psutil.virtual_memory().total / 2**30:.1f} GiB of memory over its 2 rank(s); " \
+           f"pass --global-batch-size {most} or less" in err
+    assert not any(runs.iterdir())  # no run folder: its parent is made writable first, then nothing is written
