@@ -84,9 +84,14 @@ def _preflighted(args: argparse.Namespace, *, launch: bool):
     return None
 
 
-def print_summary(summary: RunSummary) -> None:
-    """A short human table of a run's summary."""
+def print_summary(summary: RunSummary, run_dir: Path | None = None) -> None:
+    """A short human table of a run's summary; for a failed run with its folder ``run_dir``, also its failure class
+    as the history records it (titanflow.judge.history.run_failure_class)."""
     rows = [("run", summary.run_id), ("verdict", summary.verdict)]
+    if summary.verdict == "fail" and run_dir is not None:
+        from titanflow.judge.history import run_failure_class
+
+        rows += [("failure class", run_failure_class(summary, run_dir))]
     if summary.loss:
         rows += [("first-step loss", f"{summary.loss.first_step_loss:.4f}"),
                  ("expected", f"{summary.loss.expected_first_step_loss:.4f} +- {summary.loss.tolerance}"),
@@ -160,7 +165,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"titanflow: the flow ended before writing a summary: {state.message}", file=sys.stderr)
         return 2
     summary = read_summary(summary_path)
-    print_summary(summary)
+    print_summary(summary, run_dir)
     status = state.name if state is not None else "interrupted (Ctrl-C)"
     cancelled = "; run cancelled, not failed" if summary.verdict == "cancelled" else ""
     history = f" (history not recorded: {summary.history_error})" if summary.history_error else ""

@@ -54,7 +54,8 @@ def launch_error(what: str, why: str, result: ProcessResult, log_path: Path, ran
     cause = f"; root cause (rank {root.rank}): {root.message}" if root else ""
     tail = "\n".join(line if len(line) <= ERROR_LINE_CHARS else line[:ERROR_LINE_CHARS] + " ... [cut]"
                      for line in result.tail[-ERROR_TAIL_LINES:])
-    return TrainingError(f"{what}: {why}{cause}; full log {log_path}\n--- last lines ---\n{tail}")
+    said = f"\n--- last lines ---\n{tail}" if tail else "; the launch printed nothing before it ended"
+    return TrainingError(f"{what}: {why}{cause}; full log {log_path}{said}")
 
 
 class TrainResult(BaseModel):

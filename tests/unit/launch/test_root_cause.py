@@ -95,6 +95,14 @@ def test_a_launch_the_watchdog_ended_names_the_timeout_not_a_stopped_rank():
     assert classify_failure(verdict="fail", failed_task="train", error=error, losses=None) == "infrastructure"
 
 
+def test_a_launch_that_printed_nothing_says_so_not_an_empty_tail():
+    """`titanflow run native --steps 3 --timeout-s 3`: torchrun had printed nothing when the watchdog ended it."""
+    result = ProcessResult(returncode=-15, wall_s=3.0, timed_out=True, peak_rss_bytes=0, tail=[])
+    error = str(launch_error("train", "timed out after 3 s", result, LOGS / "none.log", LOGS / "ranks_nan"))
+    assert error == f"train: timed out after 3 s; full log {LOGS / 'none.log'}; the launch printed nothing before it ended"
+    assert classify_failure(verdict="fail", failed_task="train", error=error, losses=None) == "infrastructure"
+
+
 
 
 def test_a_rank_that_lost_its_peer_is_not_the_root_cause_even_when_torchrun_observed_it_first(tmp_path):
