@@ -141,12 +141,16 @@ class ScenarioRun(BaseModel):
     model_spec: ModelSpecSource = Field("config", description="native: config (the spec from config.json) or "
                                         "walkthrough (model_registry('4B', attn_backend='sdpa') as the AWS "
                                         "walkthrough builds it: rope_theta 1e6 whatever config.json says)")
-    steps: int = Field(10, ge=1)
+    steps: int = Field(10, ge=1, description="optimizer steps to train")
     checkpoint_interval: int | None = Field(
         None, ge=1, description="steps between full training-state checkpoints, which a retried launch resumes "
         "from (at most steps; steps: only the final export); None: the target's (titan_cfg/targets.py), at most steps")
-    global_batch_size: int | None = Field(None, ge=1)
-    seq_len: int | None = Field(None, ge=16)
+    global_batch_size: int | None = Field(None, ge=1, description="sequences per optimizer step over all ranks, a "
+                                          "multiple of the world size; None: the target's (" + ", ".join(
+                                              f"{name} {target().global_batch_size}" for name, target in TARGETS.items()) + ")")
+    seq_len: int | None = Field(None, ge=16, description="tokens per sequence; None: the scenario's own on the "
+                                "target (titan_cfg/scenarios.py), else the target's (" + ", ".join(
+                                    f"{name} {target().seq_len}" for name, target in TARGETS.items()) + ")")
     nnodes: int | None = Field(None, ge=1, description="nodes (torchrun --nnodes); more than one runs as one Slurm "
                                "job (titanflow.slurm) unless scheduler says kubernetes; None: the target's")
     nproc_per_node: int | None = Field(None, ge=1, description="ranks per node (torchrun --nproc-per-node); world size "
@@ -155,9 +159,9 @@ class ScenarioRun(BaseModel):
         None, description="how the nodes are started: slurm (one Slurm job, titanflow.slurm) or kubernetes (the flow "
         "in pod 0 of the Kubernetes job of the trn2-eks work pool, titanflow.kubernetes); None: slurm on more than "
         "one node, else the target's")
-    lr: float = Field(8e-4, gt=0)
+    lr: float = Field(8e-4, gt=0, description="peak learning rate (AdamW)")
     warmup_steps: int | None = Field(None, ge=0, description="linear lr warm-up steps; None: min(2, steps)")
-    seed: int = 0
+    seed: int = Field(0, description="torchtitan's seed: the model's initialisation and the data order")
     export_dtype: ExportDtype = Field("float32", description="float32 | bfloat16 | float16")
     compile: bool = Field(False, description="true | false: torch.compile the model (warm-up fills the cache)")
     kernels: dict[str, str] | None = Field(
@@ -166,7 +170,8 @@ class ScenarioRun(BaseModel):
     timeout_s: float = Field(1800, gt=0, le=MAX_TIMEOUT_S, description="seconds before a training launch is killed (each attempt: "
                              "an infrastructure failure is retried twice)")
     runs_dir: str | None = Field(None, description="parent of runs/<run-id>; None: $TITANFLOW_RUNS or <repo>/runs")
-    run_id: str | None = Field(None, pattern=RUN_ID_PATTERN)
+    run_id: str | None = Field(None, pattern=RUN_ID_PATTERN, description="the run's folder name under runs_dir; "
+                                "None: <scenario>-<target>-<init>-<UTC time>-<4 hex>")
     resume: str | None = Field(None, pattern=RUN_ID_PATTERN, description="the id of a failed, "
                                "cancelled or killed run to continue in its own folder, from its newest complete step "
                                "checkpoint (titanflow.run.resume); its parameters are kept: give none that change the job")

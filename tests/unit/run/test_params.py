@@ -324,3 +324,14 @@ def test_a_trim_of_a_dense_scenario_is_refused_for_the_scenario_whatever_its_key
     err = capsys.readouterr().err
     assert "trim: only MoE weights are trimmed; native trains a dense model (use moe)" in err
     assert "experts" not in err  # not asked for the trim keys it lacks
+
+
+def test_every_run_option_says_what_it_is_in_its_help():
+    """`titanflow run --help` is made from ScenarioRun's fields (titanflow.cli._add_run_options): each has a
+    description, and a default that is the target's names every target's figure."""
+    from titan_cfg.targets import TARGETS
+
+    undescribed = [name for name, field in ScenarioRun.model_fields.items() if name != "tolerances" and not field.description]
+    assert undescribed == []
+    described = ScenarioRun.model_fields["global_batch_size"].description
+    assert all(f"{name} {target().global_batch_size}" in described for name, target in TARGETS.items())
