@@ -119,6 +119,9 @@ def check_weights_folder(run: ScenarioRun, folder: Path, complete: bool = True) 
     return shape
 
 
+#: The shortest sequence a run may ask for (ScenarioRun.seq_len's bound).
+SHORTEST_SEQ_LEN = next(m.ge for m in ScenarioRun.model_fields["seq_len"].metadata if hasattr(m, "ge"))
+
 #: Bytes of one logit: torchtitan's loss computes the output layer's logits in float32 whatever the training dtype
 #: (torchtitan 0.3.0 ``cross_entropy_loss`` upcasts them; the cpu target trains in float32 throughout).
 LOGIT_BYTES = 4
@@ -148,8 +151,8 @@ def check_logits_fit(run: ScenarioRun, vocab_size: int) -> None:
     (64 ranks, batch 1 x 4096, 8 chunks) 311 MB of a rank's 24 GiB, so its global batch may reach 82 x 64 = 5248.
 
     Raises:
-        ValueError: ``global_batch_size: ...`` with the largest that fits, or ``seq_len: ...`` when not even one
-            sequence a rank fits.
+        ValueError: ``global_batch_size: ...`` with the largest that fits; ``seq_len: ...`` when not even one
+            sequence a rank fits; ``weights: ...`` when not even the shortest sequence does (the vocabulary).
     """
     memory = rank_memory(run)
     if memory is None:
@@ -169,6 +172,10 @@ def check_logits_fit(run: ScenarioRun, vocab_size: int) -> None:
         raise ValueError(f"global_batch_size: {run.global_batch_size_resolved}: {need}; pass --global-batch-size "
                          f"{most} or less (a multiple of the world size {run.world_size}), or a shorter --seq-len")
     longest = limit // (vocab_size * LOGIT_BYTES) * chunks  # a multiple of the chunks
+    if longest < SHORTEST_SEQ_LEN:
+        raise ValueError(f"weights: vocab_size {vocab_size} of the model's config.json makes float32 logits of "
+                         f"{vocab_size * LOGIT_BYTES / 2**30:,.1f} GiB a token: not even {SHORTEST_SEQ_LEN} tokens a "
+                         f"rank fit {where}; pass weights whose vocabulary fits, or a target with more memory a rank")
     raise ValueError(f"seq_len: {run.seq_len_resolved}: {need}; pass --seq-len {longest} or less")
 
 

@@ -44,6 +44,16 @@ def test_when_not_one_sequence_fits_the_sequence_length_is_named():
         check_logits_fit(ScenarioRun(target="trn2"), vocab)
 
 
+def test_a_vocabulary_too_large_for_the_shortest_sequence_names_the_weights():
+    # a vocabulary of 10^10: one token's float32 logits are 37.3 GiB, beyond 24 GiB; no sequence length fits
+    # (10^9 still would: 6 tokens a chunk, 8 chunks, --seq-len 48)
+    with pytest.raises(ValueError, match=r"^weights: vocab_size 10000000000 of the model's config.json makes float32 "
+                                         r"logits of 37\.3 GiB a token: not even 16 tokens a rank fit 24 GiB"):
+        check_logits_fit(ScenarioRun(target="trn2"), 10**10)
+    with pytest.raises(ValueError, match=r"^seq_len: 4096: .*; pass --seq-len 48 or less$"):
+        check_logits_fit(ScenarioRun(target="trn2"), 10**9)
+
+
 @pytest.mark.parametrize("target", ["cpu", "trn2", "trn2-cluster"])
 @pytest.mark.parametrize("scenario", ["native", "hf_backend", "moe"])
 def test_every_scenarios_default_workload_fits(target, scenario):
