@@ -139,6 +139,40 @@ def _status(err: Exception) -> int | None:
     return getattr(response, "status_code", None)
 
 
+#: Set in the thread of a :func:`_written` quick try: Prefect's sync client skips its sleep after a last attempt there.
+_quick_try = threading.local()
+
+
+class _SleepUnlessLastTry:
+    """``prefect.client.base``'s ``time`` module, whose ``sleep`` does nothing in a thread making a quick try.
+
+    Prefect 3.9's sync client (``PrefectHttpxSyncClient._send_with_retry``) sleeps 2**tries s after a retryable
+    answer even when that was its last try: with ``PREFECT_CLIENT_MAX_RETRIES`` 0 a 503 is returned after 2 s asleep,
+    the very wait :func:`_written` asks without retries to avoid (benchmarks/overhead.py: 2.0-2.7 s of slot wait in 7
+    of 9 flow runs, each a single 503 of the acquisition; ``prefect.client`` logged "This is attempt 1/1" and the
+    sleep). No setting shortens it (the sleep is 2**tries s or the server's Retry-After), so the module's ``time``
+    is wrapped: only a thread inside :func:`_written`'s quick tries, where retries are off and that sleep is the last
+    thing before the answer, skips it; every other caller sleeps as Prefect intends."""
+
+    def __init__(self, real):
+        self._real = real
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+    def sleep(self, seconds: float) -> None:
+        if not getattr(_quick_try, "active", False):
+            self._real.sleep(seconds)
+
+
+def _skip_sleep_after_last_try() -> None:
+    """Install :class:`_SleepUnlessLastTry` in ``prefect.client.base`` (once)."""
+    from prefect.client import base
+
+    if not isinstance(base.time, _SleepUnlessLastTry):
+        base.time = _SleepUnlessLastTry(base.time)
+
+
 def _written(call: Callable, *args, **kwargs):
     """``call(*args, **kwargs)``, a write to the Prefect API, asked again every :data:`BUSY_RETRY_S` while the server
     answers :data:`_HTTP_BUSY`, at most :data:`BUSY_TRIES` times; then, or when no answer came (a server restarting),
@@ -152,8 +186,10 @@ def _written(call: Callable, *args, **kwargs):
     """
     from prefect.settings import PREFECT_CLIENT_MAX_RETRIES, temporary_settings
 
+    _skip_sleep_after_last_try()
     for _ in range(BUSY_TRIES):
         try:
+            _quick_try.active = True
             with temporary_settings({PREFECT_CLIENT_MAX_RETRIES: 0}):
                 return call(*args, **kwargs)
         except Exception as err:  # noqa: BLE001 - only "busy" is asked again here
@@ -162,6 +198,8 @@ def _written(call: Callable, *args, **kwargs):
                 break
             if status != _HTTP_BUSY:
                 raise
+        finally:
+            _quick_try.active = False
         time.sleep(BUSY_RETRY_S)
     return call(*args, **kwargs)
 

@@ -205,6 +205,34 @@ def test_a_write_the_server_answers_busy_is_asked_again_at_once_and_any_other_re
     assert calls == [0, 5]
 
 
+def test_a_busy_answer_to_prefects_own_client_costs_no_2_s_sleep_in_a_quick_try(monkeypatch):
+    """Prefect 3.9's sync client sleeps 2**tries s after a 503 even on its last try (retries off: 2 s, then the 503
+    is returned): in :func:`slots._written`'s quick tries that sleep is skipped, so the write is asked again after
+    BUSY_RETRY_S; a caller outside them keeps Prefect's sleep. The client is Prefect's own, on an httpx mock
+    transport answering 503 once, then 200; every sleep is recorded, none slept."""
+    import httpx
+    from prefect.client.base import PrefectHttpxSyncClient
+    from prefect.settings import PREFECT_CLIENT_MAX_RETRIES
+
+    answers = []
+
+    def server(request):
+        answers.append(503 if not answers else 200)
+        return httpx.Response(answers[-1], json={"lease_id": "x"}, request=request)
+
+    slept = []
+    monkeypatch.setattr(time, "sleep", slept.append)  # the time module Prefect's client and slot.py both sleep with
+    client = PrefectHttpxSyncClient(transport=httpx.MockTransport(server), base_url="http://server/api")
+    assert slots._written(client.post, "/v2/concurrency_limits/increment-with-lease").status_code == 200
+    assert answers == [503, 200] and slept == [slots.BUSY_RETRY_S]
+    # outside the quick tries, Prefect's retry sleeps as it always did (about 2 s before its second try)
+    answers.clear()
+    slept.clear()
+    with temporary_settings({PREFECT_CLIENT_MAX_RETRIES: 1}):
+        assert client.post("/v2/concurrency_limits/increment-with-lease").status_code == 200
+    assert answers == [503, 200] and len(slept) == 1 and slept[0] >= 1
+
+
 @pytest.mark.fault
 def test_a_slot_whose_release_meets_a_restarting_server_is_released_once_it_answers(api, fast, caplog, monkeypatch):
     """The end of a training that met a server restart: the holder record's calls open a new client each time, which
