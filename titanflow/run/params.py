@@ -221,7 +221,9 @@ class ScenarioRun(BaseModel):
             # the field named is the one given: a batch given alone is the batch's fault, else the ranks'
             field = ("global_batch_size" if self.global_batch_size is not None and not (self.nproc_per_node or self.nnodes)
                      else "nproc_per_node" if self.nproc_per_node or not self.nnodes else "nnodes")
-            multiple = -(-self.global_batch_size_resolved // self.world_size) * self.world_size
+            below = self.global_batch_size_resolved // self.world_size * self.world_size
+            above = below + self.world_size
+            multiple = f"{below} or {above}" if below else str(above)  # the smaller may be what memory allows
             raise ValueError(
                 f"{field}: world size {self.world_size} ({self.nnodes_resolved} node(s) x "
                 f"{self.nproc_per_node_resolved}) does not divide global_batch_size {self.global_batch_size_resolved}; "

@@ -125,6 +125,9 @@ SHORTEST_SEQ_LEN = next(m.ge for m in ScenarioRun.model_fields["seq_len"].metada
 #: Bytes of one logit: torchtitan's loss computes the output layer's logits in float32 whatever the training dtype
 #: (torchtitan 0.3.0 ``cross_entropy_loss`` upcasts them; the cpu target trains in float32 throughout).
 LOGIT_BYTES = 4
+#: Tensors of a loss chunk's logits' size alive at once, at the least: the logits and log_softmax's output, which
+#: cross entropy computes from them (a third, their gradient, comes in the backward).
+LOGIT_COPIES = 2
 
 
 def rank_memory(run: ScenarioRun) -> tuple[int, str] | None:
@@ -143,12 +146,14 @@ def rank_memory(run: ScenarioRun) -> tuple[int, str] | None:
 
 
 def check_logits_fit(run: ScenarioRun, vocab_size: int) -> None:
-    """A rank's share of the batch can be held at all: the float32 logits of one loss chunk (``local batch x seq_len
-    / the scenario's loss chunks`` tokens x ``vocab_size`` x :data:`LOGIT_BYTES`) fit the rank's memory
-    (:func:`rank_memory`). Every training step materialises them, so a run beyond this is certain to fail (or, on a
-    CPU, to swap for hours): this is a lower bound of a step's memory, never a refusal of a run that would fit.
-    Example: the cpu golden run (2 ranks, global batch 4 x 256 tokens, 8 chunks) needs 39 MB a rank; trn2's
-    (64 ranks, batch 1 x 4096, 8 chunks) 311 MB of a rank's 24 GiB, so its global batch may reach 82 x 64 = 5248.
+    """A rank's share of the batch can be held at all: :data:`LOGIT_COPIES` float32 tensors of one loss chunk's logits
+    (``local batch x seq_len / the scenario's loss chunks`` tokens x ``vocab_size`` x :data:`LOGIT_BYTES`; torchtitan's
+    ``ChunkedLossWrapper`` runs the output layer and the loss one chunk at a time) fit the rank's memory
+    (:func:`rank_memory`). Every training step holds them at once, so a run beyond this is certain to fail (or, on a
+    CPU, to swap for hours): a lower bound of a step's memory, never a refusal of a run that would fit; the weights,
+    the optimizer and the activations come on top. Example: the cpu golden run (2 ranks, global batch 4 x 256
+    tokens, 8 chunks) needs 78 MB a rank; trn2's (64 ranks, batch 1 x 4096, 8 chunks) 622 MB of a rank's 24 GiB,
+    so its global batch may reach 41 x 64 = 2624.
 
     Raises:
         ValueError: ``global_batch_size: ...`` with the largest that fits; ``seq_len: ...`` when not even one
@@ -159,22 +164,23 @@ def check_logits_fit(run: ScenarioRun, vocab_size: int) -> None:
         return
     limit, where = memory
     chunks = SCENARIOS[run.scenario].loss_chunks or 1
-    sequence_bytes = run.seq_len_resolved // chunks * vocab_size * LOGIT_BYTES  # one sequence's chunk of logits
+    sequence_bytes = run.seq_len_resolved // chunks * vocab_size * LOGIT_BYTES * LOGIT_COPIES  # one sequence's
     local = run.global_batch_size_resolved // run.world_size
     if local * sequence_bytes <= limit:
         return
     in_chunks = f" in each of the loss's {chunks} chunks" if chunks > 1 else ""
-    need = (f"{local} sequence(s) of {run.seq_len_resolved} tokens a rank ({run.world_size} ranks) make float32 "
-            f"logits of {local * sequence_bytes / 2**30:,.1f} GiB over the {vocab_size}-token vocabulary{in_chunks}, "
-            f"beyond {where}")
+    need = (f"{local} sequence(s) of {run.seq_len_resolved} tokens a rank ({run.world_size} rank(s)) need "
+            f"{local * sequence_bytes / 2**30:,.1f} GiB for the float32 logits over the {vocab_size}-token vocabulary "
+            f"and their log-softmax{in_chunks}, beyond {where}")
     most = limit // sequence_bytes * run.world_size
     if most >= run.world_size:
         raise ValueError(f"global_batch_size: {run.global_batch_size_resolved}: {need}; pass --global-batch-size "
                          f"{most} or less (a multiple of the world size {run.world_size}), or a shorter --seq-len")
-    longest = limit // (vocab_size * LOGIT_BYTES) * chunks  # a multiple of the chunks
+    longest = limit // (vocab_size * LOGIT_BYTES * LOGIT_COPIES) * chunks  # a multiple of the chunks
     if longest < SHORTEST_SEQ_LEN:
-        raise ValueError(f"weights: vocab_size {vocab_size} of the model's config.json makes float32 logits of "
-                         f"{vocab_size * LOGIT_BYTES / 2**30:,.1f} GiB a token: not even {SHORTEST_SEQ_LEN} tokens a "
+        raise ValueError(f"weights: vocab_size {vocab_size} of the model's config.json needs "
+                         f"{vocab_size * LOGIT_BYTES * LOGIT_COPIES / 2**30:,.1f} GiB a token for its float32 logits "
+                         f"and their log-softmax: not even {SHORTEST_SEQ_LEN} tokens a "
                          f"rank fit {where}; pass weights whose vocabulary fits, or a target with more memory a rank")
     raise ValueError(f"seq_len: {run.seq_len_resolved}: {need}; pass --seq-len {longest} or less")
 

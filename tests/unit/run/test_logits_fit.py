@@ -1,9 +1,9 @@
 """titanflow.run.preflight.check_logits_fit: a batch whose float32 logits cannot be held by a rank is refused before
 anything is launched, naming the largest batch (or sequence length) that fits.
 
-The figures are derived here from the rule: one loss chunk's logits, local batch x seq_len / chunks tokens x vocab
-x 4 bytes, against trn2's 24 GiB a rank (96 GiB of HBM a Trainium2 chip over its 4 logical cores at LNC=2) or, on the
-cpu target, this machine's memory over the node's ranks."""
+The figures are derived here from the rule: one loss chunk's logits and their log-softmax, 2 x (local batch x seq_len
+/ chunks tokens x vocab x 4 bytes), against trn2's 24 GiB a rank (96 GiB of HBM a Trainium2 chip over its 4 logical
+cores at LNC=2) or, on the cpu target, this machine's memory over the node's ranks."""
 
 import psutil
 import pytest
@@ -14,6 +14,7 @@ from titanflow.run.params import ScenarioRun
 from titanflow.run.preflight import check_logits_fit, rank_memory
 
 QWEN3_VOCAB = 151_936  # Qwen3's vocab_size (config.json of Qwen3-4B-Instruct-2507 and of the tiny models)
+COPIES = 2  # the logits and their log-softmax, alive at once
 
 
 def test_trn2_rank_memory_is_a_trainium2_chips_hbm_over_its_logical_cores():
@@ -23,35 +24,35 @@ def test_trn2_rank_memory_is_a_trainium2_chips_hbm_over_its_logical_cores():
 
 
 def test_a_trn2_batch_fits_up_to_the_largest_multiple_of_the_world_size_and_is_refused_beyond():
-    # native on trn2: seq_len 4096 in 8 chunks, 512 tokens x 151936 x 4 B = 311,164,928 B a sequence;
-    # 24 GiB holds 82 of them: 82 x 64 ranks = 5248 sequences
-    per_sequence = 4096 // 8 * QWEN3_VOCAB * 4
+    # native on trn2: seq_len 4096 in 8 chunks, 2 x 512 tokens x 151936 x 4 B = 622,329,856 B a sequence;
+    # 24 GiB holds 41 of them: 41 x 64 ranks = 2624 sequences
+    per_sequence = COPIES * 4096 // 8 * QWEN3_VOCAB * 4
     most = 24 * 2**30 // per_sequence * 64
-    assert (per_sequence, most) == (311_164_928, 5248)
+    assert (per_sequence, most) == (622_329_856, 2624)
     check_logits_fit(ScenarioRun(target="trn2", global_batch_size=most), QWEN3_VOCAB)
-    with pytest.raises(ValueError, match=r"^global_batch_size: 5312: 83 sequence\(s\) of 4096 tokens a rank \(64 "
-                                         r"ranks\) .* 24 GiB of device memory a trn2 rank; pass --global-batch-size "
-                                         r"5248 or less"):
+    with pytest.raises(ValueError, match=r"^global_batch_size: 2688: 42 sequence\(s\) of 4096 tokens a rank \(64 "
+                                         r"rank\(s\)\) .* 24 GiB of device memory a trn2 rank; pass "
+                                         r"--global-batch-size 2624 or less"):
         check_logits_fit(ScenarioRun(target="trn2", global_batch_size=most + 64), QWEN3_VOCAB)
 
 
 def test_when_not_one_sequence_fits_the_sequence_length_is_named():
-    # a vocabulary of 10^8: one 512-token chunk is 204.8 GB; 24 GiB holds 64 tokens a chunk, 8 chunks: 512 tokens
+    # a vocabulary of 10^8: 24 GiB holds 32 tokens of a chunk (2 x 4 B x 10^8 each), 8 chunks: 256 tokens
     vocab = 10**8
-    longest = 24 * 2**30 // (vocab * 4) * 8
-    assert longest == 512
+    longest = 24 * 2**30 // (COPIES * vocab * 4) * 8
+    assert longest == 256
     with pytest.raises(ValueError, match=rf"^seq_len: 4096: .*; pass --seq-len {longest} or less$"):
         check_logits_fit(ScenarioRun(target="trn2"), vocab)
 
 
 def test_a_vocabulary_too_large_for_the_shortest_sequence_names_the_weights():
-    # a vocabulary of 10^10: one token's float32 logits are 37.3 GiB, beyond 24 GiB; no sequence length fits
-    # (10^9 still would: 6 tokens a chunk, 8 chunks, --seq-len 48)
-    with pytest.raises(ValueError, match=r"^weights: vocab_size 10000000000 of the model's config.json makes float32 "
-                                         r"logits of 37\.3 GiB a token: not even 16 tokens a rank fit 24 GiB"):
+    # a vocabulary of 10^10: one token needs 2 x 37.3 GiB, beyond 24 GiB; no sequence length fits
+    # (5 x 10^8 still would: 6 tokens a chunk, 8 chunks, --seq-len 48)
+    with pytest.raises(ValueError, match=r"^weights: vocab_size 10000000000 of the model's config.json needs 74\.5 "
+                                         r"GiB a token .*: not even 16 tokens a rank fit 24 GiB"):
         check_logits_fit(ScenarioRun(target="trn2"), 10**10)
     with pytest.raises(ValueError, match=r"^seq_len: 4096: .*; pass --seq-len 48 or less$"):
-        check_logits_fit(ScenarioRun(target="trn2"), 10**9)
+        check_logits_fit(ScenarioRun(target="trn2"), 5 * 10**8)
 
 
 @pytest.mark.parametrize("target", ["cpu", "trn2", "trn2-cluster"])
@@ -72,9 +73,9 @@ def test_an_absurd_cpu_batch_is_refused_before_anything_runs(tmp_path, capsys):
     runs = tmp_path / "runs"
     assert main(["run", "native", "--target", "cpu", "--global-batch-size", "1000000", "--runs-dir", str(runs)]) == 2
     err = capsys.readouterr().err
-    # the cpu target: 2 ranks share this machine's memory; 256 tokens in 8 chunks, 32 x 151936 x 4 B a sequence
-    most = psutil.virtual_memory().total // 2 // (256 // 8 * QWEN3_VOCAB * 4) * 2
-    assert "global_batch_size: 1000000: 500000 sequence(s) of 256 tokens a rank (2 ranks)" in err
+    # the cpu target: 2 ranks share this machine's memory; 256 tokens in 8 chunks, 2 x 32 x 151936 x 4 B a sequence
+    most = psutil.virtual_memory().total // 2 // (COPIES * 256 // 8 * QWEN3_VOCAB * 4) * 2
+    assert "global_batch_size: 1000000: 500000 sequence(s) of 256 tokens a rank (2 rank(s))" in err
     assert f"beyond this machine's {psutil.virtual_memory().total / 2**30:.1f} GiB of memory over its 2 rank(s); " \
            f"pass --global-batch-size {most} or less" in err
     assert not any(runs.iterdir())  # no run folder: its parent is made writable first, then nothing is written
