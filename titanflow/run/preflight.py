@@ -164,7 +164,8 @@ def check_logits_fit(run: ScenarioRun, vocab_size: int) -> None:
         return
     limit, where = memory
     chunks = SCENARIOS[run.scenario].loss_chunks or 1
-    sequence_bytes = run.seq_len_resolved // chunks * vocab_size * LOGIT_BYTES * LOGIT_COPIES  # one sequence's
+    # one sequence's part of one chunk's logits and their log-softmax
+    sequence_bytes = run.seq_len_resolved // chunks * vocab_size * LOGIT_BYTES * LOGIT_COPIES
     local = run.global_batch_size_resolved // run.world_size
     if local * sequence_bytes <= limit:
         return
