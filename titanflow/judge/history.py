@@ -121,10 +121,12 @@ def _losses(summary: RunSummary, run_dir: Path) -> list[float]:
     return logged_losses(run_dir / "metrics.csv")
 
 
-def run_failure_class(summary: RunSummary, run_dir: Path) -> str | None:
+def run_failure_class(summary: RunSummary, run_dir: Path, losses: list[float] | None = None) -> str | None:
     """The run's failure class as its history row records it (titanflow.judge.failures.classify of the summary,
-    the last :data:`LOG_TAIL_LINES` lines of its train.log and its losses); None for a run that passed."""
-    return classify(summary, log_tail(run_dir / "train.log", LOG_TAIL_LINES) or "", _losses(summary, run_dir))
+    the last :data:`LOG_TAIL_LINES` lines of its train.log and its losses, read here unless given); None for a run
+    that passed."""
+    losses = _losses(summary, run_dir) if losses is None else losses
+    return classify(summary, log_tail(run_dir / "train.log", LOG_TAIL_LINES) or "", losses)
 
 
 def _world_size(summary: RunSummary, run_dir: Path) -> int | None:
@@ -260,7 +262,7 @@ def row_from_summary(summary_path: Path | str, summary: RunSummary | None = None
         parameters=json.dumps(summary.parameters, sort_keys=True, default=str),
         started_at=started, finished_at=finished,
         verdict=summary.verdict or ("fail" if summary.failed_task else "unknown"),
-        failure_class=run_failure_class(summary, run_dir),
+        failure_class=run_failure_class(summary, run_dir, losses),
         failed_task=summary.failed_task, error=summary.error, reason=summary.reason,
         first_step_loss=losses[0] if losses else None, final_loss=losses[-1] if losses else None,
         losses=losses,

@@ -164,8 +164,8 @@ def check_logits_fit(run: ScenarioRun, vocab_size: int) -> None:
         return
     limit, where = memory
     chunks = SCENARIOS[run.scenario].loss_chunks or 1
-    # one sequence's part of one chunk's logits and their log-softmax
-    sequence_bytes = run.seq_len_resolved // chunks * vocab_size * LOGIT_BYTES * LOGIT_COPIES
+    token_bytes = vocab_size * LOGIT_BYTES * LOGIT_COPIES  # one token's logits and their log-softmax
+    sequence_bytes = run.seq_len_resolved // chunks * token_bytes  # one sequence's part of a chunk
     local = run.global_batch_size_resolved // run.world_size
     if local * sequence_bytes <= limit:
         return
@@ -177,10 +177,10 @@ def check_logits_fit(run: ScenarioRun, vocab_size: int) -> None:
     if most >= run.world_size:
         raise ValueError(f"global_batch_size: {run.global_batch_size_resolved}: {need}; pass --global-batch-size "
                          f"{most} or less (a multiple of the world size {run.world_size}), or a shorter --seq-len")
-    longest = limit // (vocab_size * LOGIT_BYTES * LOGIT_COPIES) * chunks  # a multiple of the chunks
+    longest = limit // token_bytes * chunks  # a multiple of the chunks
     if longest < SHORTEST_SEQ_LEN:
         raise ValueError(f"weights: vocab_size {vocab_size} of the model's config.json needs "
-                         f"{vocab_size * LOGIT_BYTES * LOGIT_COPIES / 2**30:,.1f} GiB a token for its float32 logits "
+                         f"{token_bytes / 2**30:,.1f} GiB a token for its float32 logits "
                          f"and their log-softmax: not even {SHORTEST_SEQ_LEN} tokens a "
                          f"rank fit {where}; pass weights whose vocabulary fits, or a target with more memory a rank")
     raise ValueError(f"seq_len: {run.seq_len_resolved}: {need}; pass --seq-len {longest} or less")
