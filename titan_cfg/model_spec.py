@@ -94,11 +94,19 @@ def qwen3_shape(weights_dir: Path, model_type: str | None = None) -> Qwen3Shape:
     or MoE ("qwen3_moe", a :class:`Qwen3MoeShape`); ``None`` accepts either.
 
     Raises:
+        ConfigError: the config.json is missing or not JSON (:func:`read_config`), or as :func:`config_shape`.
+    """
+    return config_shape(read_config(weights_dir), model_type)
+
+
+def config_shape(config: dict, model_type: str | None = None) -> Qwen3Shape:
+    """Check the Qwen3 shape of a config.json's contents (as :func:`qwen3_shape`, for a config in hand).
+
+    Raises:
         ConfigError: another model_type than asked (names the value found), a
             field missing, GQA heads that do not divide, an eps torchtitan
             cannot build, or (MoE) routing torchtitan's Qwen3 MoE does not build.
     """
-    config = read_config(weights_dir)
     nested = (config.get("rope_parameters") or {}).get("rope_theta")
     if nested is not None and config.get("rope_theta") is not None and nested != config["rope_theta"]:
         raise ConfigError(f"weights: config.json says rope_theta {config['rope_theta']} and "

@@ -63,6 +63,33 @@ class TinySpec:
         """transformers' model_type: "qwen3_moe" with experts, else "qwen3"."""
         return "qwen3_moe" if self.num_experts else "qwen3"
 
+    def config_fields(self) -> dict:
+        """The architecture fields of the config.json :func:`build_tiny_qwen3` writes (transformers'
+        ``Qwen3Config`` / ``Qwen3MoeConfig`` names; ``model_type`` included): what preflight checks a run against
+        before the model is built. The build passes the same fields to the config class, so the two cannot differ.
+        """
+        moe = {}
+        if self.num_experts:
+            moe = dict(num_experts=self.num_experts, num_experts_per_tok=self.num_experts_per_tok,
+                       moe_intermediate_size=self.moe_intermediate_size, norm_topk_prob=True,
+                       decoder_sparse_step=1, mlp_only_layers=[])
+        return dict(
+            model_type=self.model_type,
+            **moe,
+            vocab_size=self.vocab_size,
+            hidden_size=self.hidden_size,
+            num_hidden_layers=self.num_hidden_layers,
+            num_attention_heads=self.num_attention_heads,
+            num_key_value_heads=self.num_key_value_heads,
+            head_dim=self.head_dim,
+            intermediate_size=self.intermediate_size,
+            rope_parameters={"rope_type": "default", "rope_theta": self.rope_theta},
+            rms_norm_eps=self.rms_norm_eps,
+            tie_word_embeddings=self.tie_word_embeddings,
+            max_position_embeddings=self.max_position_embeddings,
+            initializer_range=self.initializer_range,
+        )
+
 
 #: The tiny MoE of the ``moe`` scenario on CPU: Qwen3-30B-A3B's structure (untied head, softmax
 #: top-k routing renormalised, every layer MoE) at toy size. The dims are pairwise different
@@ -90,27 +117,13 @@ def build_tiny_qwen3(out_dir: Path, spec: TinySpec, tokenizer_dir: Path) -> Path
 
     start = time.perf_counter()
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
-    moe = {}
+    fields = spec.config_fields()
+    del fields["model_type"]  # a class attribute of the config class
     config_class, model_class = Qwen3Config, Qwen3ForCausalLM
     if spec.num_experts:
         config_class, model_class = Qwen3MoeConfig, Qwen3MoeForCausalLM
-        moe = dict(num_experts=spec.num_experts, num_experts_per_tok=spec.num_experts_per_tok,
-                   moe_intermediate_size=spec.moe_intermediate_size, norm_topk_prob=True,
-                   decoder_sparse_step=1, mlp_only_layers=[])
     config = config_class(
-        **moe,
-        vocab_size=spec.vocab_size,
-        hidden_size=spec.hidden_size,
-        num_hidden_layers=spec.num_hidden_layers,
-        num_attention_heads=spec.num_attention_heads,
-        num_key_value_heads=spec.num_key_value_heads,
-        head_dim=spec.head_dim,
-        intermediate_size=spec.intermediate_size,
-        rope_parameters={"rope_type": "default", "rope_theta": spec.rope_theta},
-        rms_norm_eps=spec.rms_norm_eps,
-        tie_word_embeddings=spec.tie_word_embeddings,
-        max_position_embeddings=spec.max_position_embeddings,
-        initializer_range=spec.initializer_range,
+        **fields,
         bos_token_id=None,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,

@@ -1,10 +1,11 @@
 """Checks that run before anything is trained or written, shared by the CLI and the flow.
 
-Nothing here trains or imports torch in this process: parameters, the target's
-runtime, the runs folder, and, for a local weights folder, its config.json
-against the requested shapes and ``trim`` (the embedded tiny model is built on
-first use, seconds, by titanflow.assets). Each failure is a :class:`ValueError`
-whose message starts with the field to change.
+Nothing here trains, builds or imports torch in this process: parameters, the
+target's runtime, the runs folder, and the model's config.json against the
+requested shapes and ``trim``: a local weights folder's, or the embedded tiny
+model's fields (titanflow.assets.TinySpec.config_fields), known before the flow
+builds it. Each failure is a :class:`ValueError` whose message starts with the
+field to change.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from titan_cfg.model_spec import Qwen3Shape, qwen3_shape
+from titan_cfg.model_spec import Qwen3Shape, config_shape, qwen3_shape, read_config
 from titan_cfg.scenarios import SCENARIOS
 from titanflow.run.params import ScenarioRun, check_runs_dir_writable, is_hub_id
 
@@ -97,12 +98,7 @@ def check_weights_folder(run: ScenarioRun, folder: Path, complete: bool = True) 
     if folder.is_file():
         raise ValueError(f"weights: {folder} is a file; pass the folder that holds config.json")
     shape = qwen3_shape(folder, SCENARIOS[run.scenario].model_type)  # ConfigError names the config.json field
-    if run.seq_len_resolved > shape.max_position_embeddings:
-        raise ValueError(
-            f"seq_len: {run.seq_len_resolved} exceeds the model's max_position_embeddings "
-            f"{shape.max_position_embeddings}; pass --seq-len {shape.max_position_embeddings} or less"
-        )
-    check_logits_fit(run, shape.vocab_size)
+    check_shape_fits(run, shape)
     if not complete:
         return shape
     if not (folder / "tokenizer.json").is_file():
@@ -117,6 +113,29 @@ def check_weights_folder(run: ScenarioRun, folder: Path, complete: bool = True) 
         check_pretrained_source(folder)
         check_checkpoint(folder)  # every shard and tensor the load reads, before any rank starts
     return shape
+
+
+def check_shape_fits(run: ScenarioRun, shape: Qwen3Shape) -> None:
+    """The run's sequences fit the model's context, and a rank holds the loss's logits (:func:`check_logits_fit`).
+
+    Raises:
+        ValueError: naming ``seq_len``, ``global_batch_size`` or ``weights``, with the value that fits.
+    """
+    if run.seq_len_resolved > shape.max_position_embeddings:
+        raise ValueError(
+            f"seq_len: {run.seq_len_resolved} exceeds the model's max_position_embeddings "
+            f"{shape.max_position_embeddings}; pass --seq-len {shape.max_position_embeddings} or less"
+        )
+    check_logits_fit(run, shape.vocab_size)
+
+
+def embedded_config(run: ScenarioRun) -> dict:
+    """The config.json fields of the run's embedded tiny model (titanflow.assets.TinySpec.config_fields), known
+    without building it: preflight checks a run against them in milliseconds, and the flow's pull_weights builds the
+    model (seconds on a fresh clone), whose folder render_config checks whole."""
+    from titanflow.assets import TINY_SPECS
+
+    return TINY_SPECS[SCENARIOS[run.scenario].model_type].config_fields()
 
 
 #: The shortest sequence a run may ask for (ScenarioRun.seq_len's bound).
@@ -245,18 +264,17 @@ def check_pretrained_weights_given(run: ScenarioRun) -> None:
                                                                      f"{usual})" if usual else ""))
 
 
-def trim_source_config(run: ScenarioRun) -> Path | None:
-    """The config.json the run's ``trim`` cuts, when it is on this machine without downloading or building
-    anything: the embedded tiny MoE's (also the config of its pretrained checkpoint), a local folder's, or a Hub
-    id's copy (titanflow.weights.resolve.local_copy); None otherwise (checked by the flow's trim step)."""
+def trim_source_config(run: ScenarioRun) -> dict | None:
+    """The config.json contents the run's ``trim`` cuts, when they are on this machine without downloading or
+    building anything: the embedded tiny MoE's (:func:`embedded_config`, also the config of its pretrained
+    checkpoint), a local folder's, or a Hub id's copy (titanflow.weights.resolve.local_copy); None otherwise (checked
+    by the flow's trim step)."""
     if run.weights is None:
-        from titanflow.assets import TINY_SPECS, ensure_assets
-
-        return ensure_assets(spec=TINY_SPECS[SCENARIOS[run.scenario].model_type]).weights_dir / "config.json"
+        return embedded_config(run)
     from titanflow.weights.resolve import local_copy
 
     folder = local_copy(run.weights)
-    return folder / "config.json" if folder is not None else None
+    return read_config(folder) if folder is not None else None
 
 
 def check_trim_fits(run: ScenarioRun) -> None:
@@ -271,11 +289,9 @@ def check_trim_fits(run: ScenarioRun) -> None:
     config = trim_source_config(run)
     if config is None:
         return
-    import json
-
     from titanflow.weights.trim import check_trim
 
-    check_trim(json.loads(config.read_text()), run.trim)
+    check_trim(config, run.trim)
 
 
 def check_this_machine(run: ScenarioRun) -> None:
@@ -357,10 +373,8 @@ def preflight(run: ScenarioRun, *, launch: bool = True) -> Path:
     if run_dir.exists() and run.resume is None:
         raise ValueError(f"run_id: {run_dir} already exists; pass another run id, or none for a fresh one "
                          f"(--resume {run_dir.name} continues it)")
-    if run.weights is None and run.init == "random":  # the embedded tiny model: built once (seconds)
-        from titanflow.assets import TINY_SPECS, ensure_assets
-
-        check_weights_folder(run, ensure_assets(spec=TINY_SPECS[SCENARIOS[run.scenario].model_type]).weights_dir)
+    if run.weights is None:  # the embedded tiny model (random or its pretrained checkpoint), checked before it is built
+        check_shape_fits(run, config_shape(embedded_config(run), SCENARIOS[run.scenario].model_type))
     elif run.weights is not None and not is_hub_id(run.weights):  # Hub ids and the pretrained
         # tiny checkpoint (built by pull_weights, minutes) are checked by render_config
         check_weights_folder(run, Path(run.weights).expanduser().resolve(), complete=launch)

@@ -67,11 +67,17 @@ def test_a_gpus_memory_and_a_cpu_node_slurm_picks_are_not_known_here():
     check_logits_fit(ScenarioRun(target="cuda", global_batch_size=8 * 10**6), QWEN3_VOCAB)  # not refused here
 
 
-def test_an_absurd_cpu_batch_is_refused_before_anything_runs(tmp_path, capsys):
+@pytest.mark.parametrize("init", ["random", "pretrained"])
+def test_an_absurd_cpu_batch_is_refused_before_anything_runs(tmp_path, capsys, monkeypatch, init):
     """`titanflow run native --global-batch-size 1000000` trained nothing for minutes, the dataset re-looped to fill
-    500,000 sequences a rank, until the timeout; now it is refused in preflight, with this machine's largest batch."""
-    runs = tmp_path / "runs"
-    assert main(["run", "native", "--target", "cpu", "--global-batch-size", "1000000", "--runs-dir", str(runs)]) == 2
+    500,000 sequences a rank, until the timeout; now it is refused in preflight, with this machine's largest batch,
+    before the embedded model is built (seconds on a fresh clone; its pretrained checkpoint, minutes): the cache
+    folder is not even made."""
+    runs, cache = tmp_path / "runs", tmp_path / "cache"
+    monkeypatch.setenv("TITANFLOW_CACHE", str(cache))
+    assert main(["run", "native", "--target", "cpu", "--init", init, "--global-batch-size", "1000000",
+                 "--runs-dir", str(runs)]) == 2
+    assert not cache.exists()
     err = capsys.readouterr().err
     # the cpu target: 2 ranks share this machine's memory; 256 tokens in 8 chunks, 2 x 32 x 151936 x 4 B a sequence
     most = psutil.virtual_memory().total // 2 // (COPIES * 256 // 8 * QWEN3_VOCAB * 4) * 2

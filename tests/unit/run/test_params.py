@@ -253,9 +253,13 @@ def test_pretrained_off_cpu_names_its_weights_before_anything_is_built(tmp_path,
     ("layers=2,experts=16,top_k=3", "trim: experts 16 > 8, top_k 3 > 2 (the checkpoint's)"),
     ("layers=2,experts=4,top_k=5", "trim: top_k 5 exceeds experts 4; route to at most the experts kept"),
 ])
-def test_a_trim_is_checked_against_the_models_config_before_the_flow_starts(tmp_path, capsys, trim, message):
+def test_a_trim_is_checked_against_the_models_config_before_the_flow_starts(tmp_path, capsys, monkeypatch, trim,
+                                                                           message):
+    """The embedded tiny MoE's config is checked from its spec: nothing is built (the cache folder is not made)."""
+    monkeypatch.setenv("TITANFLOW_CACHE", str(tmp_path / "cache"))
     assert main(["render", "moe", "--trim", trim, "--runs-dir", str(tmp_path / "runs")]) == 2
     assert message in capsys.readouterr().err
+    assert not (tmp_path / "cache").exists()
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
 
 

@@ -197,6 +197,20 @@ def test_tiny_weights_load_tied_with_spec_config_and_finite_logits(built):
     assert torch.isfinite(logits).all()
 
 
+@pytest.mark.parametrize("spec", [assets.TinySpec(), assets.TINY_MOE], ids=["dense", "moe"])
+def test_the_config_fields_preflight_checks_are_the_built_config_jsons(built, spec):
+    """Preflight checks a run against TinySpec.config_fields before the model is built; the built folder's
+    config.json must say the same, field by field, and give the same shape."""
+    from titan_cfg.model_spec import config_shape, qwen3_shape
+
+    folder = assets.ensure_assets(built.weights_dir.parent.parent, spec).weights_dir
+    config = json.loads((folder / "config.json").read_text())
+    fields = spec.config_fields()
+    saved_as = {"num_experts": "num_local_experts"}  # transformers 5.x's Qwen3MoeConfig saves num_experts so
+    assert {name: config[saved_as.get(name, name)] for name in fields} == fields
+    assert config_shape(fields, spec.model_type) == qwen3_shape(folder, spec.model_type)
+
+
 def test_tied_safetensors_file_lacks_only_lm_head(built):
     from safetensors import safe_open
 
