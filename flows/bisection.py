@@ -103,7 +103,7 @@ def qwen3_bisect(
     try:
         folder.root.mkdir(parents=True)
     except FileExistsError:
-        raise ValueError(f"bisect_id: {folder.root} exists; pass another bisect_id, or none") from None
+        raise ValueError(f"bisect_id: {folder.root} exists; fix: pass another bisect_id, or none") from None
     result = new_result(inputs, folder)
     result.flow_run_id = str(runtime.flow_run.id)
     get_run_logger().info("bisect %s..%s of %s (%d commits) in %s", result.good[:12], result.bad[:12], result.repo,

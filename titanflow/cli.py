@@ -354,7 +354,7 @@ def cmd_history(args: argparse.Namespace) -> int:
     from titanflow.judge import history
 
     if args.force and not args.set_aside:
-        print("titanflow: bad input:\nforce: only with --set-aside; pass --set-aside --force", file=sys.stderr)
+        print("titanflow: bad input:\nforce: only with --set-aside; fix: pass --set-aside --force", file=sys.stderr)
         return 2
     if args.set_aside:
         try:
@@ -376,12 +376,12 @@ def cmd_history(args: argparse.Namespace) -> int:
         from titanflow.report.trends import trend_text
 
         if args.last < 1:
-            print(f"titanflow: bad input:\nlast: {args.last}; pass a number of nights, at least 1", file=sys.stderr)
+            print(f"titanflow: bad input:\nlast: {args.last}; fix: pass a number of nights, at least 1", file=sys.stderr)
             return 2
         from titan_cfg.targets import TARGETS
 
         if args.target is not None and args.target not in TARGETS:
-            print(f"titanflow: bad input:\ntarget: unknown {args.target!r}; pass one of {', '.join(sorted(TARGETS))}",
+            print(f"titanflow: bad input:\ntarget: unknown {args.target!r}; fix: pass one of {', '.join(sorted(TARGETS))}",
                   file=sys.stderr)
             return 2
         print(trend_text(trend_table(table, target=args.target, nights=args.last)), end="")
@@ -408,7 +408,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         print(f"titanflow: bad input:\n{err.args[0]}", file=sys.stderr)
         return 2
     if args.png and not Path(args.png).resolve().parent.is_dir():
-        print(f"titanflow: bad input:\npng: {Path(args.png).resolve().parent} is not a folder; pass a path in an "
+        print(f"titanflow: bad input:\npng: {Path(args.png).resolve().parent} is not a folder; fix: pass a path in an "
               "existing folder, or leave --png out (the PNG then goes into run B's folder)", file=sys.stderr)
         return 2
     png = report.write_comparison_png(comparison, Path(args.png) if args.png else report.default_png(comparison))
@@ -426,7 +426,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     try:
         inputs = check_inputs(args.repo or Path.cwd(), args.good, args.bad, parameters)
         if args.probe_timeout_s is not None and args.probe_timeout_s <= 0:
-            raise ValueError(f"probe_timeout_s: {args.probe_timeout_s}; pass a number of seconds above 0")
+            raise ValueError(f"probe_timeout_s: {args.probe_timeout_s}; fix: pass a number of seconds above 0")
     except ValueError as err:
         print(f"titanflow: bad input:\n{err}", file=sys.stderr)
         return 2

@@ -44,7 +44,7 @@ def checkout(repo: Path | str) -> Path:
     found = git(repo, "rev-parse", "--show-toplevel", check=False) if repo.is_dir() else None
     if found is None or found.returncode != 0:
         why = found.stderr.strip() if found is not None else "no such folder"
-        raise RevisionError(f"repo: {repo} is not a git checkout ({why}); pass --repo <a clone of titanflow>")
+        raise RevisionError(f"repo: {repo} is not a git checkout ({why}); fix: pass --repo <a clone of titanflow>")
     return Path(found.stdout.strip())
 
 
@@ -56,7 +56,7 @@ def resolve(repo: Path, field: str, revision: str) -> str:
     """
     found = git(repo, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{revision}^{{commit}}", check=False)
     if found.returncode != 0 or not revision.strip():
-        raise RevisionError(f"{field}: {revision!r} is not a commit of {repo}; pass a hash, tag or branch that "
+        raise RevisionError(f"{field}: {revision!r} is not a commit of {repo}; fix: pass a hash, tag or branch that "
                             f"`git rev-parse` knows there (git log --oneline lists them)")
     return found.stdout.strip()
 
@@ -70,11 +70,11 @@ def check_range(repo: Path, good: str, bad: str) -> tuple[str, str]:
     """
     good_hash, bad_hash = resolve(repo, "good", good), resolve(repo, "bad", bad)
     if good_hash == bad_hash:
-        raise RevisionError(f"bad: {bad!r} is the same commit as good {good!r} ({good_hash[:12]}); pass the first "
+        raise RevisionError(f"bad: {bad!r} is the same commit as good {good!r} ({good_hash[:12]}); fix: pass the first "
                             "revision known to fail as bad and an older one known to pass as good")
     if git(repo, "merge-base", "--is-ancestor", good_hash, bad_hash, check=False).returncode != 0:
         raise RevisionError(f"good: {good!r} ({good_hash[:12]}) is not an ancestor of bad {bad!r} ({bad_hash[:12]}); "
-                            "pass a good revision from bad's history (git merge-base --is-ancestor GOOD BAD)")
+                            "fix: pass a good revision from bad's history (git merge-base --is-ancestor GOOD BAD)")
     return good_hash, bad_hash
 
 

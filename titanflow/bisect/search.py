@@ -167,7 +167,7 @@ def bisect_range(result: BisectResult, probe: Callable[[str, ProbeRole], ProbeRu
         good = probe_and_judge(result.good, "good")
         if good.verdict != "good":
             same = "fails the same check" if good.verdict == "bad" else f"did not pass ({good.reason or 'no reason'})"
-            raise BisectRefused(f"good: {result.good[:12]} {same} as bad {result.bad[:12]} ({result.check}); pass an "
+            raise BisectRefused(f"good: {result.good[:12]} {same} as bad {result.bad[:12]} ({result.check}); fix: pass an "
                                 "older good revision whose run passes")
     except BisectRefused as refused:
         result.status, result.reason = "refused", str(refused)

@@ -72,7 +72,7 @@ def learn_check(summary: RunSummary | None, log_tail: str = "", why: str = "") -
     checks = failed_checks(summary)
     failure_class = classify(summary, log_tail)
     if not checks or failure_class is None:
-        raise BisectRefused(f"bad: its run failed without a failed check or class ({summary.reason}); pass a bad "
+        raise BisectRefused(f"bad: its run failed without a failed check or class ({summary.reason}); fix: pass a bad "
                             "revision whose run fails a task, its first-step loss or a numerics rule")
     return Check(failure_class=failure_class, check=checks[0])
 

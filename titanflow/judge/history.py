@@ -244,7 +244,7 @@ def row_from_summary(summary_path: Path | str, summary: RunSummary | None = None
     """
     summary_path = Path(summary_path).resolve()
     if not summary_path.is_file():
-        raise FileNotFoundError(f"summary_path: {summary_path} does not exist; pass runs/<run-id>/summary.json")
+        raise FileNotFoundError(f"summary_path: {summary_path} does not exist; fix: pass runs/<run-id>/summary.json")
     try:
         summary = summary or read_summary(summary_path)
     except ValidationError as err:

@@ -107,7 +107,7 @@ def find_run(ref: str, runs: pd.DataFrame, runs_root: Path | None = None) -> dic
         if folder.is_dir():
             _no_summary(folder.resolve())
     raise LookupError(f"run: {ref!r} is neither a run_id of the history ({len(runs)} run(s)) nor a run folder "
-                      f"({root / ref}); pass a run_id that `titanflow history --last 20` lists, or the path of a "
+                      f"({root / ref}); fix: pass a run_id that `titanflow history --last 20` lists, or the path of a "
                       "run folder")
 
 
@@ -301,7 +301,7 @@ def compare(a: dict, b: dict, margin: float | None = None) -> RunComparison:
                            "least one training step")
     margin = curve_margin() if margin is None else margin
     if not (math.isfinite(margin) and margin > 0):
-        raise ValueError(f"margin: {margin} nats; pass a positive number (the golden_curve rule's is 0.02)")
+        raise ValueError(f"margin: {margin} nats; fix: pass a positive number (the golden_curve rule's is 0.02)")
     steps = step_pairs(_losses(a), _losses(b), margin)
     parted = [p.step for p in steps if p.parted]
     gaps = [abs(p.difference) for p in steps if p.difference is not None and math.isfinite(p.difference)]

@@ -83,7 +83,7 @@ def trend_table(runs: pd.DataFrame, *, target: str | None = None, nights: int = 
         ValueError: ``nights`` below 1.
     """
     if nights < 1:
-        raise ValueError(f"nights: {nights}; pass at least 1 (default {DEFAULT_NIGHTS})")
+        raise ValueError(f"nights: {nights}; fix: pass at least 1 (default {DEFAULT_NIGHTS})")
     if runs.empty:
         return pd.DataFrame(columns=list(COLUMNS))
     rules = median_rules(rules)

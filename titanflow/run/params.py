@@ -233,7 +233,7 @@ class ScenarioRun(BaseModel):
         most_ranks = self.target_spec.max_nproc_per_node or os.cpu_count() or 1
         if self.nproc_per_node_resolved > most_ranks:
             raise ValueError(f"nproc_per_node: {self.nproc_per_node_resolved} ranks on a node, but a {self.target} node "
-                             f"has {most_ranks}; pass --nproc-per-node {most_ranks} or fewer")
+                             f"has {most_ranks}; fix: pass --nproc-per-node {most_ranks} or fewer")
         fastest_s = self.steps * self.target_spec.min_step_s
         if fastest_s > self.timeout_s:
             raise ValueError(f"steps: {self.steps} steps take at least {fastest_s:.0f} s on {self.target} "
@@ -244,7 +244,7 @@ class ScenarioRun(BaseModel):
             raise ValueError(f"model_spec: walkthrough reproduces the walkthrough's native scenario; {self.scenario} "
                              "builds its model from config.json (pass model_spec=config)")
         if self.checkpoint_interval is not None and self.checkpoint_interval > self.steps:
-            raise ValueError(f"checkpoint_interval: {self.checkpoint_interval} exceeds steps {self.steps}; pass at "
+            raise ValueError(f"checkpoint_interval: {self.checkpoint_interval} exceeds steps {self.steps}; fix: pass at "
                              f"most {self.steps} (then only the final export is saved)")
         if self.resume is not None and self.run_id is not None and self.run_id != self.resume:
             raise ValueError(f"run_id: {self.run_id} is not the resumed run {self.resume}; a resumed run keeps its id "
@@ -253,10 +253,10 @@ class ScenarioRun(BaseModel):
         if chunks and self.seq_len_resolved % chunks:
             lower = self.seq_len_resolved // chunks * chunks
             raise ValueError(f"seq_len: {self.seq_len_resolved} tokens do not split into the {chunks} chunks of "
-                             f"{self.scenario}'s loss (torchtitan's ChunkedLossWrapper); pass a multiple of {chunks}, "
+                             f"{self.scenario}'s loss (torchtitan's ChunkedLossWrapper); fix: pass a multiple of {chunks}, "
                              f"e.g. --seq-len {max(lower, 16)} or {lower + chunks}")
         if self.warmup_steps is not None and self.warmup_steps > self.steps:
-            raise ValueError(f"warmup_steps: {self.warmup_steps} exceeds steps {self.steps}; pass at most {self.steps}")
+            raise ValueError(f"warmup_steps: {self.warmup_steps} exceeds steps {self.steps}; fix: pass at most {self.steps}")
         for op, name in self.kernels_resolved.items():  # KernelChoiceError (a ValueError) names the op and the fix
             implementation = kernels.implementation(op, name)
             implementation.check_shape(self.seq_len_resolved, self.target_spec.lnc)
@@ -400,17 +400,17 @@ def check_writable(folder: Path, field: str, fix: str) -> None:
     permission check alone is not enough (root passes every ``os.access``).
 
     Raises:
-        ValueError: ``<field>: <folder> is a file, not a folder; <fix>``, or ``<field>: <folder> is not writable
-            (<OS error>); <fix>``.
+        ValueError: ``<field>: <folder> is a file, not a folder; fix: <fix>``, or ``<field>: <folder> is not writable
+            (<OS error>); fix: <fix>``.
     """
     if folder.exists() and not folder.is_dir():  # mkdir would say "File exists", which reads as a folder there
-        raise ValueError(f"{field}: {folder} is a file, not a folder; {fix}")
+        raise ValueError(f"{field}: {folder} is a file, not a folder; fix: {fix}")
     try:
         folder.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-probe-"):
             pass
     except OSError as err:
-        raise ValueError(f"{field}: {folder} is not writable ({err.strerror or err}); {fix}") from None
+        raise ValueError(f"{field}: {folder} is not writable ({err.strerror or err}); fix: {fix}") from None
 
 
 def check_runs_dir_writable(root: Path) -> None:

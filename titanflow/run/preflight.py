@@ -96,7 +96,7 @@ def check_weights_folder(run: ScenarioRun, folder: Path, complete: bool = True) 
         ValueError: naming ``weights`` or ``seq_len``.
     """
     if folder.is_file():
-        raise ValueError(f"weights: {folder} is a file; pass the folder that holds config.json")
+        raise ValueError(f"weights: {folder} is a file; fix: pass the folder that holds config.json")
     shape = qwen3_shape(folder, SCENARIOS[run.scenario].model_type)  # ConfigError names the config.json field
     check_shape_fits(run, shape)
     if not complete:
@@ -124,7 +124,7 @@ def check_shape_fits(run: ScenarioRun, shape: Qwen3Shape) -> None:
     if run.seq_len_resolved > shape.max_position_embeddings:
         raise ValueError(
             f"seq_len: {run.seq_len_resolved} exceeds the model's max_position_embeddings "
-            f"{shape.max_position_embeddings}; pass --seq-len {shape.max_position_embeddings} or less"
+            f"{shape.max_position_embeddings}; fix: pass --seq-len {shape.max_position_embeddings} or less"
         )
     check_logits_fit(run, shape.vocab_size)
 
@@ -194,15 +194,15 @@ def check_logits_fit(run: ScenarioRun, vocab_size: int) -> None:
             f"and their log-softmax{in_chunks}, beyond {where}")
     most = limit // sequence_bytes * run.world_size
     if most >= run.world_size:
-        raise ValueError(f"global_batch_size: {run.global_batch_size_resolved}: {need}; pass --global-batch-size "
+        raise ValueError(f"global_batch_size: {run.global_batch_size_resolved}: {need}; fix: pass --global-batch-size "
                          f"{most} or less (a multiple of the world size {run.world_size}), or a shorter --seq-len")
     longest = limit // token_bytes * chunks  # a multiple of the chunks
     if longest < SHORTEST_SEQ_LEN:
         raise ValueError(f"weights: vocab_size {vocab_size} of the model's config.json needs "
                          f"{token_bytes / 2**30:,.1f} GiB a token for its float32 logits "
                          f"and their log-softmax: not even {SHORTEST_SEQ_LEN} tokens a "
-                         f"rank fit {where}; pass weights whose vocabulary fits, or a target with more memory a rank")
-    raise ValueError(f"seq_len: {run.seq_len_resolved}: {need}; pass --seq-len {longest} or less")
+                         f"rank fit {where}; fix: pass weights whose vocabulary fits, or a target with more memory a rank")
+    raise ValueError(f"seq_len: {run.seq_len_resolved}: {need}; fix: pass --seq-len {longest} or less")
 
 
 def _read_largest_token_id(tokenizer_json: Path) -> int:
@@ -259,7 +259,7 @@ def check_pretrained_weights_given(run: ScenarioRun) -> None:
 
     usual = TARGET_WEIGHTS.get(run.target, {}).get(run.scenario, {}).get("weights")
     raise ValueError(f"weights: none given for init pretrained on {run.target}; the embedded tiny model's pretrained "
-                     "checkpoint would be pretrained on this machine's CPU first and is no model of the target; pass "
+                     "checkpoint would be pretrained on this machine's CPU first and is no model of the target; fix: pass "
                      "--weights a Hugging Face folder or Hub id" + (f" (the {run.target} deployments': --weights "
                                                                      f"{usual})" if usual else ""))
 
@@ -368,10 +368,10 @@ def preflight(run: ScenarioRun, *, launch: bool = True) -> Path:
     check_runs_dir_writable(root)
     run_dir = root / (run.resume or run.run_id or new_run_id(run))
     if run.resume is not None and not run_dir.is_dir():
-        raise ValueError(f"resume: no run folder {run_dir}; pass the id of a run under {root} (--runs-dir names "
+        raise ValueError(f"resume: no run folder {run_dir}; fix: pass the id of a run under {root} (--runs-dir names "
                          "another parent)")
     if run_dir.exists() and run.resume is None:
-        raise ValueError(f"run_id: {run_dir} already exists; pass another run id, or none for a fresh one "
+        raise ValueError(f"run_id: {run_dir} already exists; fix: pass another run id, or none for a fresh one "
                          f"(--resume {run_dir.name} continues it)")
     if run.weights is None:  # the embedded tiny model (random or its pretrained checkpoint), checked before it is built
         check_shape_fits(run, config_shape(embedded_config(run), SCENARIOS[run.scenario].model_type))

@@ -117,12 +117,12 @@ def resumed_run(given: dict) -> Resumption:
     """
     run_id = given["resume"]
     if not re.fullmatch(RUN_ID_PATTERN, run_id):
-        raise ValueError(f"resume: {run_id!r} is not a run id (a folder name: letters, digits, '.', '_', '-'); pass "
+        raise ValueError(f"resume: {run_id!r} is not a run id (a folder name: letters, digits, '.', '_', '-'); fix: pass "
                          "the id `titanflow run` printed")
     root = Path(given["runs_dir"]).resolve() if given.get("runs_dir") else paths.runs_root()
     run_dir = root / run_id
     if not run_dir.is_dir():
-        raise ValueError(f"resume: no run folder {run_dir}; pass the id of a run under {root} (--runs-dir names "
+        raise ValueError(f"resume: no run folder {run_dir}; fix: pass the id of a run under {root} (--runs-dir names "
                          "another parent)")
     if not (run_dir / SUMMARY).is_file():
         raise ValueError(f"resume: {run_dir} has no {SUMMARY}, so the run's parameters are unknown; start a new run "

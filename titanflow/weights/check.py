@@ -35,13 +35,14 @@ def _listed(names: list[str]) -> str:
 
 
 def _complete_the_cache(folder: Path, missing: list[str]) -> str:
-    """The fix for a partial Hub snapshot (``.../models--org--name/snapshots/<rev>``), else for a folder."""
+    """``; fix: ...`` for files missing from a partial Hub snapshot (``.../models--org--name/snapshots/<rev>``),
+    else from a folder."""
     parts = folder.parts
     if "snapshots" in parts and parts[parts.index("snapshots") - 1].startswith("models--"):
         repo = parts[parts.index("snapshots") - 1].removeprefix("models--").replace("--", "/")
-        return (f"the Hugging Face cache holds a partial snapshot of {repo}; complete it where there is network: "
-                f"hf download {repo} {' '.join(missing)}")
-    return "copy the missing files into the folder, or pass a complete one"
+        return (f"; the Hugging Face cache holds a partial snapshot of {repo}; fix: complete it where there is "
+                f"network: hf download {repo} {' '.join(missing)}")
+    return "; fix: copy the missing files into the folder, or pass a complete one"
 
 
 def meta_model(folder: Path):
@@ -79,7 +80,7 @@ def check_checkpoint(folder: Path) -> None:
         named = sorted(set(json.loads(index.read_text())["weight_map"].values()))
         missing = [name for name in named if not (folder / name).is_file()]
         if missing:
-            raise ValueError(f"weights: {folder} lacks {', '.join(missing)}, named by {INDEX}; "
+            raise ValueError(f"weights: {folder} lacks {', '.join(missing)}, named by {INDEX}"
                              f"{_complete_the_cache(folder, missing)}")
     try:
         headers = read_headers(folder)
@@ -90,7 +91,8 @@ def check_checkpoint(folder: Path) -> None:
     absent = [key for key in expected if key not in found]
     if absent:
         raise ValueError(f"weights: {folder} lacks tensors its config.json's model loads: {_listed(absent)}; "
-                         "the checkpoint is incomplete or of another architecture")
+                         "the checkpoint is incomplete or of another architecture; fix: pass the complete folder of a "
+                         "Qwen3 checkpoint")
     wrong = [f"{key} {found[key]} (expected {shape})" for key, shape in expected.items()
              if shape is not None and found[key] != shape]
     if wrong:

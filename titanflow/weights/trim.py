@@ -227,10 +227,10 @@ def check_dest(dest: Path, source: Path | None) -> None:
         source = Path(source).resolve()
         if dest == source or source in dest.parents:
             where = "is the source folder" if dest == source else f"is inside the source folder {source}"
-            raise TrimError(f"dest: {dest} {where}; pass a new folder outside it (a trim is written beside its "
+            raise TrimError(f"dest: {dest} {where}; fix: pass a new folder outside it (a trim is written beside its "
                             "source, never into it)")
     if dest.exists():
-        raise TrimError(f"dest: {dest} exists; pass a new folder (a trimmed folder is written once, never over another)")
+        raise TrimError(f"dest: {dest} exists; fix: pass a new folder (a trimmed folder is written once, never over another)")
     try:
         check_writable(dest.parent, "dest", "pass a folder under one you can write")
     except ValueError as err:
@@ -258,7 +258,7 @@ def trim_moe(source: Path, dest: Path, trim: Trim, source_id: str | None = None,
     """
     source, dest = Path(source).resolve(), Path(dest).resolve()
     if not (source / "config.json").is_file():
-        raise TrimError(f"weights: {source} has no config.json; pass a Hugging Face model folder")
+        raise TrimError(f"weights: {source} has no config.json; fix: pass a Hugging Face model folder")
     check_dest(dest, source)
     config = json.loads((source / "config.json").read_text())
     check_trim(config, trim)
@@ -284,11 +284,11 @@ def trim_moe(source: Path, dest: Path, trim: Trim, source_id: str | None = None,
         built = build_once(dest, build)
     except OSError as err:
         raise TrimError(f"dest: writing the trim to {dest} failed ({err.strerror or err}); nothing was left there; "
-                        f"free space under {dest.parent} or pass another folder") from None
+                        f"fix: free space under {dest.parent} or pass another folder") from None
     found = json.loads((built / "config.json").read_text()).get(TRIM_KEY) if (built / "config.json").is_file() else None
     if found != new_config[TRIM_KEY]:  # build_once kept a folder another process renamed there first
         raise TrimError(f"dest: {dest} was written by another process while this trim ran (its config.json records "
-                        f"{found!r}); it is kept as it is and this trim was discarded; pass a new folder")
+                        f"{found!r}); it is kept as it is and this trim was discarded; fix: pass a new folder")
     return built
 
 
@@ -307,7 +307,7 @@ def ensure_trimmed(source: Path, trim: Trim, source_id: str | None, cache_root: 
 
     source = Path(source)
     if not (source / "config.json").is_file():
-        raise TrimError(f"weights: {source} has no config.json; pass a Hugging Face model folder")
+        raise TrimError(f"weights: {source} has no config.json; fix: pass a Hugging Face model folder")
     if init == "pretrained":  # before the cache: a config-only source's trim (random init) has no weights
         require_weights(source, source_id)
     weights = weights_digest(source) if any(source.glob("*.safetensors")) else None

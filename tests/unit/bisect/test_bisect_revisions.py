@@ -26,11 +26,11 @@ def test_a_good_ancestor_and_a_bad_descendant_resolve_to_full_hashes(repo):
 
 
 @pytest.mark.parametrize("good, bad, message", [
-    ("nope", "HEAD", r"^good: 'nope' is not a commit of .*; pass a hash, tag or branch that `git rev-parse` knows"),
+    ("nope", "HEAD", r"^good: 'nope' is not a commit of .*; fix: pass a hash, tag or branch that `git rev-parse` knows"),
     ("HEAD~1", "v9", r"^bad: 'v9' is not a commit of "),
     ("", "HEAD", r"^good: '' is not a commit of "),
     ("HEAD~1", "HEAD~1", r"^bad: 'HEAD~1' is the same commit as good 'HEAD~1' \([0-9a-f]{12}\)"),
-    ("HEAD", "HEAD~2", r"^good: 'HEAD' \([0-9a-f]{12}\) is not an ancestor of bad 'HEAD~2' \([0-9a-f]{12}\); pass a "
+    ("HEAD", "HEAD~2", r"^good: 'HEAD' \([0-9a-f]{12}\) is not an ancestor of bad 'HEAD~2' \([0-9a-f]{12}\); fix: pass a "
                        r"good revision from bad's history"),
     ("HEAD:README.md", "HEAD", r"^good: 'HEAD:README.md' is not a commit of "),  # a blob, not a commit
 ])

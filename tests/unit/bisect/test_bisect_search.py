@@ -85,7 +85,7 @@ def test_a_good_revision_that_fails_the_same_check_is_refused(chained, tmp_path)
     result, calls = bisect(tmp_path, repo, hashes, lambda i: "planted")
     assert result.status == "refused" and calls == [(COMMITS, "bad"), (0, "good")]
     assert result.reason == (f"good: {hashes[0][:12]} fails the same check as bad {hashes[-1][:12]} (golden_curve "
-                             "losses (numerics)); pass an older good revision whose run passes")
+                             "losses (numerics)); fix: pass an older good revision whose run passes")
 
 
 def test_a_good_revision_that_crashes_is_refused(chained, tmp_path):

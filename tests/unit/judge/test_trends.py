@@ -83,7 +83,7 @@ def test_the_last_nights_only_and_each_workload_apart(runs):
     every = trend_table(runs)
     assert sorted(set(zip(every.target, every.scenario, every.workload))) == \
         [("cpu", "moe", "k10"), ("cpu", "native", "k10"), ("cpu", "native", "k3"), ("trn2", "native", "k10")]
-    with pytest.raises(ValueError, match="nights: 0; pass at least 1"):
+    with pytest.raises(ValueError, match="nights: 0; fix: pass at least 1"):
         trend_table(runs, nights=0)
 
 
@@ -122,7 +122,7 @@ def test_history_last_prints_the_same_table(runs, tmp_path, capsys):
     runs_shown = [line.split()[4] for line in out[2:-1]]
     assert runs_shown == ["m4", "m5", "n5", "n6", "manual"]  # the last 2 nights of each workload (k10, then k3) on cpu
     assert main(["history", "--history-dir", str(tmp_path / "history"), "--last", "0"]) == 2
-    assert "last: 0; pass a number of nights, at least 1" in capsys.readouterr().err
+    assert "last: 0; fix: pass a number of nights, at least 1" in capsys.readouterr().err
     # a target that does not exist is bad input, not an empty table ("no runs", exit 0)
     assert main(["history", "--history-dir", str(tmp_path / "history"), "--last", "5", "--target", "bogus"]) == 2
-    assert "target: unknown 'bogus'; pass one of cpu, " in capsys.readouterr().err
+    assert "target: unknown 'bogus'; fix: pass one of cpu, " in capsys.readouterr().err

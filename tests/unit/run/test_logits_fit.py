@@ -31,7 +31,7 @@ def test_a_trn2_batch_fits_up_to_the_largest_multiple_of_the_world_size_and_is_r
     assert (per_sequence, most) == (622_329_856, 2624)
     check_logits_fit(ScenarioRun(target="trn2", global_batch_size=most), QWEN3_VOCAB)
     with pytest.raises(ValueError, match=r"^global_batch_size: 2688: 42 sequence\(s\) of 4096 tokens a rank \(64 "
-                                         r"rank\(s\)\) .* 24 GiB of device memory a trn2 rank; pass "
+                                         r"rank\(s\)\) .* 24 GiB of device memory a trn2 rank; fix: pass "
                                          r"--global-batch-size 2624 or less"):
         check_logits_fit(ScenarioRun(target="trn2", global_batch_size=most + 64), QWEN3_VOCAB)
 
@@ -41,7 +41,7 @@ def test_when_not_one_sequence_fits_the_sequence_length_is_named():
     vocab = 10**8
     longest = 24 * 2**30 // (COPIES * vocab * 4) * 8
     assert longest == 256
-    with pytest.raises(ValueError, match=rf"^seq_len: 4096: .*; pass --seq-len {longest} or less$"):
+    with pytest.raises(ValueError, match=rf"^seq_len: 4096: .*; fix: pass --seq-len {longest} or less$"):
         check_logits_fit(ScenarioRun(target="trn2"), vocab)
 
 
@@ -51,7 +51,7 @@ def test_a_vocabulary_too_large_for_the_shortest_sequence_names_the_weights():
     with pytest.raises(ValueError, match=r"^weights: vocab_size 10000000000 of the model's config.json needs 74\.5 "
                                          r"GiB a token .*: not even 16 tokens a rank fit 24 GiB"):
         check_logits_fit(ScenarioRun(target="trn2"), 10**10)
-    with pytest.raises(ValueError, match=r"^seq_len: 4096: .*; pass --seq-len 48 or less$"):
+    with pytest.raises(ValueError, match=r"^seq_len: 4096: .*; fix: pass --seq-len 48 or less$"):
         check_logits_fit(ScenarioRun(target="trn2"), 5 * 10**8)
 
 
@@ -83,5 +83,5 @@ def test_an_absurd_cpu_batch_is_refused_before_anything_runs(tmp_path, capsys, m
     most = psutil.virtual_memory().total // 2 // (COPIES * 256 // 8 * QWEN3_VOCAB * 4) * 2
     assert "global_batch_size: 1000000: 500000 sequence(s) of 256 tokens a rank (2 rank(s))" in err
     assert f"beyond this machine's {psutil.virtual_memory().total / 2**30:.1f} GiB of memory over its 2 rank(s); " \
-           f"pass --global-batch-size {most} or less" in err
+           f"fix: pass --global-batch-size {most} or less" in err
     assert not any(runs.iterdir())  # no run folder: its parent is made writable first, then nothing is written

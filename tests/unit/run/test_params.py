@@ -243,7 +243,7 @@ def test_pretrained_off_cpu_names_its_weights_before_anything_is_built(tmp_path,
         assert capsys.readouterr().err == (
             f"titanflow: bad input:\nweights: none given for init pretrained on {target}; the embedded tiny model's "
             "pretrained checkpoint would be pretrained on this machine's CPU first and is no model of the target; "
-            f"pass --weights a Hugging Face folder or Hub id{usual}\n")
+            f"fix: pass --weights a Hugging Face folder or Hub id{usual}\n")
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
 
 

@@ -39,7 +39,7 @@ def _run_folder(root: Path, run_id: str = "r1", verdict: str | None = "fail", fl
 
 
 def test_a_run_folder_that_does_not_exist_is_refused(tmp_path):
-    with pytest.raises(ValueError, match=r"^resume: no run folder .*/nope; pass the id of a run under"):
+    with pytest.raises(ValueError, match=r"^resume: no run folder .*/nope; fix: pass the id of a run under"):
         resumed_run({"resume": "nope", "runs_dir": str(tmp_path)})
 
 

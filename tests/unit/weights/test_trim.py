@@ -189,7 +189,7 @@ def test_a_dest_inside_the_source_or_the_source_itself_is_refused(tmp_path, caps
     dest = source / "trimmed" if inside else source
     assert main(["trim", str(source), str(dest), *WALKTHROUGH]) == 2
     where = f"is inside the source folder {source}" if inside else "is the source folder"
-    assert capsys.readouterr().err == (f"titanflow: bad input:\ndest: {dest} {where}; pass a new folder outside it (a "
+    assert capsys.readouterr().err == (f"titanflow: bad input:\ndest: {dest} {where}; fix: pass a new folder outside it (a "
                                        "trim is written beside its source, never into it)\n")
     assert [p.name for p in source.iterdir()] == ["config.json"]
 
@@ -200,7 +200,7 @@ def test_an_unwritable_dest_is_bad_input_not_a_traceback(tmp_path, capsys):
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     assert main(["trim", str(_config_only(tmp_path)), str(blocker / "trimmed"), *WALKTHROUGH]) == 2
-    assert capsys.readouterr().err == (f"titanflow: bad input:\ndest: {blocker} is a file, not a folder; pass a "
+    assert capsys.readouterr().err == (f"titanflow: bad input:\ndest: {blocker} is a file, not a folder; fix: pass a "
                                        "folder under one you can write\n")
 
 
@@ -210,7 +210,7 @@ def test_a_dest_holding_another_trim_is_never_overwritten(tiny_moe, tmp_path, ca
     dest = trim_moe(tiny_moe, tmp_path / "trimmed", TRIM)
     before = {p.name: p.read_bytes() for p in dest.iterdir()}
     assert main(["trim", str(tiny_moe), str(dest), "--layers", "1", "--experts", "2", "--top-k", "1"]) == 2
-    assert capsys.readouterr().err == (f"titanflow: bad input:\ndest: {dest} exists; pass a new folder (a trimmed "
+    assert capsys.readouterr().err == (f"titanflow: bad input:\ndest: {dest} exists; fix: pass a new folder (a trimmed "
                                        "folder is written once, never over another)\n")
     assert {p.name: p.read_bytes() for p in dest.iterdir()} == before
 
@@ -242,7 +242,7 @@ def test_a_write_that_fails_midway_is_bad_input_and_leaves_nothing(tiny_moe, tmp
     with pytest.raises(TrimError) as refused:
         trim_moe(tiny_moe, dest, TRIM)
     assert str(refused.value) == (f"dest: writing the trim to {dest} failed (No space left on device); nothing was left "
-                                  f"there; free space under {tmp_path} or pass another folder")
+                                  f"there; fix: free space under {tmp_path} or pass another folder")
     assert list(tmp_path.iterdir()) == []
 
 
