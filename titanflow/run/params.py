@@ -122,6 +122,16 @@ class Trim(BaseModel):
 RUN_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 
 
+def _each_target(field: str) -> str:
+    """``cpu 4, trn2 64, ...``: a :class:`titan_cfg.targets.Target` field's value on each target, for the help of the
+    option that defaults to it (built from TARGETS, so the help cannot drift from the targets)."""
+    def value(target) -> str:
+        found = getattr(target, field)
+        return ",".join(f"{op}={impl}" for op, impl in found.items()) if isinstance(found, dict) else str(found)
+
+    return ", ".join(f"{name} {value(target())}" for name, target in TARGETS.items())
+
+
 class ScenarioRun(BaseModel):
     """One scenario run as the user asked for it; ``None`` means "the target's default".
 
@@ -144,17 +154,18 @@ class ScenarioRun(BaseModel):
     steps: int = Field(10, ge=1, description="optimizer steps to train")
     checkpoint_interval: int | None = Field(
         None, ge=1, description="steps between full training-state checkpoints, which a retried launch resumes "
-        "from (at most steps; steps: only the final export); None: the target's (titan_cfg/targets.py), at most steps")
+        "from (at most steps; steps: only the final export); None: the target's, at most steps ("
+        + _each_target("checkpoint_interval") + ")")
     global_batch_size: int | None = Field(None, ge=1, description="sequences per optimizer step over all ranks, a "
-                                          "multiple of the world size; None: the target's (" + ", ".join(
-                                              f"{name} {target().global_batch_size}" for name, target in TARGETS.items()) + ")")
+                                          "multiple of the world size; None: the target's ("
+                                          + _each_target("global_batch_size") + ")")
     seq_len: int | None = Field(None, ge=16, description="tokens per sequence; None: the scenario's own on the "
-                                "target (titan_cfg/scenarios.py), else the target's (" + ", ".join(
-                                    f"{name} {target().seq_len}" for name, target in TARGETS.items()) + ")")
+                                "target (titan_cfg/scenarios.py), else the target's (" + _each_target("seq_len") + ")")
     nnodes: int | None = Field(None, ge=1, description="nodes (torchrun --nnodes); more than one runs as one Slurm "
-                               "job (titanflow.slurm) unless scheduler says kubernetes; None: the target's")
+                               "job (titanflow.slurm) unless scheduler says kubernetes; None: the target's ("
+                               + _each_target("nnodes") + ")")
     nproc_per_node: int | None = Field(None, ge=1, description="ranks per node (torchrun --nproc-per-node); world size "
-                                       "= nnodes x nproc_per_node; None: the target's")
+                                       "= nnodes x nproc_per_node; None: the target's (" + _each_target("nproc_per_node") + ")")
     scheduler: Literal["slurm", "kubernetes"] | None = Field(
         None, description="how the nodes are started: slurm (one Slurm job, titanflow.slurm) or kubernetes (the flow "
         "in pod 0 of the Kubernetes job of the trn2-eks work pool, titanflow.kubernetes); None: slurm on more than "
@@ -165,8 +176,8 @@ class ScenarioRun(BaseModel):
     export_dtype: ExportDtype = Field("float32", description="float32 | bfloat16 | float16")
     compile: bool = Field(False, description="true | false: torch.compile the model (warm-up fills the cache)")
     kernels: dict[str, str] | None = Field(
-        None, description=f"kernel implementation per op, over the target's and scenario's choice, "
-        f"as op=impl[,op=impl] or a JSON object; known: {kernels.known()}")
+        None, description=f"kernel implementation per op, over the target's and scenario's choice (titan_cfg/scenarios.py), "
+        f"as op=impl[,op=impl] or a JSON object; known: {kernels.known()}; the targets': " + _each_target("kernels"))
     timeout_s: float = Field(1800, gt=0, le=MAX_TIMEOUT_S, description="seconds before a training launch is killed (each attempt: "
                              "an infrastructure failure is retried twice)")
     runs_dir: str | None = Field(None, description="parent of runs/<run-id>; None: $TITANFLOW_RUNS or <repo>/runs")

@@ -337,5 +337,10 @@ def test_every_run_option_says_what_it_is_in_its_help():
 
     undescribed = [name for name, field in ScenarioRun.model_fields.items() if name != "tolerances" and not field.description]
     assert undescribed == []
-    described = ScenarioRun.model_fields["global_batch_size"].description
-    assert all(f"{name} {target().global_batch_size}" in described for name, target in TARGETS.items())
+    for field in ("global_batch_size", "seq_len", "nnodes", "nproc_per_node", "checkpoint_interval"):
+        described = ScenarioRun.model_fields[field].description
+        assert all(f"{name} {getattr(target(), field)}" in described for name, target in TARGETS.items()), field
+    assert "trn2-cluster 2" in ScenarioRun.model_fields["nnodes"].description  # the one target of two nodes
+    kernels_help = ScenarioRun.model_fields["kernels"].description
+    assert all(f"{name} {','.join(f'{op}={impl}' for op, impl in target().kernels.items())}" in kernels_help
+               for name, target in TARGETS.items())
