@@ -165,7 +165,8 @@ class ScenarioRun(BaseModel):
                                "job (titanflow.slurm) unless scheduler says kubernetes; None: the target's ("
                                + _each_target("nnodes") + ")")
     nproc_per_node: int | None = Field(None, ge=1, description="ranks per node (torchrun --nproc-per-node); world size "
-                                       "= nnodes x nproc_per_node; None: the target's (" + _each_target("nproc_per_node") + ")")
+                                       "= nnodes x nproc_per_node; None: the target's ("
+                                       + _each_target("nproc_per_node") + ")")
     scheduler: Literal["slurm", "kubernetes"] | None = Field(
         None, description="how the nodes are started: slurm (one Slurm job, titanflow.slurm) or kubernetes (the flow "
         "in pod 0 of the Kubernetes job of the trn2-eks work pool, titanflow.kubernetes); None: slurm on more than "
@@ -176,8 +177,9 @@ class ScenarioRun(BaseModel):
     export_dtype: ExportDtype = Field("float32", description="float32 | bfloat16 | float16")
     compile: bool = Field(False, description="true | false: torch.compile the model (warm-up fills the cache)")
     kernels: dict[str, str] | None = Field(
-        None, description=f"kernel implementation per op, over the target's and scenario's choice (titan_cfg/scenarios.py), "
-        f"as op=impl[,op=impl] or a JSON object; known: {kernels.known()}; the targets': " + _each_target("kernels"))
+        None, description="kernel implementation per op, over the target's and scenario's choice "
+        f"(titan_cfg/scenarios.py), as op=impl[,op=impl] or a JSON object; known: {kernels.known()}; the targets': "
+        + _each_target("kernels"))
     timeout_s: float = Field(1800, gt=0, le=MAX_TIMEOUT_S, description="seconds before a training launch is killed (each attempt: "
                              "an infrastructure failure is retried twice)")
     runs_dir: str | None = Field(None, description="parent of runs/<run-id>; None: $TITANFLOW_RUNS or <repo>/runs")

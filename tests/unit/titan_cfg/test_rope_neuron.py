@@ -16,7 +16,7 @@ from titan_cfg.kernels.layout import call_in_layout
 
 make_importable_without_triton()
 
-from titan_cfg.kernels.check import SHAPE, check_rope, cos_sin, torchtitan_rope  # noqa: E402 (imports torchtitan: after the triton stand-in)
+from titan_cfg.kernels.check import SHAPE, check_rope, cos_sin, torchtitan_rope  # noqa: E402 (after the stand-in)
 
 NEURON = kernels.implementation("rope", "neuron")
 
