@@ -74,7 +74,8 @@ def _preflighted(args: argparse.Namespace, *, launch: bool):
             resumption = resumed_run(given)
             return resumption.run, given, resumption.run_dir
         if "scenario" not in given:
-            raise ValueError("scenario: missing; name one (titanflow run --help), or continue a run with --resume RUN_ID")
+            raise ValueError("scenario: missing; fix: name one (titanflow run --help), or continue a run with --resume "
+                             "RUN_ID")
         run = ScenarioRun.model_validate(given)
         return run, given, preflight(run, launch=launch)
     except ValidationError as err:
@@ -228,7 +229,7 @@ def cmd_nightly(args: argparse.Namespace) -> int:
 
     try:
         if args.target not in TARGETS:
-            raise ValueError(f"target: unknown {args.target!r}; known: {', '.join(TARGETS)}")
+            raise ValueError(f"target: unknown {args.target!r}; fix: pass one of {', '.join(TARGETS)}")
         pairs = nightly_runs(args.target, args.scenarios, args.inits, steps=args.steps, lr=args.lr,
                              runs_dir=args.runs_dir)
     except ValidationError as err:
@@ -341,7 +342,10 @@ def cmd_trim(args: argparse.Namespace) -> int:
         print(f"titanflow: bad input:\n{describe(err)}", file=sys.stderr)
         return 2
     except (ValueError, WeightsError) as err:
-        print(f"titanflow: bad input:\n{err}", file=sys.stderr)
+        message = str(err)
+        if message.startswith("weights: "):  # the weights checks name the field that this command calls SOURCE
+            message = "source: " + message.removeprefix("weights: ")
+        print(f"titanflow: bad input:\n{message}", file=sys.stderr)
         return 2
     return 0
 

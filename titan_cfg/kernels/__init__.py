@@ -57,7 +57,7 @@ class Implementation:
         multiple = (self.seq_tile or 1) * (lnc or 1)
         if seq_len % multiple:
             raise KernelChoiceError(f"seq_len: {seq_len} is not a multiple of {multiple} ({self.seq_tile} x LNC="
-                                    f"{lnc or 1}), which {self.op}={self.name} needs; pick a multiple of {multiple} "
+                                    f"{lnc or 1}), which {self.op}={self.name} needs; fix: pass a multiple of {multiple} "
                                     f"or another {self.op} implementation")
 
     def unavailable(self) -> str | None:
@@ -155,9 +155,9 @@ def implementation(op: str, name: str) -> Implementation:
         KernelChoiceError: unknown op or implementation (lists the known ones).
     """
     if op not in OPS:
-        raise KernelChoiceError(f"kernels: unknown op {op!r}; known ops and implementations: {known()}")
+        raise KernelChoiceError(f"kernels: unknown op {op!r}; fix: pass one of the known ops and implementations: {known()}")
     if name not in OPS[op].implementations:
-        raise KernelChoiceError(f"kernels: unknown {op} implementation {name!r}; known: "
+        raise KernelChoiceError(f"kernels: unknown {op} implementation {name!r}; fix: pass one of "
                                 f"{', '.join(OPS[op].implementations)}")
     return OPS[op].implementations[name]
 
@@ -178,10 +178,10 @@ def resolve(target: str, *layers: Mapping[str, str] | None) -> dict[str, str]:
         if target not in impl.targets:
             fits = [n for n, i in OPS[op].implementations.items() if target in i.targets]
             raise KernelChoiceError(f"kernels: {op}={name} does not run on target {target} "
-                                    f"(it runs on {', '.join(impl.targets)}); for {target} use one of: {', '.join(fits)}")
+                                    f"(it runs on {', '.join(impl.targets)}); fix: for {target} pass one of {', '.join(fits)}")
     unset = [op for op in OPS if op not in chosen]
     if unset:
-        raise KernelChoiceError(f"kernels: no implementation chosen for {', '.join(unset)}; known: {known()}")
+        raise KernelChoiceError(f"kernels: no implementation chosen for {', '.join(unset)}; fix: choose one of {known()}")
     return {op: chosen[op] for op in OPS}
 
 

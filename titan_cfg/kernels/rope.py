@@ -69,7 +69,7 @@ def install(trainer_config, implementation: str) -> None:
     if not layers or not all(isinstance(layer.attention.rope, CosSinRoPE.Config) for layer in layers):
         raise kernels.KernelChoiceError(
             f"kernels: rope={implementation} needs torchtitan's own decoder with CosSinRoPE; this model "
-            "computes RoPE elsewhere (the transformers backend does it inside transformers): use rope=reference")
+            "computes RoPE elsewhere (the transformers backend does it inside transformers); fix: pass rope=reference")
     for layer in layers:
         fields = {f.name: getattr(layer.attention.rope, f.name) for f in dataclasses.fields(CosSinRoPE.Config)}
         layer.attention.rope = KernelRoPE.Config(**fields, implementation=implementation)

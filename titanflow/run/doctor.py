@@ -488,7 +488,7 @@ def doctor(target: str, scenario: str = "native", init: str = "random", weights:
     """Print every check for ``target`` and a summary line; 0 when all pass, 1 otherwise, 2 on bad input
     (``nproc`` as typed is validated by ScenarioRun, its errors printed by titanflow.run.preflight.describe)."""
     if target not in TARGETS:
-        print(f"titanflow: bad input:\ntarget: unknown {target!r}; known: {', '.join(TARGETS)}", file=sys.stderr)
+        print(f"titanflow: bad input:\ntarget: unknown {target!r}; fix: pass one of {', '.join(TARGETS)}", file=sys.stderr)
         return 2
     from pydantic import ValidationError
 

@@ -73,17 +73,17 @@ def key_value_pairs(text: str, field: str, form: str) -> dict:
         try:
             pairs = json.loads(text, object_pairs_hook=list)  # every key, duplicates included
         except json.JSONDecodeError as err:
-            raise ValueError(f"{field}: {text!r} is not a JSON object ({err.msg}); give {form} or a JSON "
-                             "object") from None
+            raise ValueError(f"{field}: {text!r} is not a JSON object ({err.msg}); fix: give {form} or a "
+                             "JSON object") from None
         if twice := given_twice([key for key, _ in pairs]):
-            raise ValueError(f"{field}: {', '.join(twice)} given more than once in {text!r}; give each once")
+            raise ValueError(f"{field}: {', '.join(twice)} given more than once in {text!r}; fix: give each once")
         return dict(pairs)
     pairs = [item.split("=", 1) for item in text.split(",") if item.strip()]
     if any(len(pair) != 2 for pair in pairs):
-        raise ValueError(f"{field}: {text!r} is not {form}")
+        raise ValueError(f"{field}: {text!r} is not {form}; fix: give {form}")
     keys = [key.strip() for key, _ in pairs]
     if twice := given_twice(keys):
-        raise ValueError(f"{field}: {', '.join(twice)} given more than once in {text!r}; give each once: {form}")
+        raise ValueError(f"{field}: {', '.join(twice)} given more than once in {text!r}; fix: give each once: {form}")
     return dict(zip(keys, (v.strip() for _, v in pairs)))
 
 
@@ -114,7 +114,8 @@ class Trim(BaseModel):
     @model_validator(mode="after")
     def _top_k_within_experts(self) -> Trim:
         if self.top_k > self.experts:
-            raise ValueError(f"trim: top_k {self.top_k} exceeds experts {self.experts}; route to at most the experts kept")
+            raise ValueError(f"trim: top_k {self.top_k} exceeds experts {self.experts}; fix: route to at most the experts "
+                             f"kept (top_k={self.experts} or less)")
         return self
 
 
@@ -206,7 +207,8 @@ class ScenarioRun(BaseModel):
         if isinstance(value, dict) and value.get("trim") is not None:
             name = value.get("scenario") or "native"
             if name in SCENARIOS and SCENARIOS[name].model_type != "qwen3_moe":
-                raise ValueError(f"trim: only MoE weights are trimmed; {name} trains a dense model (use moe)")
+                raise ValueError(f"trim: only MoE weights are trimmed; {name} trains a dense model; fix: run the moe "
+                                 "scenario, or drop --trim")
         return value
 
     @model_validator(mode="before")
@@ -223,13 +225,18 @@ class ScenarioRun(BaseModel):
     @model_validator(mode="after")
     def _check(self) -> "ScenarioRun":
         if self.scenario not in SCENARIOS:
-            raise ValueError(f"scenario: unknown {self.scenario!r}; known: {', '.join(SCENARIOS)}")
+            raise ValueError(f"scenario: unknown {self.scenario!r}; fix: pass one of {', '.join(SCENARIOS)}")
         if self.target not in TARGETS:
-            raise ValueError(f"target: unknown {self.target!r}; known: {', '.join(TARGETS)}")
+            raise ValueError(f"target: unknown {self.target!r}; fix: pass one of {', '.join(TARGETS)}")
         limit = SCENARIOS[self.scenario].rank_limits.get(self.target_spec.node)
         if limit and self.world_size > limit[0]:
             raise ValueError(f"nproc_per_node: {self.scenario} on {self.target} runs on at most {limit[0]} rank(s) "
-                             f"in all (world size {self.nnodes_resolved} x {self.nproc_per_node_resolved}): {limit[1]}")
+                             f"in all (world size {self.nnodes_resolved} x {self.nproc_per_node_resolved}): {limit[1]}; fix: "
+                             f"pass --nproc-per-node {limit[0]} or fewer on one node")
+        most_ranks = self.target_spec.max_nproc_per_node or os.cpu_count() or 1
+        if self.nproc_per_node_resolved > most_ranks:
+            raise ValueError(f"nproc_per_node: {self.nproc_per_node_resolved} ranks on a node, but a {self.target} node "
+                             f"has {most_ranks}; fix: pass --nproc-per-node {most_ranks} or fewer")
         if self.global_batch_size_resolved % self.world_size:
             # the field named is the one given: a batch given alone is the batch's fault, else the ranks'
             field = ("global_batch_size" if self.global_batch_size is not None and not (self.nproc_per_node or self.nnodes)
@@ -243,25 +250,21 @@ class ScenarioRun(BaseModel):
                 f"fix: a global_batch_size that is a multiple of the world size (e.g. --global-batch-size {multiple}), "
                 "or ranks that divide it"
             )
-        most_ranks = self.target_spec.max_nproc_per_node or os.cpu_count() or 1
-        if self.nproc_per_node_resolved > most_ranks:
-            raise ValueError(f"nproc_per_node: {self.nproc_per_node_resolved} ranks on a node, but a {self.target} node "
-                             f"has {most_ranks}; fix: pass --nproc-per-node {most_ranks} or fewer")
         fastest_s = self.steps * self.target_spec.min_step_s
         if fastest_s > self.timeout_s:
             raise ValueError(f"steps: {self.steps} steps take at least {fastest_s:.0f} s on {self.target} "
                              f"({self.target_spec.min_step_s} s a step at best), beyond timeout_s {self.timeout_s:.0f}; "
-                             f"pass at most {int(self.timeout_s / self.target_spec.min_step_s)} steps or a longer "
+                             f"fix: pass at most {int(self.timeout_s / self.target_spec.min_step_s)} steps or a longer "
                              f"--timeout-s (at most {MAX_TIMEOUT_S})")
         if self.model_spec == "walkthrough" and self.scenario != "native":
             raise ValueError(f"model_spec: walkthrough reproduces the walkthrough's native scenario; {self.scenario} "
-                             "builds its model from config.json (pass model_spec=config)")
+                             "builds its model from config.json; fix: pass --model-spec config")
         if self.checkpoint_interval is not None and self.checkpoint_interval > self.steps:
             raise ValueError(f"checkpoint_interval: {self.checkpoint_interval} exceeds steps {self.steps}; fix: pass at "
                              f"most {self.steps} (then only the final export is saved)")
         if self.resume is not None and self.run_id is not None and self.run_id != self.resume:
-            raise ValueError(f"run_id: {self.run_id} is not the resumed run {self.resume}; a resumed run keeps its id "
-                             "(drop --run-id)")
+            raise ValueError(f"run_id: {self.run_id} is not the resumed run {self.resume}; a resumed run keeps its id; "
+                             "fix: drop --run-id")
         chunks = SCENARIOS[self.scenario].loss_chunks
         if chunks and self.seq_len_resolved % chunks:
             lower = self.seq_len_resolved // chunks * chunks
@@ -277,8 +280,8 @@ class ScenarioRun(BaseModel):
                 upstream = next(n for n, i in kernels.OPS[op].implementations.items() if not i.decoder_only)
                 raise kernels.KernelChoiceError(
                     f"kernels: {op}={name} replaces a module of torchtitan's own decoder; {self.scenario} trains "
-                    f"transformers' model (the transformers backend computes it inside transformers): use "
-                    f"{op}={upstream}")
+                    f"transformers' model (the transformers backend computes it inside transformers); fix: pass "
+                    f"--kernels {op}={upstream}")
         if self.weights is not None and _looks_like_path(self.weights):
             given = Path(self.weights).expanduser()
             if not given.exists():
@@ -369,7 +372,7 @@ def nightly_suite(scenarios: list[str] | None = None, inits: list[str] | None = 
                          f"inits: {', '.join(INITS)}")
     for field, given in (("scenarios", scenarios or []), ("inits", inits or [])):
         if twice := given_twice(given):
-            raise ValueError(f"{field}: {', '.join(twice)} given more than once; give each once")
+            raise ValueError(f"{field}: {', '.join(twice)} given more than once; fix: give each once")
     return [(s, i) for s in (scenarios or list(SCENARIOS)) for i in (inits or list(INITS))]
 
 

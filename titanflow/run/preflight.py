@@ -2,10 +2,10 @@
 
 Nothing here trains, builds or imports torch in this process: parameters, the
 target's runtime, the runs folder, and the model's config.json against the
-requested shapes and ``trim``: a local weights folder's, or the embedded tiny
-model's fields (titanflow.assets.TinySpec.config_fields), known before the flow
-builds it. Each failure is a :class:`ValueError` whose message starts with the
-field to change.
+requested shapes and ``trim``: a local weights folder's, a Hub id's copy on this
+machine (none while offline is refused), or the embedded tiny model's fields
+(titanflow.assets.TinySpec.config_fields), known before the flow builds it. Each
+failure is a :class:`ValueError` whose message starts with the field to change.
 """
 
 from __future__ import annotations
@@ -113,6 +113,27 @@ def check_weights_folder(run: ScenarioRun, folder: Path, complete: bool = True) 
         check_pretrained_source(folder)
         check_checkpoint(folder)  # every shard and tensor the load reads, before any rank starts
     return shape
+
+
+def check_hub_weights(run: ScenarioRun) -> None:
+    """A Hub id's weights, before the flow's pull_weights downloads them: the config.json of the copy already on this
+    machine (titanflow.weights.resolve.local_copy) fits the run (:func:`check_shape_fits`); with no copy and
+    ``HF_HUB_OFFLINE`` set, the download cannot happen, and the run would fail at pull_weights.
+
+    Raises:
+        ValueError: naming ``weights`` (with the ``hf download`` that makes the copy), or as :func:`check_shape_fits`.
+    """
+    from huggingface_hub import constants
+
+    from titanflow.weights.resolve import download_command, local_copy
+
+    copy = local_copy(run.weights)
+    if copy is not None and (copy / "config.json").is_file():  # a partial snapshot without one: the download's to finish
+        check_shape_fits(run, qwen3_shape(copy, SCENARIOS[run.scenario].model_type))
+    elif copy is None and constants.HF_HUB_OFFLINE:
+        raise ValueError(f"weights: {run.weights} is not on this machine (not under $TITANFLOW_WEIGHTS_ROOT, not in the "
+                         "Hugging Face cache) and HF_HUB_OFFLINE forbids downloading it; fix: "
+                         f"{download_command(run.weights)} where there is network, or unset HF_HUB_OFFLINE")
 
 
 def check_shape_fits(run: ScenarioRun, shape: Qwen3Shape) -> None:
@@ -375,8 +396,9 @@ def preflight(run: ScenarioRun, *, launch: bool = True) -> Path:
                          f"(--resume {run_dir.name} continues it)")
     if run.weights is None:  # the embedded tiny model (random or its pretrained checkpoint), checked before it is built
         check_shape_fits(run, config_shape(embedded_config(run), SCENARIOS[run.scenario].model_type))
-    elif run.weights is not None and not is_hub_id(run.weights):  # Hub ids and the pretrained
-        # tiny checkpoint (built by pull_weights, minutes) are checked by render_config
+    elif not is_hub_id(run.weights):
         check_weights_folder(run, Path(run.weights).expanduser().resolve(), complete=launch)
+    else:  # render_config checks the folder whole once pull_weights has it
+        check_hub_weights(run)
     check_trim_fits(run)
     return run_dir

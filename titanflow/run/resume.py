@@ -23,15 +23,17 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psutil
 
 from titan_cfg.job import CHECKPOINT_FOLDER, JOB_FILE, Job
 from titanflow import paths
-from titanflow.launch.resume import step_folders, why_incomplete
 from titanflow.run.params import RUN_ID_PATTERN, ScenarioRun
 from titanflow.run.preflight import preflight
-from titanflow.run.summary import SUMMARY, Continuation, RunSummary, read_summary
+
+if TYPE_CHECKING:  # imported where used: a run id with no folder is refused before pandas and Prefect load (seconds)
+    from titanflow.run.summary import Continuation, RunSummary
 
 #: Parameters a resumed run may give other values: they do not change the job (each launch's time limit).
 CHANGEABLE = ("timeout_s",)
@@ -51,6 +53,8 @@ class Resumption:
 
     def continuation(self, flow_run_id: str | None) -> Continuation:
         """This continuation, by the flow run ``flow_run_id``, as the summary records it."""
+        from titanflow.run.summary import Continuation
+
         said = self.previous.reason or self.previous.error
         return Continuation(flow_run_id=flow_run_id, previous_flow_run_id=self.previous.flow_run_id,
                             previous_verdict=self.previous.verdict, previous_reason=said[:500] if said else None,
@@ -75,13 +79,15 @@ class Resumption:
                           if before.get(name) != now.get(name)]
         if differing:
             raise ValueError(f"resume: run {self.run_dir.name} trained another job than the one rendered now: "
-                             f"{'; '.join(differing)}. Its step checkpoints belong to that job: restore what "
+                             f"{'; '.join(differing)}. Its step checkpoints belong to that job; fix: restore what "
                              "changed, or start a new run without --resume")
 
 
 def newest_complete_step(checkpoint_folder: Path) -> int | None:
     """The step of the newest complete step checkpoint in ``checkpoint_folder`` (titanflow.launch.resume), None
     when there is none."""
+    from titanflow.launch.resume import step_folders, why_incomplete
+
     complete = [step for step, folder in step_folders(checkpoint_folder).items() if why_incomplete(folder) is None]
     return max(complete) if complete else None
 
@@ -124,13 +130,15 @@ def resumed_run(given: dict) -> Resumption:
     if not run_dir.is_dir():
         raise ValueError(f"resume: no run folder {run_dir}; fix: pass the id of a run under {root} (--runs-dir names "
                          "another parent)")
+    from titanflow.run.summary import SUMMARY, read_summary
+
     if not (run_dir / SUMMARY).is_file():
-        raise ValueError(f"resume: {run_dir} has no {SUMMARY}, so the run's parameters are unknown; start a new run "
-                         "without --resume")
+        raise ValueError(f"resume: {run_dir} has no {SUMMARY}, so the run's parameters are unknown; fix: start a new "
+                         "run without --resume")
     previous = read_summary(run_dir / SUMMARY)
     if previous.verdict == "pass":
-        raise ValueError(f"resume: run {run_id} passed; there is nothing to continue. Start a new run without "
-                         "--resume")
+        raise ValueError(f"resume: run {run_id} passed; there is nothing to continue; fix: start a new run "
+                         "without --resume")
     recorded = {k: v for k, v in previous.parameters.items()
                 if v is not None and k in ScenarioRun.model_fields and k not in NAMING}
     kept = ScenarioRun.model_validate(recorded)
@@ -139,8 +147,8 @@ def resumed_run(given: dict) -> Resumption:
                  and getattr(asked, name) != getattr(kept, name)]
     if differing:
         said = "; ".join(f"{name} {getattr(asked, name)!r}, not its {getattr(kept, name)!r}" for name in differing)
-        raise ValueError(f"{differing[0]}: run {run_id} is resumed with {said}. A resumed run trains the same job: "
-                         f"drop {', '.join(_field_flag(n) for n in differing)} (only "
+        raise ValueError(f"{differing[0]}: run {run_id} is resumed with {said}. A resumed run trains the same job; "
+                         f"fix: drop {', '.join(_field_flag(n) for n in differing)} (only "
                          f"{', '.join(_field_flag(n) for n in CHANGEABLE)} may change), or start a new run without "
                          "--resume to change them")
     run = ScenarioRun.model_validate({**recorded, **{k: given[k] for k in CHANGEABLE if k in given},
@@ -154,9 +162,9 @@ def resumed_run(given: dict) -> Resumption:
         jobs = running_jobs(run_dir / "train" / "nodes") if (run_dir / "train" / "nodes").is_dir() else []
         if jobs:  # a Slurm job trains on after its flow process died: only Slurm can end it
             raise ValueError(f"resume: run {run_id} is still running: its Slurm job(s) {', '.join(jobs)} (processes "
-                             f"{pids}); wait for them to end, or end them with: scancel {' '.join(jobs)}; then resume "
+                             f"{pids}); fix: wait for them to end, or end them with: scancel {' '.join(jobs)}; then resume "
                              "(the steps they log are taken into the run's curve)")
-        raise ValueError(f"resume: run {run_id} is still running (processes {pids}); wait for it to end, or cancel "
+        raise ValueError(f"resume: run {run_id} is still running (processes {pids}); fix: wait for it to end, or cancel "
                          f"it (prefect flow-run cancel {previous.flow_run_id}; Ctrl-C of its titanflow run)")
     job_path = run_dir / "job" / JOB_FILE
     previous_job = Job.read(job_path) if job_path.is_file() else None
@@ -171,6 +179,8 @@ def own_run_folder(run: ScenarioRun, flow_run_id: str) -> Path | None:
     the ``<scenario>-<target>-<init>-*`` folders of the runs folder."""
     root = run.runs_root()
     candidates = [root / run.run_id] if run.run_id else sorted(root.glob(f"{run.scenario}-{run.target}-{run.init}-*"))
+    from titanflow.run.summary import SUMMARY, read_summary
+
     for folder in candidates:
         try:
             if read_summary(folder / SUMMARY).flow_run_id == flow_run_id:

@@ -243,7 +243,8 @@ def resolve_weights(weights: str | None, init: str = "random", model_type: str =
     if folder is None:
         folder = download(weights, token or hub_token())
     elif not folder.is_dir():
-        raise WeightsError(f"weights: folder {folder} does not exist")
+        raise WeightsError(f"weights: folder {folder} does not exist; fix: give a local Hugging Face folder or a Hub id")
     if not (folder / "config.json").is_file():
-        raise WeightsError(f"weights: {folder} has no config.json; it is not a Hugging Face model folder")
+        raise WeightsError(f"weights: {folder} has no config.json; it is not a Hugging Face model folder; fix: give the "
+                           "model's folder, the one holding its config.json")
     return folder

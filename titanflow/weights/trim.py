@@ -68,7 +68,8 @@ def experts_of(config: dict) -> int:
     for key in ("num_experts", "num_local_experts"):
         if isinstance(config.get(key), int):
             return config[key]
-    raise TrimError("weights: config.json declares no num_experts; only a Qwen3 MoE checkpoint is trimmed")
+    raise TrimError("weights: config.json declares no num_experts; only a Qwen3 MoE checkpoint is trimmed; fix: give a "
+                    "Qwen3 MoE folder")
 
 
 def check_trim(config: dict, trim: Trim) -> None:
@@ -78,12 +79,13 @@ def check_trim(config: dict, trim: Trim) -> None:
         TrimError: naming ``trim`` and the checkpoint's sizes.
     """
     if config.get("model_type") != "qwen3_moe":
-        raise TrimError(f"weights: model_type {config.get('model_type')!r}; only qwen3_moe checkpoints are trimmed")
+        raise TrimError(f"weights: model_type {config.get('model_type')!r}; only qwen3_moe checkpoints are trimmed; "
+                        "fix: give a Qwen3 MoE folder")
     have = {"layers": config["num_hidden_layers"], "experts": experts_of(config),
             "top_k": config["num_experts_per_tok"]}
     over = [f"{name} {getattr(trim, name)} > {have[name]}" for name in have if getattr(trim, name) > have[name]]
     if over:
-        raise TrimError(f"trim: {', '.join(over)} (the checkpoint's); trimming only removes, pass at most "
+        raise TrimError(f"trim: {', '.join(over)} (the checkpoint's); trimming only removes; fix: pass at most "
                         f"layers={have['layers']},experts={have['experts']},top_k={have['top_k']}")
 
 

@@ -20,7 +20,7 @@ def test_unknown_scenario_is_refused_with_the_known_names():
 
 
 def test_a_scenario_or_init_given_twice_is_refused_rather_than_run_twice(capsys):
-    with pytest.raises(ValueError, match="scenarios: native given more than once; give each once"):
+    with pytest.raises(ValueError, match="scenarios: native given more than once; fix: give each once"):
         nightly_suite(["native", "moe", "native"])
     with pytest.raises(ValueError, match="inits: random given more than once"):
         nightly_suite(["moe"], ["random", "random"])
@@ -34,7 +34,7 @@ def test_cli_refuses_bad_input_before_any_server_starts(capsys):
     from titanflow.cli import main
 
     assert main(["nightly", "--target", "tpu"]) == 2
-    assert "target: unknown 'tpu'; known: cpu, trn2, cuda" in capsys.readouterr().err
+    assert "target: unknown 'tpu'; fix: pass one of cpu, trn2, cuda" in capsys.readouterr().err
 
 
 def test_cli_tells_bad_numbers_as_titanflow_run_does_before_any_server_starts(capsys):

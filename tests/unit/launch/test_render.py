@@ -359,7 +359,7 @@ def test_a_rope_kernel_is_refused_before_anything_runs_for_the_transformers_back
     """The rope kernels replace a module of torchtitan's own decoder, which hf_backend's model is not: refused with
     the run's parameters (the command's exit 2 in under a second), not when torchtitan's config is built."""
     with pytest.raises(ValueError, match=rf"kernels: rope={rope} replaces a module of torchtitan's own decoder; "
-                                         r"hf_backend trains transformers' model .*: use rope=reference \["):
+                                         r"hf_backend trains transformers' model .*; fix: pass --kernels rope=reference \["):
         ScenarioRun(scenario="hf_backend", target=target, kernels={"rope": rope})
     assert ScenarioRun(scenario="moe", target=target, kernels={"rope": rope}).kernels_resolved["rope"] == rope
 

@@ -323,7 +323,7 @@ def test_doctor_trn2_here_fails_one_line_per_missing_piece():
 
 def test_doctor_bad_input_exits_2():
     result = _doctor("--target", "tpu")
-    assert result.returncode == 2 and "target: unknown 'tpu'; known: cpu, trn2, cuda" in result.stderr
+    assert result.returncode == 2 and "target: unknown 'tpu'; fix: pass one of cpu, trn2, cuda" in result.stderr
 
 
 #: The field --nproc-per-node sets (ScenarioRun's ranks field), as describe names it; its fix names doctor's own flag.

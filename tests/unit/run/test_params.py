@@ -248,10 +248,10 @@ def test_pretrained_off_cpu_names_its_weights_before_anything_is_built(tmp_path,
 
 
 @pytest.mark.parametrize(("trim", "message"), [
-    ("layers=5,experts=4,top_k=1", "trim: layers 5 > 4 (the checkpoint's); trimming only removes, pass at most "
+    ("layers=5,experts=4,top_k=1", "trim: layers 5 > 4 (the checkpoint's); trimming only removes; fix: pass at most "
                                    "layers=4,experts=8,top_k=2"),  # the embedded tiny MoE: 4 layers, 8 experts, top-2
     ("layers=2,experts=16,top_k=3", "trim: experts 16 > 8, top_k 3 > 2 (the checkpoint's)"),
-    ("layers=2,experts=4,top_k=5", "trim: top_k 5 exceeds experts 4; route to at most the experts kept"),
+    ("layers=2,experts=4,top_k=5", "trim: top_k 5 exceeds experts 4; fix: route to at most the experts kept (top_k=4 or less)"),
 ])
 def test_a_trim_is_checked_against_the_models_config_before_the_flow_starts(tmp_path, capsys, monkeypatch, trim,
                                                                            message):
@@ -276,13 +276,34 @@ def test_a_trim_of_a_hub_id_is_checked_where_its_copy_is_local(tmp_path, monkeyp
     shutil.copytree(FIXTURES / "qwen3-30b-a3b", tmp_path / "Qwen" / "Qwen3-30B-A3B")
     monkeypatch.setenv("TITANFLOW_WEIGHTS_ROOT", str(tmp_path))
     run = ScenarioRun(scenario="moe", target="trn2", weights="Qwen/Qwen3-30B-A3B", trim="layers=49,experts=64,top_k=4")
-    with pytest.raises(ValueError, match=r"^trim: layers 49 > 48 \(the checkpoint's\); trimming only removes, pass "
+    with pytest.raises(ValueError, match=r"^trim: layers 49 > 48 \(the checkpoint's\); trimming only removes; fix: pass "
                                          "at most layers=48,experts=128,top_k=8$"):
         check_trim_fits(run)
     check_trim_fits(ScenarioRun(scenario="moe", target="trn2", weights="Qwen/Qwen3-30B-A3B",
                                 trim="layers=4,experts=64,top_k=4"))  # the walkthrough's
     check_trim_fits(ScenarioRun(scenario="moe", target="trn2", weights="Qwen/Qwen3-0B-None",
                                 trim="layers=49,experts=64,top_k=4"))  # not here: checked after the download
+
+
+def test_a_hub_ids_copy_on_this_machine_is_checked_before_the_download(tmp_path, monkeypatch, capsys, tiny_assets):
+    """A Hub id whose copy is under $TITANFLOW_WEIGHTS_ROOT: its config.json is checked by preflight (the tiny model's
+    max_position_embeddings 4096 refuses --seq-len 8192), not after pull_weights; with no copy anywhere and the Hub
+    offline (tests/conftest.py), the download pull_weights would need is refused, with the command that makes the
+    copy. Neither writes a run folder."""
+    import shutil
+
+    shutil.copytree(tiny_assets.weights_dir, tmp_path / "root" / "org" / "tiny")
+    monkeypatch.setenv("TITANFLOW_WEIGHTS_ROOT", str(tmp_path / "root"))
+    runs = tmp_path / "runs"
+    assert main(["run", "native", "--weights", "org/tiny", "--seq-len", "8192", "--runs-dir", str(runs)]) == 2
+    assert capsys.readouterr().err == ("titanflow: bad input:\nseq_len: 8192 exceeds the model's max_position_embeddings "
+                                       "4096; fix: pass --seq-len 4096 or less\n")
+    assert main(["run", "native", "--weights", "org/absent", "--runs-dir", str(runs)]) == 2
+    assert capsys.readouterr().err == (
+        "titanflow: bad input:\nweights: org/absent is not on this machine (not under $TITANFLOW_WEIGHTS_ROOT, not in the "
+        "Hugging Face cache) and HF_HUB_OFFLINE forbids downloading it; fix: hf download org/absent --local-dir "
+        f"{tmp_path / 'root' / 'org' / 'absent'} where there is network, or unset HF_HUB_OFFLINE\n")
+    assert not runs.exists() or not any(runs.iterdir())
 
 
 def test_a_cuda_run_needs_a_gpu_per_rank_before_anything_runs(tmp_path, capsys):
@@ -297,10 +318,10 @@ def test_a_cuda_run_needs_a_gpu_per_rank_before_anything_runs(tmp_path, capsys):
 
 @pytest.mark.parametrize(("fields", "message"), [
     ({"kernels": "rope=cpu,rope=reference"},
-     "kernels: rope given more than once in 'rope=cpu,rope=reference'; give each once: op=impl"),
+     "kernels: rope given more than once in 'rope=cpu,rope=reference'; fix: give each once: op=impl"),
     ({"kernels": "rope=cpu, attention=sdpa ,rope=cpu"}, "kernels: rope given more than once"),
     ({"scenario": "moe", "trim": "layers=1,experts=2,layers=2,top_k=1"},
-     "trim: layers given more than once in 'layers=1,experts=2,layers=2,top_k=1'; give each once: layers=N"),
+     "trim: layers given more than once in 'layers=1,experts=2,layers=2,top_k=1'; fix: give each once: layers=N"),
 ])
 def test_a_key_given_twice_in_a_key_value_list_is_refused_not_overwritten(fields, message):
     """Both command-line mappings (--kernels, --trim) would otherwise keep the last value given, silently."""
@@ -326,7 +347,7 @@ def test_a_trim_of_a_dense_scenario_is_refused_for_the_scenario_whatever_its_key
             ScenarioRun(scenario=scenario, trim="layers=1")
     assert main(["render", "native", "--trim", "layers=1"]) == 2
     err = capsys.readouterr().err
-    assert "trim: only MoE weights are trimmed; native trains a dense model (use moe)" in err
+    assert "trim: only MoE weights are trimmed; native trains a dense model; fix: run the moe scenario, or drop --trim" in err
     assert "experts" not in err  # not asked for the trim keys it lacks
 
 

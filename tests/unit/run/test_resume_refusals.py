@@ -178,6 +178,6 @@ def test_the_command_line_refuses_before_any_flow_run(tmp_path, capsys):
     assert main(["run", "--resume", "nope", "--runs-dir", str(tmp_path)]) == 2
     assert "resume: no run folder" in capsys.readouterr().err
     assert main(["run", "--runs-dir", str(tmp_path)]) == 2
-    assert "scenario: missing; name one" in capsys.readouterr().err
+    assert "scenario: missing; fix: name one" in capsys.readouterr().err
     assert main(["run", "native", "--run-id", "r1", "--runs-dir", str(tmp_path)]) == 2
     assert "(--resume r1 continues it)" in capsys.readouterr().err

@@ -117,10 +117,10 @@ def test_kernel_rope_module_equals_torchtitan_cosin_rope():
 
 
 @pytest.mark.parametrize("kernel_choice, message", [
-    ({"rope": "fast"}, "unknown rope implementation 'fast'; known: reference, cpu, neuron, cuda"),
-    ({"rotary": "cpu"}, "unknown op 'rotary'; known ops and implementations: rope: reference, cpu, neuron, "
-                        "cuda; attention: flex, sdpa"),
-    ({"rope": "neuron"}, "rope=neuron does not run on target cpu (it runs on trn2); for cpu use one of: "
+    ({"rope": "fast"}, "unknown rope implementation 'fast'; fix: pass one of reference, cpu, neuron, cuda"),
+    ({"rotary": "cpu"}, "unknown op 'rotary'; fix: pass one of the known ops and implementations: rope: reference, "
+                        "cpu, neuron, cuda; attention: flex, sdpa"),
+    ({"rope": "neuron"}, "rope=neuron does not run on target cpu (it runs on trn2); fix: for cpu pass one of "
                          "reference, cpu"),
     ({"attention": "flex"}, "attention=flex does not run on target cpu"),
 ])
@@ -148,7 +148,7 @@ def test_rope_override_refused_for_the_transformers_backend():
     from types import SimpleNamespace
 
     backend_config = SimpleNamespace(model_spec=SimpleNamespace(model=SimpleNamespace()))
-    with pytest.raises(kernels.KernelChoiceError, match="use rope=reference"):
+    with pytest.raises(kernels.KernelChoiceError, match="fix: pass rope=reference"):
         install(backend_config, "cpu")
 
 

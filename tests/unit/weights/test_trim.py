@@ -149,7 +149,7 @@ def test_a_source_without_weights_is_refused_naming_what_is_missing(tmp_path, ca
     source = _config_only(tmp_path)
     assert main(["trim", str(source), str(tmp_path / "out"), *WALKTHROUGH]) == 2
     assert capsys.readouterr().err == (
-        f"titanflow: bad input:\nweights: {source} holds config.json but no safetensors weights (no *.safetensors, no "
+        f"titanflow: bad input:\nsource: {source} holds config.json but no safetensors weights (no *.safetensors, no "
         "model.safetensors.index.json); a trim copies the weights it keeps, so nothing was written; fix: copy the "
         "checkpoint's *.safetensors (and its model.safetensors.index.json) into it, or pass the complete folder\n")
     root = tmp_path / "root"
