@@ -86,9 +86,11 @@ def _preflighted(args: argparse.Namespace, *, launch: bool):
 
 
 def print_summary(summary: RunSummary, run_dir: Path | None = None) -> None:
-    """A short human table of a run's summary; for a failed run with its folder ``run_dir``, also its failure class
-    as the history records it (titanflow.judge.history.run_failure_class)."""
-    rows = [("run", summary.run_id), ("verdict", summary.verdict)]
+    """A short human table of a run's summary; with its folder ``run_dir``, the folder (summary.json, train.log and the
+    rest: README's Run folder), and for a failed run its failure class as the history records it
+    (titanflow.judge.history.run_failure_class)."""
+    rows = [("run", summary.run_id)] + ([("folder", str(run_dir))] if run_dir is not None else [])
+    rows += [("verdict", summary.verdict)]
     if summary.verdict == "fail" and run_dir is not None:
         from titanflow.judge.history import run_failure_class
 
@@ -503,7 +505,11 @@ def build_parser() -> argparse.ArgumentParser:
     """The ``titanflow`` command line: one subcommand per ``cmd_*`` function."""
     from titan_cfg.targets import TARGETS
 
-    parser = argparse.ArgumentParser(prog="titanflow", description=__doc__.split("\n\n")[0])
+    commands = __doc__.split("\n\n")[1]  # the module docstring's table of commands
+    parser = argparse.ArgumentParser(
+        prog="titanflow", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=f"Qwen3 training scenarios of torchtitan as Prefect flows, and the tools around them:\n{commands}\n\n"
+                    "`titanflow COMMAND --help` says more of each.")
     sub = parser.add_subparsers(dest="command", required=True)
     assets = sub.add_parser("assets", help="build or reuse the offline tokenizer and tiny Qwen3 weights")
     assets.add_argument("--regenerate-dataset", action="store_true",

@@ -365,3 +365,18 @@ def test_every_run_option_says_what_it_is_in_its_help():
     kernels_help = ScenarioRun.model_fields["kernels"].description
     assert all(f"{name} {','.join(f'{op}={impl}' for op, impl in target().kernels.items())}" in kernels_help
                for name, target in TARGETS.items())
+
+
+def test_the_top_level_help_lists_every_command_in_plain_text(capsys):
+    """`titanflow --help` shows the module docstring's table of commands, one line at least for each subcommand,
+    without the docstring's markup."""
+    import argparse
+
+    from titanflow.cli import build_parser
+
+    (commands,) = [a.choices for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    printed = capsys.readouterr().out
+    assert "``" not in printed
+    assert [name for name in commands if f"\n    titanflow {name} " not in printed] == []

@@ -57,7 +57,7 @@ def test_a_resumed_run_says_the_step_it_went_on_from_as_the_flow_log_does(capsys
         assert re.search(rf"\nresumed +1 time\(s\), last from step {re.escape(said)}\n", capsys.readouterr().out)
 
 
-def test_a_failed_run_says_its_failure_class_as_the_history_records_it(capsys):
+def test_a_failed_run_says_its_folder_and_its_failure_class_as_the_history_records_it(capsys):
     """tests/fixtures/run_folders/native-cpu-nan: a real native cpu run at lr 1e6 whose ranks raised on a NaN loss
     (torchrun exited 1); its class is numerics, by its losses, for the printed summary and the history row alike."""
     from titanflow.judge.history import row_from_summary
@@ -65,7 +65,9 @@ def test_a_failed_run_says_its_failure_class_as_the_history_records_it(capsys):
     run_dir = FIXTURES / "run_folders" / "native-cpu-nan"
     summary = read_summary(run_dir / "summary.json")
     print_summary(summary, run_dir)
-    assert re.search(r"\nfailure class +numerics\n", capsys.readouterr().out)
+    printed = capsys.readouterr().out
+    assert re.search(r"\nfailure class +numerics\n", printed)
+    assert re.search(rf"^run +native-nan2\nfolder +{re.escape(str(run_dir))}\nverdict +fail\n", printed)
     assert row_from_summary(run_dir / "summary.json").failure_class == "numerics"
     print_summary(_legacy(), FIXTURES / "legacy_run")  # a run that passed: no class
     assert "failure class" not in capsys.readouterr().out
