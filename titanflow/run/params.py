@@ -133,6 +133,18 @@ def _each_target(field: str) -> str:
     return ", ".join(f"{name} {value(target())}" for name, target in TARGETS.items())
 
 
+def _each_scenario(field: str) -> str:
+    """``hf_backend on trn2: 2048``: where a scenario's own value (a :class:`titan_cfg.scenarios.Scenario` field, per
+    node type) replaces or caps the target's, for the option's help (built from SCENARIOS)."""
+    def value(found) -> str:
+        if isinstance(found, tuple):  # rank_limits: (most ranks, why)
+            return f"at most {found[0]} rank(s)"
+        return ",".join(f"{op}={impl}" for op, impl in found.items()) if isinstance(found, dict) else str(found)
+
+    return ", ".join(f"{name} on {node}: {value(found)}" for name, scenario in SCENARIOS.items()
+                     for node, found in getattr(scenario, field).items())
+
+
 class ScenarioRun(BaseModel):
     """One scenario run as the user asked for it; ``None`` means "the target's default".
 
@@ -161,13 +173,15 @@ class ScenarioRun(BaseModel):
                                           "multiple of the world size; None: the target's ("
                                           + _each_target("global_batch_size") + ")")
     seq_len: int | None = Field(None, ge=16, description="tokens per sequence; None: the scenario's own on the "
-                                "target (titan_cfg/scenarios.py), else the target's (" + _each_target("seq_len") + ")")
+                                "target (" + _each_scenario("seq_len") + "), else the target's ("
+                                + _each_target("seq_len") + ")")
     nnodes: int | None = Field(None, ge=1, description="nodes (torchrun --nnodes); more than one runs as one Slurm "
                                "job (titanflow.slurm) unless scheduler says kubernetes; None: the target's ("
                                + _each_target("nnodes") + ")")
     nproc_per_node: int | None = Field(None, ge=1, description="ranks per node (torchrun --nproc-per-node); world size "
                                        "= nnodes x nproc_per_node; None: the target's ("
-                                       + _each_target("nproc_per_node") + ")")
+                                       + _each_target("nproc_per_node") + "), within the scenario's limit ("
+                                       + _each_scenario("rank_limits") + ")")
     scheduler: Literal["slurm", "kubernetes"] | None = Field(
         None, description="how the nodes are started: slurm (one Slurm job, titanflow.slurm) or kubernetes (the flow "
         "in pod 0 of the Kubernetes job of the trn2-eks work pool, titanflow.kubernetes); None: slurm on more than "
@@ -180,7 +194,7 @@ class ScenarioRun(BaseModel):
     kernels: dict[str, str] | None = Field(
         None, description="kernel implementation per op, over the target's and scenario's choice "
         f"(titan_cfg/scenarios.py), as op=impl[,op=impl] or a JSON object; known: {kernels.known()}; the targets': "
-        + _each_target("kernels"))
+        + _each_target("kernels") + "; the scenarios': " + _each_scenario("kernels"))
     timeout_s: float = Field(1800, gt=0, le=MAX_TIMEOUT_S, description="seconds before a training launch is killed (each attempt: "
                              "an infrastructure failure is retried twice)")
     runs_dir: str | None = Field(None, description="parent of runs/<run-id>; None: $TITANFLOW_RUNS or <repo>/runs")

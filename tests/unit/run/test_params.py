@@ -365,6 +365,16 @@ def test_every_run_option_says_what_it_is_in_its_help():
     kernels_help = ScenarioRun.model_fields["kernels"].description
     assert all(f"{name} {','.join(f'{op}={impl}' for op, impl in target().kernels.items())}" in kernels_help
                for name, target in TARGETS.items())
+    # where a scenario's own value replaces the target's (titan_cfg/scenarios.py): named with its node type
+    from titan_cfg.scenarios import SCENARIOS
+
+    seq_len_help = ScenarioRun.model_fields["seq_len"].description
+    assert all(f"{name} on {node}: {tokens}" in seq_len_help
+               for name, scenario in SCENARIOS.items() for node, tokens in scenario.seq_len.items())
+    assert "hf_backend on trn2: 2048" in seq_len_help  # walkthrough scenario 1's workload
+    assert "hf_backend on cpu: at most 1 rank(s)" in ScenarioRun.model_fields["nproc_per_node"].description
+    assert all(f"{name} on {node}: {','.join(f'{op}={impl}' for op, impl in chosen.items())}" in kernels_help
+               for name, scenario in SCENARIOS.items() for node, chosen in scenario.kernels.items())
 
 
 def test_the_top_level_help_lists_every_command_in_plain_text(capsys):
