@@ -188,7 +188,8 @@ class ScenarioRun(BaseModel):
         "one node, else the target's")
     lr: float = Field(8e-4, gt=0, description="peak learning rate (AdamW)")
     warmup_steps: int | None = Field(None, ge=0, description="linear lr warm-up steps; None: min(2, steps)")
-    seed: int = Field(0, description="torchtitan's debug.seed: the random initialisation of the weights")
+    seed: int = Field(0, ge=-2**63, le=2**64 - 1, description="torchtitan's debug.seed: the random initialisation of "
+                      "the weights (torch.manual_seed's range, -2**63 to 2**64 - 1)")
     export_dtype: ExportDtype = Field("float32", description="float32 | bfloat16 | float16")
     compile: bool = Field(False, description="true | false: torch.compile the model (warm-up fills the cache)")
     kernels: dict[str, str] | None = Field(

@@ -24,6 +24,7 @@ RUN_INPUTS = [
     (["native", "--steps", "0"], "steps"),
     (["native", "--steps", "100000000"], "steps"),
     (["native", "--lr", "nan"], "lr"),
+    (["native", "--seed", str(2**64)], "seed"),  # beyond torch.manual_seed's range: every rank would raise
     (["native", "--compile", "maybe"], "compile"),
     (["native", "--nproc-per-node", "64"], "nproc_per_node"),
     (["native", "--checkpoint-interval", "50"], "checkpoint_interval"),
