@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import sys
 import tempfile
 from pathlib import Path
 
@@ -103,6 +104,15 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_sessionfinish(session, exitstatus):
+    """Stop any temporary server Prefect started itself (a flow run with no API URL) while the session's output is
+    still open: Prefect's own exit hook would stop it later and log to a closed stream ('--- Logging error ---')."""
+    if "prefect.server.api.server" in sys.modules:
+        from prefect.events.worker import EventsWorker
+        from prefect.server.api.server import SubprocessASGIServer
+
+        EventsWorker.drain_all()  # the events still to send go to the server before it stops
+        for server in list(SubprocessASGIServer._instances.values()):
+            server.stop()
     shutil.rmtree(_SESSION_DIR, ignore_errors=True)
 
 
