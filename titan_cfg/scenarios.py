@@ -64,7 +64,7 @@ def walkthrough_spec(job: Job):
     if built != (shape.hidden_size, shape.vocab_size, shape.num_hidden_layers):
         raise ValueError(f"model_spec: walkthrough builds the {WALKTHROUGH_FLAVOR} flavor (dim, vocab, layers) "
                          f"{built}, but {job.weights_dir} holds {(shape.hidden_size, shape.vocab_size, shape.num_hidden_layers)}; "
-                         "use model_spec=config for these weights")
+                         "fix: pass --model-spec config for these weights")
     return spec
 
 

@@ -64,10 +64,10 @@ def learn_check(summary: RunSummary | None, log_tail: str = "", why: str = "") -
     """
     if summary is None:
         raise BisectRefused(f"bad: its run ended without a summary.json ({why or 'no reason given'}); the check it "
-                            "fails cannot be known: pass a bad revision whose run ends with a failed verdict")
+                            "fails cannot be known; fix: pass a bad revision whose run ends with a failed verdict")
     if summary.verdict != "fail":
         raise BisectRefused(f"bad: its run ended {summary.verdict or 'without a verdict'} "
-                            f"({summary.reason or summary.error or 'no reason recorded'}); nothing to bisect: pass a "
+                            f"({summary.reason or summary.error or 'no reason recorded'}); nothing to bisect; fix: pass a "
                             "bad revision whose run fails")
     checks = failed_checks(summary)
     failure_class = classify(summary, log_tail)

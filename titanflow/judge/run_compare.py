@@ -121,7 +121,7 @@ def _no_summary(folder: Path) -> None:
     state = (f"it has a {trained} but no {SUMMARY} yet: still running, or killed before the flow wrote it (titanflow "
              f"run --resume {run_dir.name} finishes it)" if trained else
              "only rendered (titanflow render: job/ holds the job files), never trained")
-    raise LookupError(f"run: {run_dir} has no {SUMMARY}: {state}; compare runs that trained (titanflow run), "
+    raise LookupError(f"run: {run_dir} has no {SUMMARY}: {state}; fix: compare runs that trained (titanflow run), "
                       "e.g. a run_id that `titanflow history --last 20` lists")
 
 
@@ -297,8 +297,8 @@ def compare(a: dict, b: dict, margin: float | None = None) -> RunComparison:
     """
     missing = [found for found in map(_missing_curve, (a, b)) if found]
     if missing:
-        raise NoCurveError("run: no loss curve to compare: " + "; ".join(missing) + ". Compare runs that logged at "
-                           "least one training step")
+        raise NoCurveError("run: no loss curve to compare: " + "; ".join(missing) + "; fix: compare runs that logged "
+                           "at least one training step")
     margin = curve_margin() if margin is None else margin
     if not (math.isfinite(margin) and margin > 0):
         raise ValueError(f"margin: {margin} nats; fix: pass a positive number (the golden_curve rule's is 0.02)")

@@ -102,7 +102,8 @@ def check_weights_folder(run: ScenarioRun, folder: Path, complete: bool = True) 
     if not complete:
         return shape
     if not (folder / "tokenizer.json").is_file():
-        raise ValueError(f"weights: {folder} has no tokenizer.json; torchtitan reads the tokenizer from it")
+        raise ValueError(f"weights: {folder} has no tokenizer.json; torchtitan reads the tokenizer from it; "
+                         "fix: copy the model's tokenizer.json into the folder")
     check_tokenizer_fits(folder, shape.vocab_size)
     from titanflow.weights.check import check_checkpoint, check_save_index
 
@@ -336,8 +337,8 @@ def check_this_machine(run: ScenarioRun) -> None:
     else:
         missing = run.target_spec.missing_runtime()
         if missing:
-            raise ValueError(f"target: {run.target} cannot run on this machine: {missing}; "
-                             f"`titanflow render {run.scenario} --target {run.target}` writes its job files")
+            raise ValueError(f"target: {run.target} cannot run on this machine: {missing}; fix: "
+                             f"run it where it can; `titanflow render {run.scenario} --target {run.target}` writes its job files")
 
 
 def check_pod_zero(nnodes: int) -> None:

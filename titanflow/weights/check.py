@@ -97,7 +97,7 @@ def check_checkpoint(folder: Path) -> None:
              if shape is not None and found[key] != shape]
     if wrong:
         raise ValueError(f"weights: {folder} has tensors of another shape than its config.json says: "
-                         f"{_listed(wrong)}")
+                         f"{_listed(wrong)}; fix: pass the checkpoint its config.json belongs to")
 
 
 def check_save_index(folder: Path) -> None:
@@ -117,5 +117,5 @@ def check_save_index(folder: Path) -> None:
         parts = ([f"lacks {_listed(lacking)} (torchtitan's HF save would drop them from the export)"] if lacking
                  else []) + ([f"names {_listed(excess)}, which the config.json's model does not have"] if excess
                              else [])
-        raise ValueError(f"weights: {index} {'; '.join(parts)}; the index must match config.json "
-                         "(fix or remove the index; without one the export is a single model.safetensors)")
+        raise ValueError(f"weights: {index} {'; '.join(parts)}; the index must match config.json; "
+                         "fix: correct or remove the index (without one the export is a single model.safetensors)")

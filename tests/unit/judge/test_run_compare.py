@@ -134,7 +134,7 @@ def test_a_rendered_run_folder_is_named_as_such_not_as_missing(tmp_path, capsys)
         assert main(["compare", "base-native", str(ref), "--history-dir", str(LEGACY)]) == 2
         assert capsys.readouterr().err == (
             f"titanflow: bad input:\nrun: {job.parent} has no summary.json: only rendered (titanflow render: job/ holds "
-            "the job files), never trained; compare runs that trained (titanflow run), e.g. a run_id that `titanflow "
+            "the job files), never trained; fix: compare runs that trained (titanflow run), e.g. a run_id that `titanflow "
             "history --last 20` lists\n")
     (job.parent / "train.log").write_text("")
     with pytest.raises(LookupError, match=f"has a train.log but no summary.json yet: still running, or killed before the "
@@ -160,12 +160,12 @@ def test_a_run_without_a_loss_curve_is_refused_naming_it_and_no_png_is_written(t
     assert main(["compare", "base-native", str(empty), "--history-dir", str(LEGACY), "--png", str(png)]) == 2
     assert capsys.readouterr().err == (
         f"titanflow: bad input:\nrun: no loss curve to compare: native-a1 ({empty}): its summary.json records no losses "
-        f"and {empty / 'metrics.csv'} is missing. Compare runs that logged at least one training step\n")
+        f"and {empty / 'metrics.csv'} is missing; fix: compare runs that logged at least one training step\n")
     assert not png.exists() and not list(empty.glob("compare-*.png"))
     with pytest.raises(NoCurveError) as refused:
         compare(history_row("a", 1, losses=[]), history_row("b", 2, losses=[], verdict="fail", failed_task="train"))
     assert str(refused.value) == ("run: no loss curve to compare: a: its history row records no losses; b: its history "
-                                  "row records no losses; it failed in train. Compare runs that logged at least one "
+                                  "row records no losses; it failed in train; fix: compare runs that logged at least one "
                                   "training step")
 
 
