@@ -382,7 +382,8 @@ def cmd_history(args: argparse.Namespace) -> int:
         from titanflow.report.trends import trend_text
 
         if args.last < 1:
-            print(f"titanflow: bad input:\nlast: {args.last}; fix: pass a number of nights, at least 1", file=sys.stderr)
+            print(f"titanflow: bad input:\nlast: {args.last} nights, fewer than 1; fix: pass a number of nights, at least 1",
+                  file=sys.stderr)
             return 2
         from titan_cfg.targets import TARGETS
 
@@ -426,20 +427,24 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     """Bisect ``--good``..``--bad`` with the flow qwen3-bisect (flows/bisection.py) and print its probe table;
     0 when the first bad commit is found, 1 otherwise (refused, ambiguous, stopped), 2 on bad input, 130 after
     Ctrl-C."""
+    import math
+
     from titanflow.bisect.search import check_inputs, new_bisect_id
+    from titanflow.paths import runs_root
+    from titanflow.run.params import check_writable
 
     parameters = {"scenario": args.scenario, "target": args.target, "init": args.init, "steps": args.steps}
+    folder = Path(args.runs_dir).resolve() if args.runs_dir else runs_root()
     try:
         inputs = check_inputs(args.repo or Path.cwd(), args.good, args.bad, parameters)
-        if args.probe_timeout_s is not None and args.probe_timeout_s <= 0:
-            raise ValueError(f"probe_timeout_s: {args.probe_timeout_s}; fix: pass a number of seconds above 0")
+        if args.probe_timeout_s is not None and not (math.isfinite(args.probe_timeout_s) and args.probe_timeout_s > 0):
+            raise ValueError(f"probe_timeout_s: {args.probe_timeout_s} is not a number of seconds above 0; fix: pass "
+                             "one, e.g. 1800")
+        check_writable(folder, "runs_dir", "pass --runs-dir a folder you can write")
     except ValueError as err:
         print(f"titanflow: bad input:\n{err}", file=sys.stderr)
         return 2
-    from titanflow.paths import runs_root
-
     bisect_id = new_bisect_id(inputs.parameters)
-    folder = Path(args.runs_dir).resolve() if args.runs_dir else runs_root()
     print(f"bisect {inputs.good[:12]}..{inputs.bad[:12]} of {inputs.repo}: {inputs.commits} commits; folder "
           f"{folder / bisect_id}", flush=True)
 

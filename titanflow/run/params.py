@@ -121,6 +121,9 @@ class Trim(BaseModel):
 
 #: A run id: a folder name under the runs folder (no path separators, not starting with a dot).
 RUN_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+#: The longest run id: a folder name, well within the file systems' 255-byte name limit with what is named after it
+#: (``compare-<run id>.png``, a ``.partial`` sibling).
+RUN_ID_MAX = 128
 
 
 def _each_target(field: str) -> str:
@@ -199,12 +202,21 @@ class ScenarioRun(BaseModel):
     timeout_s: float = Field(1800, gt=0, le=MAX_TIMEOUT_S, description="seconds before a training launch is killed (each attempt: "
                              "an infrastructure failure is retried twice)")
     runs_dir: str | None = Field(None, description="parent of runs/<run-id>; None: $TITANFLOW_RUNS or <repo>/runs")
-    run_id: str | None = Field(None, pattern=RUN_ID_PATTERN, description="the run's folder name under runs_dir; "
+    run_id: str | None = Field(None, pattern=RUN_ID_PATTERN, max_length=RUN_ID_MAX, description="the run's folder name under runs_dir; "
                                 "None: <scenario>-<target>-<init>-<UTC time>-<4 hex>")
-    resume: str | None = Field(None, pattern=RUN_ID_PATTERN, description="the id of a failed, "
+    resume: str | None = Field(None, pattern=RUN_ID_PATTERN, max_length=RUN_ID_MAX, description="the id of a failed, "
                                "cancelled or killed run to continue in its own folder, from its newest complete step "
                                "checkpoint (titanflow.run.resume); its parameters are kept: give none that change the job")
     tolerances: Tolerances = Tolerances()
+
+    @field_validator("scenario", "target")
+    @classmethod
+    def _known(cls, value: str, info) -> str:
+        """A field check, not the model's: reported beside every other field's error in one refusal."""
+        known = SCENARIOS if info.field_name == "scenario" else TARGETS
+        if value not in known:
+            raise ValueError(f"unknown {value!r}; fix: pass one of {', '.join(known)}")
+        return value
 
     @field_validator("kernels", mode="before")
     @classmethod
@@ -239,10 +251,6 @@ class ScenarioRun(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> "ScenarioRun":
-        if self.scenario not in SCENARIOS:
-            raise ValueError(f"scenario: unknown {self.scenario!r}; fix: pass one of {', '.join(SCENARIOS)}")
-        if self.target not in TARGETS:
-            raise ValueError(f"target: unknown {self.target!r}; fix: pass one of {', '.join(TARGETS)}")
         limit = SCENARIOS[self.scenario].rank_limits.get(self.target_spec.node)
         if limit and self.world_size > limit[0]:
             raise ValueError(f"nproc_per_node: {self.scenario} on {self.target} runs on at most {limit[0]} rank(s) "
@@ -297,13 +305,19 @@ class ScenarioRun(BaseModel):
                     f"kernels: {op}={name} replaces a module of torchtitan's own decoder; {self.scenario} trains "
                     f"transformers' model (the transformers backend computes it inside transformers); fix: pass "
                     f"--kernels {op}={upstream}")
+        if self.weights is not None and not self.weights.strip():  # else it would name the working directory
+            raise ValueError("weights: empty; fix: give a local HF folder or a Hub id, or leave --weights out for the "
+                             "embedded tiny model")
         if self.weights is not None and _looks_like_path(self.weights):
-            given = Path(self.weights).expanduser()
-            if not given.exists():
+            given = os.path.expanduser(self.weights)
+            if not os.path.exists(given):  # os.path's: False, not an OSError, for a name too long to look up
                 raise ValueError(f"weights: folder {self.weights} does not exist; fix: give a local HF folder or a Hub id")
-            if not given.is_dir():
+            if not os.path.isdir(given):
                 raise ValueError(f"weights: {self.weights} is a file; fix: give the model's folder (the one holding its "
                                  "config.json), or a Hub id")
+        elif self.weights is not None and not is_hub_id(self.weights):
+            raise ValueError(f"weights: {self.weights!r} is neither a folder here nor a Hub id (org/name of ASCII "
+                             "letters, digits, '-', '_' and '.'); fix: give a local HF folder or a Hub id")
         return self
 
     @property
@@ -421,7 +435,7 @@ def _looks_like_path(weights: str) -> bool:
 
 def is_hub_id(weights: str) -> bool:
     """True for ``org/name``-style ids (what ``huggingface_hub.snapshot_download`` takes)."""
-    return not _looks_like_path(weights) and re.fullmatch(r"[\w.-]+(/[\w.-]+)?", weights) is not None
+    return not _looks_like_path(weights) and re.fullmatch(r"[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)?", weights) is not None
 
 
 def check_writable(folder: Path, field: str, fix: str) -> None:
@@ -434,9 +448,9 @@ def check_writable(folder: Path, field: str, fix: str) -> None:
         ValueError: ``<field>: <folder> is a file, not a folder; fix: <fix>``, or ``<field>: <folder> is not writable
             (<OS error>); fix: <fix>``.
     """
-    if folder.exists() and not folder.is_dir():  # mkdir would say "File exists", which reads as a folder there
-        raise ValueError(f"{field}: {folder} is a file, not a folder; fix: {fix}")
     try:
+        if folder.exists() and not folder.is_dir():  # mkdir would say "File exists", which reads as a folder there
+            raise ValueError(f"{field}: {folder} is a file, not a folder; fix: {fix}")
         folder.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-probe-"):
             pass

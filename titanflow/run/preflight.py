@@ -46,6 +46,7 @@ FIXES = {
     "bool_type": "pass true or false",
     "literal_error": "pass {expected}",
     "string_pattern_mismatch": "pass a value matching {pattern}",
+    "string_too_long": "pass at most {max_length} characters",
     "string_type": "pass text",
     "dict_type": "pass op=impl[,op=impl] or a JSON object",
     "model_type": "pass layers=N,experts=E,top_k=K or a JSON object",

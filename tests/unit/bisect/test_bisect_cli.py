@@ -19,7 +19,12 @@ def repo(tmp_path):
     (["--good", "HEAD", "--bad", "HEAD~2"], "good: 'HEAD' ("),
     (["--good", "HEAD~2", "--bad", "HEAD", "--steps", "0"], "steps: Input should be greater than or equal to 1"),
     (["--good", "HEAD~2", "--bad", "HEAD", "--target", "tpu"], "target: unknown 'tpu'"),
-    (["--good", "HEAD~2", "--bad", "HEAD", "--probe-timeout-s", "0"], "probe_timeout_s: 0.0; fix: pass a number of seconds"),
+    (["--good", "HEAD~2", "--bad", "HEAD", "--probe-timeout-s", "0"],
+     "probe_timeout_s: 0.0 is not a number of seconds above 0; fix: pass one"),
+    (["--good", "HEAD~2", "--bad", "HEAD", "--probe-timeout-s", "nan"], "probe_timeout_s: nan is not a number of seconds"),
+    (["--good", "HEAD~2", "--bad", "HEAD", "--probe-timeout-s", "inf"], "probe_timeout_s: inf is not a number of seconds"),
+    (["--good", "HEAD~2", "--bad", "HEAD", "--runs-dir", "/proc/titanflow-bisects"], "runs_dir: /proc/titanflow-bisects is "
+                                                                                    "not writable"),
 ])
 def test_bad_input_is_refused_naming_the_field(repo, capsys, argv, message):
     assert main(["bisect", "native", "--repo", str(repo), *argv]) == 2

@@ -122,7 +122,7 @@ def test_history_last_prints_the_same_table(runs, tmp_path, capsys):
     runs_shown = [line.split()[4] for line in out[2:-1]]
     assert runs_shown == ["m4", "m5", "n5", "n6", "manual"]  # the last 2 nights of each workload (k10, then k3) on cpu
     assert main(["history", "--history-dir", str(tmp_path / "history"), "--last", "0"]) == 2
-    assert "last: 0; fix: pass a number of nights, at least 1" in capsys.readouterr().err
+    assert "last: 0 nights, fewer than 1; fix: pass a number of nights, at least 1" in capsys.readouterr().err
     # a target that does not exist is bad input, not an empty table ("no runs", exit 0)
     assert main(["history", "--history-dir", str(tmp_path / "history"), "--last", "5", "--target", "bogus"]) == 2
     assert "target: unknown 'bogus'; fix: pass one of cpu, " in capsys.readouterr().err

@@ -47,8 +47,14 @@ RUN_INPUTS = [
     (["native", "--weights", "{empty}"], "weights"),
     (["native", "--target", "trn2", "--init", "pretrained"], "weights"),
     (["native", "--weights", "nosuch-org/nosuch-model"], "weights"),  # offline, in no cache
+    (["native", "--weights", ""], "weights"),  # else the working directory
+    (["native", "--weights", "\u30e2\u30c7\u30eb/\u00fc"], "weights"),  # neither a folder nor an ASCII Hub id
+    (["native", "--weights", "/" + "a" * 6000], "weights"),  # a name too long to look up: no OSError
     (["native", "--run-id", "a/b"], "run_id"),
+    (["native", "--run-id", "a" * 300], "run_id"),  # beyond a folder name's 255 bytes
     (["--resume", "no-such-run"], "resume"),
+    (["--resume", "a" * 300], "resume"),
+    (["--resume", "no-such-run", "--run-id", "other"], "run_id"),  # a resumed run keeps its id
     ([], "scenario"),
 ]
 
@@ -73,7 +79,7 @@ def _refusal_lines(err: str) -> list[str]:
     return err.removeprefix("titanflow: bad input:\n").strip().splitlines()
 
 
-@pytest.mark.parametrize(("args", "field"), RUN_INPUTS, ids=[" ".join(a) or "none" for a, _ in RUN_INPUTS])
+@pytest.mark.parametrize(("args", "field"), RUN_INPUTS, ids=[" ".join(a)[:60] or "none" for a, _ in RUN_INPUTS])
 def test_a_refused_run_names_the_field_and_the_fix_and_writes_nothing(places, tmp_path, capsys, args, field):
     args = [arg.format(**places) for arg in args]
     assert main(["run", *args]) == 2
@@ -83,6 +89,13 @@ def test_a_refused_run_names_the_field_and_the_fix_and_writes_nothing(places, tm
         assert re.match(r"^[a-z_]+(\.[a-z_]+)?: ", line) and "fix: " in line, line
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
     assert not (tmp_path / "cache").exists()
+
+
+def test_every_bad_field_of_one_run_is_named_in_one_refusal(places, capsys):
+    """An unknown scenario and target are field errors like a bound's: all three are told at once, not one a try."""
+    assert main(["run", "nosuch", "--target", "tpu", "--steps", "0"]) == 2
+    lines = _refusal_lines(capsys.readouterr().err)
+    assert [line.split(":")[0] for line in lines] == ["scenario", "target", "steps"]
 
 
 @pytest.mark.parametrize(("args", "field"), [
