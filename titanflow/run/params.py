@@ -275,10 +275,11 @@ class ScenarioRun(BaseModel):
             )
         fastest_s = self.steps * self.target_spec.min_step_s
         if fastest_s > self.timeout_s:
-            raise ValueError(f"steps: {self.steps} steps take at least {fastest_s:.0f} s on {self.target} "
-                             f"({self.target_spec.min_step_s} s a step at best), beyond timeout_s {self.timeout_s:.0f}; "
-                             f"fix: pass at most {int(self.timeout_s / self.target_spec.min_step_s)} steps or a longer "
-                             f"--timeout-s (at most {MAX_TIMEOUT_S})")
+            longer = (f" or a longer --timeout-s (at most {MAX_TIMEOUT_S})" if self.timeout_s < MAX_TIMEOUT_S
+                      else f" (--timeout-s {MAX_TIMEOUT_S} is the longest)")
+            raise ValueError(f"steps: {self.steps} steps take at least {fastest_s:,.2f} s on {self.target} "
+                             f"({self.target_spec.min_step_s} s a step at best), beyond timeout_s {self.timeout_s:,.0f}; "
+                             f"fix: pass at most {int(self.timeout_s / self.target_spec.min_step_s)} steps{longer}")
         if self.model_spec == "walkthrough" and self.scenario != "native":
             raise ValueError(f"model_spec: walkthrough reproduces the walkthrough's native scenario; {self.scenario} "
                              "builds its model from config.json; fix: pass --model-spec config")

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import psutil
+from pydantic import ValidationError
 
 from titan_cfg.job import CHECKPOINT_FOLDER, JOB_FILE, Job
 from titanflow import paths
@@ -138,7 +139,13 @@ def resumed_run(given: dict) -> Resumption:
     if not (run_dir / SUMMARY).is_file():
         raise ValueError(f"resume: {run_dir} has no {SUMMARY}, so the run's parameters are unknown; fix: start a new "
                          "run without --resume")
-    previous = read_summary(run_dir / SUMMARY)
+    try:
+        previous = read_summary(run_dir / SUMMARY)
+    except ValidationError as err:  # not JSON, or not a titanflow summary: pydantic's first error, without its links
+        first = err.errors()[0]
+        said = f"{'.'.join(map(str, first['loc']))}: {first['msg']}" if first["loc"] else first["msg"]
+        raise ValueError(f"resume: {run_dir / SUMMARY} is not a titanflow summary ({said}), so the run's parameters "
+                         "are unknown; fix: start a new run without --resume") from None
     if previous.verdict == "pass":
         raise ValueError(f"resume: run {run_id} passed; there is nothing to continue; fix: start a new run "
                          "without --resume")

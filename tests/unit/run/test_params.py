@@ -209,9 +209,16 @@ def test_steps_are_bounded_by_the_timeout_at_the_fastest_step_the_target_can_do(
     fastest = TARGETS["cpu"]().min_step_s
     most = int(1800 / fastest)  # the default timeout_s
     assert ScenarioRun(steps=most).steps == most
-    with pytest.raises(ValidationError, match=f"steps: {most + 1} steps take at least .*pass at most {most} steps"):
+    with pytest.raises(ValidationError, match=rf"steps: {most + 1} steps take at least 1,800.05 s .*beyond timeout_s "
+                                              rf"1,800; fix: pass at most {most} steps or a longer --timeout-s"):
         ScenarioRun(steps=most + 1)
     assert ScenarioRun(steps=most + 1, timeout_s=3600).steps == most + 1
+    from titanflow.run.params import MAX_TIMEOUT_S
+
+    longest = int(MAX_TIMEOUT_S / fastest)  # at the longest timeout the fix is fewer steps alone
+    with pytest.raises(ValidationError, match=rf"fix: pass at most {longest} steps \(--timeout-s {MAX_TIMEOUT_S} is the "
+                                              r"longest\)"):
+        ScenarioRun(steps=longest + 1, timeout_s=MAX_TIMEOUT_S)
 
 
 def test_bad_values_are_told_with_the_field_what_is_wrong_and_the_fix(tmp_path, capsys):

@@ -114,3 +114,14 @@ def test_a_refused_nightly_names_the_target_and_the_fix(places, capsys):
     assert main(["nightly", "--target", "tpu"]) == 2
     (line,) = _refusal_lines(capsys.readouterr().err)
     assert line.startswith("target: unknown 'tpu'; fix: pass one of cpu, "), line
+
+
+@pytest.mark.parametrize("text, said", [("{bad", "Invalid JSON"), ('{"a": 1}', "run_id: Field required")])
+def test_resuming_a_run_whose_summary_cannot_be_read_names_it_and_the_fix(places, tmp_path, capsys, text, said):
+    folder = tmp_path / "runs" / "corrupt"
+    folder.mkdir(parents=True)
+    (folder / "summary.json").write_text(text)
+    assert main(["run", "--resume", "corrupt"]) == 2
+    (line,) = _refusal_lines(capsys.readouterr().err)
+    assert line.startswith(f"resume: {folder / 'summary.json'} is not a titanflow summary ({said}") and "; fix: " in line
+    assert sorted(p.name for p in folder.iterdir()) == ["summary.json"]
