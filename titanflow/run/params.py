@@ -92,6 +92,10 @@ def given_twice(names: list[str]) -> list[str]:
     return sorted({name for name in names if names.count(name) > 1})
 
 
+#: How the command line gives a :class:`Trim` (``--trim``).
+TRIM_FORM = "layers=N,experts=E,top_k=K"
+
+
 class Trim(BaseModel):
     """An MoE checkpoint cut down (titanflow.weights.trim): its first ``layers`` decoder layers, the first
     ``experts`` experts of each (the router's rows to match), ``top_k`` experts per token. The walkthrough's
@@ -108,7 +112,7 @@ class Trim(BaseModel):
     def _parse(cls, value):
         """Accept ``"layers=4,experts=64,top_k=4"`` (command line) as well as a mapping."""
         if isinstance(value, str):
-            return key_value_pairs(value, "trim", "layers=N,experts=E,top_k=K")
+            return key_value_pairs(value, "trim", TRIM_FORM)
         return value
 
     @model_validator(mode="after")

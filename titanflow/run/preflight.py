@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from titan_cfg.model_spec import Qwen3Shape, config_shape, qwen3_shape, read_config
 from titan_cfg.scenarios import SCENARIOS
-from titanflow.run.params import ScenarioRun, check_runs_dir_writable, is_hub_id
+from titanflow.run.params import TRIM_FORM, ScenarioRun, check_runs_dir_writable, is_hub_id
 
 
 def new_run_id(run: ScenarioRun) -> str:
@@ -76,6 +76,8 @@ def describe(err: ValidationError) -> str:
         kind = error["type"]
         if kind == "value_error" or not field:  # whole-model checks already start with the field they are about
             lines.append(f"{field}: {message}" if field and not message.startswith(f"{field}:") else message)
+        elif kind == "missing" and error["loc"][0] == "trim":  # a key of --trim's form: the whole form is the fix
+            lines.append(f"{field}: missing; fix: pass --trim {TRIM_FORM}")
         elif kind == "missing":
             lines.append(f"{field}: missing; fix: pass {_option(error['loc'])}")
         elif kind == "extra_forbidden":

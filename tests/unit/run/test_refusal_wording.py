@@ -39,6 +39,7 @@ RUN_INPUTS = [
     (["hf_backend", "--kernels", "rope=cpu"], "kernels"),
     (["native", "--trim", "layers=1,experts=1,top_k=1"], "trim"),
     (["moe", "--trim", "foo"], "trim"),
+    (["moe", "--trim", "depth=2"], "trim.layers"),
     (["moe", "--trim", "layers=99,experts=2,top_k=1"], "trim"),
     (["moe", "--trim", "layers=2,experts=2,top_k=3"], "trim"),
     (["moe", "--model-spec", "walkthrough"], "model_spec"),
@@ -125,3 +126,12 @@ def test_resuming_a_run_whose_summary_cannot_be_read_names_it_and_the_fix(places
     (line,) = _refusal_lines(capsys.readouterr().err)
     assert line.startswith(f"resume: {folder / 'summary.json'} is not a titanflow summary ({said}") and "; fix: " in line
     assert sorted(p.name for p in folder.iterdir()) == ["summary.json"]
+
+
+def test_a_trim_missing_its_keys_is_told_the_whole_form(places, capsys):
+    assert main(["run", "moe", "--trim", "depth=2"]) == 2
+    assert _refusal_lines(capsys.readouterr().err) == [
+        "trim.layers: missing; fix: pass --trim layers=N,experts=E,top_k=K",
+        "trim.experts: missing; fix: pass --trim layers=N,experts=E,top_k=K",
+        "trim.top_k: missing; fix: pass --trim layers=N,experts=E,top_k=K",
+        "trim.depth: not a parameter; fix: drop --trim depth="]
