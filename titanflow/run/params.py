@@ -130,25 +130,24 @@ RUN_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 RUN_ID_MAX = 128
 
 
+def _shown(value) -> str:
+    """A target's or scenario's value as an option's help gives it: kernels as ``op=impl,op=impl``, a rank limit
+    ``(most ranks, why)`` as ``at most N rank(s)``, anything else as it prints."""
+    if isinstance(value, tuple):
+        return f"at most {value[0]} rank(s)"
+    return ",".join(f"{op}={impl}" for op, impl in value.items()) if isinstance(value, dict) else str(value)
+
+
 def _each_target(field: str) -> str:
     """``cpu 4, trn2 64, ...``: a :class:`titan_cfg.targets.Target` field's value on each target, for the help of the
     option that defaults to it (built from TARGETS, so the help cannot drift from the targets)."""
-    def value(target) -> str:
-        found = getattr(target, field)
-        return ",".join(f"{op}={impl}" for op, impl in found.items()) if isinstance(found, dict) else str(found)
-
-    return ", ".join(f"{name} {value(target())}" for name, target in TARGETS.items())
+    return ", ".join(f"{name} {_shown(getattr(target(), field))}" for name, target in TARGETS.items())
 
 
 def _each_scenario(field: str) -> str:
     """``hf_backend on trn2: 2048``: where a scenario's own value (a :class:`titan_cfg.scenarios.Scenario` field, per
     node type) replaces or caps the target's, for the option's help (built from SCENARIOS)."""
-    def value(found) -> str:
-        if isinstance(found, tuple):  # rank_limits: (most ranks, why)
-            return f"at most {found[0]} rank(s)"
-        return ",".join(f"{op}={impl}" for op, impl in found.items()) if isinstance(found, dict) else str(found)
-
-    return ", ".join(f"{name} on {node}: {value(found)}" for name, scenario in SCENARIOS.items()
+    return ", ".join(f"{name} on {node}: {_shown(found)}" for name, scenario in SCENARIOS.items()
                      for node, found in getattr(scenario, field).items())
 
 
@@ -290,9 +289,7 @@ class ScenarioRun(BaseModel):
         if self.checkpoint_interval is not None and self.checkpoint_interval > self.steps:
             raise ValueError(f"checkpoint_interval: {self.checkpoint_interval} exceeds steps {self.steps}; fix: pass at "
                              f"most {self.steps} (then only the final export is saved)")
-        if self.resume is not None and self.run_id is not None and self.run_id != self.resume:
-            raise ValueError(f"run_id: {self.run_id} is not the resumed run {self.resume}; a resumed run keeps its id; "
-                             "fix: drop --run-id")
+        check_resumed_id(self.resume, self.run_id)
         chunks = SCENARIOS[self.scenario].loss_chunks
         if chunks and self.seq_len_resolved % chunks:
             lower = self.seq_len_resolved // chunks * chunks
@@ -430,6 +427,18 @@ def nightly_runs(target: str, scenarios: list[str] | None = None, inits: list[st
         params |= TARGET_WEIGHTS.get(target, {}).get(scenario, {})  # trn2: the walkthrough's models
         runs.append((params, ScenarioRun(**params)))
     return runs
+
+
+def check_resumed_id(resume: str | None, run_id: str | None) -> None:
+    """A resumed run keeps its id: a ``run_id`` given beside ``resume`` must be the same (another would be dropped
+    unsaid).
+
+    Raises:
+        ValueError: naming ``run_id``.
+    """
+    if resume is not None and run_id is not None and run_id != resume:
+        raise ValueError(f"run_id: {run_id} is not the resumed run {resume}; a resumed run keeps its id; fix: drop "
+                         "--run-id")
 
 
 def _looks_like_path(weights: str) -> bool:

@@ -121,11 +121,12 @@ def check_weights_folder(run: ScenarioRun, folder: Path, complete: bool = True) 
 
 def check_hub_weights(run: ScenarioRun) -> None:
     """A Hub id's weights, before the flow's pull_weights downloads them: the config.json of the copy already on this
-    machine (titanflow.weights.resolve.local_copy) fits the run (:func:`check_shape_fits`); with no copy and
+    machine (titanflow.weights.resolve.local_copy) fits the run (:func:`check_weights_folder`); with no copy and
     ``HF_HUB_OFFLINE`` set, the download cannot happen, and the run would fail at pull_weights.
 
     Raises:
-        ValueError: naming ``weights`` (with the ``hf download`` that makes the copy), or as :func:`check_shape_fits`.
+        ValueError: naming ``weights`` (with the ``hf download`` that makes the copy), or as
+            :func:`check_weights_folder`.
     """
     from huggingface_hub import constants
 
@@ -133,7 +134,7 @@ def check_hub_weights(run: ScenarioRun) -> None:
 
     copy = local_copy(run.weights)
     if copy is not None and (copy / "config.json").is_file():  # a partial snapshot without one: the download's to finish
-        check_shape_fits(run, qwen3_shape(copy, SCENARIOS[run.scenario].model_type))
+        check_weights_folder(run, copy, complete=False)
     elif copy is None and constants.HF_HUB_OFFLINE:
         raise ValueError(f"weights: {run.weights} is not on this machine (not under $TITANFLOW_WEIGHTS_ROOT, not in the "
                          "Hugging Face cache) and HF_HUB_OFFLINE forbids downloading it; fix: "

@@ -30,7 +30,7 @@ from pydantic import ValidationError
 
 from titan_cfg.job import CHECKPOINT_FOLDER, JOB_FILE, Job
 from titanflow import paths
-from titanflow.run.params import RUN_ID_MAX, RUN_ID_PATTERN, ScenarioRun
+from titanflow.run.params import RUN_ID_MAX, RUN_ID_PATTERN, ScenarioRun, check_resumed_id
 from titanflow.run.preflight import preflight
 
 if TYPE_CHECKING:  # imported where used: a run id with no folder is refused before pandas and Prefect load (seconds)
@@ -126,9 +126,7 @@ def resumed_run(given: dict) -> Resumption:
     if not re.fullmatch(RUN_ID_PATTERN, run_id) or len(run_id) > RUN_ID_MAX:
         raise ValueError(f"resume: {run_id!r} is not a run id (a folder name of at most {RUN_ID_MAX} letters, digits, "
                          "'.', '_', '-'); fix: pass the id `titanflow run` printed")
-    if given.get("run_id") not in (None, run_id):  # the run keeps its id: another would be dropped unsaid
-        raise ValueError(f"run_id: {given['run_id']} is not the resumed run {run_id}; a resumed run keeps its id; "
-                         "fix: drop --run-id")
+    check_resumed_id(run_id, given.get("run_id"))
     root = Path(given["runs_dir"]).resolve() if given.get("runs_dir") else paths.runs_root()
     run_dir = root / run_id
     if not run_dir.is_dir():
