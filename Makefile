@@ -61,17 +61,17 @@ chromium:
 	command -v chromium >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium)
 
 # Debian's Slurm (slurm-wlm 22.05) and munge for the two-node cluster on loopback that the Slurm tests start and
-# stop themselves (titanflow.slurm.cluster, the slurm_cluster fixture); CI machines are fresh Debian, as root.
+# stop themselves (titanflow.launch.slurm.cluster, the slurm_cluster fixture); CI machines are fresh Debian, as root.
 slurm-packages:
 	test -x /usr/sbin/slurmctld -a -x /usr/sbin/munged || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends slurm-wlm munge)
 
 # That cluster by hand (nodes n1, n2 on 127.0.0.1, partition debug), in $TMPDIR/titanflow-slurm (default /tmp): prints the
 # SLURM_CONF to export; make slurm-down cancels its jobs and stops the daemons it recorded, by PID.
 slurm-up: setup slurm-packages
-	$(BIN)/python -m titanflow.slurm.cluster up
+	$(BIN)/python -m titanflow.launch.slurm.cluster up
 
 slurm-down: setup
-	$(BIN)/python -m titanflow.slurm.cluster down
+	$(BIN)/python -m titanflow.launch.slurm.cluster down
 
 # A local Prefect server (SQLite in .prefect/), the work pools, every deployment of
 # deployments/prefect.yaml and a worker on the cpu pool; prints the UI URL. PORT=0 picks a free port.

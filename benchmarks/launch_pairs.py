@@ -47,7 +47,7 @@ def render(work: Path, steps: int) -> Path:
     returns its job folder (titanflow.launch.render)."""
     from titanflow.assets import ensure_assets
     from titanflow.launch.render import render as render_job
-    from titanflow.run.params import ScenarioRun
+    from titanflow.params import ScenarioRun
 
     weights = ensure_assets().weights_dir
     rendered = render_job(ScenarioRun(scenario="native", target="cpu", steps=steps), weights, work / "native-cpu")

@@ -54,9 +54,9 @@ sys.path.insert(0, str(REPO))
 
 from titanflow.launch.metrics import run_curve  # noqa: E402
 from titanflow.prefect_ops.local_server import temporary_server  # noqa: E402
+from titanflow.record.summary import RunSummary, read_summary  # noqa: E402
 from titanflow.report.markdown import markdown_table  # noqa: E402
-from titanflow.run.summary import RunSummary, read_summary  # noqa: E402
-from titanflow.run.task_names import TaskName  # noqa: E402
+from titanflow.task_names import TaskName  # noqa: E402
 
 TITANFLOW = REPO / ".venv" / "bin" / "titanflow"
 PYTHON = REPO / ".venv" / "bin" / "python"

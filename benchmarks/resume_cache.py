@@ -36,7 +36,7 @@ sys.path.insert(0, str(REPO))
 
 from titanflow.launch.metrics import log_lines, parse_step_line  # noqa: E402
 from titanflow.prefect_ops import server  # noqa: E402
-from titanflow.run.summary import RunSummary, read_summary  # noqa: E402
+from titanflow.record.summary import RunSummary, read_summary  # noqa: E402
 
 TITANFLOW = REPO / ".venv" / "bin" / "titanflow"
 #: The resume row: a full-state save every INTERVAL steps; the flow process is killed once KILL_AFTER_STEP is logged.

@@ -45,7 +45,7 @@ def _available_rope() -> dict:
     """Implementation name -> callable(q, k, cos, sin) in torchtitan's BLNH layout."""
     found = {"reference": reference_rope}
     for name, impl in kernels.OPS["rope"].implementations.items():
-        if name != "reference" and impl.unavailable() is None and "cpu" in impl.targets:
+        if name != "reference" and impl.unavailable() is None and "cpu" in impl.runs_on:
             kernel = impl.load()
             found[name] = lambda *t, kernel=kernel, layout=impl.layout: call_in_layout(kernel, layout, *t)
     return found

@@ -5,7 +5,7 @@
 Both rows are ``titanflow run native --target cpu`` of the golden workload (10 steps, global batch 4, seed 0),
 against one local Prefect server started here: ``1 node x 2 ranks`` is torchrun --standalone on this machine;
 ``2 nodes x 1 rank`` adds ``--nnodes 2 --nproc-per-node 1`` and runs as one Slurm job on a two-node cluster on
-loopback started here (titanflow.slurm.cluster; both nodes are this machine's 2 cores). Printed: each step's
+loopback started here (titanflow.launch.slurm.cluster; both nodes are this machine's 2 cores). Printed: each step's
 loss for both and whether they are equal at torchtitan's 5 decimals, then per row the wall time of the command,
 the train task's time (submission or launch to exit) and the tokens/s the run measured.
 
@@ -26,9 +26,9 @@ import pandas as pd
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from titanflow.launch.slurm import cluster  # noqa: E402
 from titanflow.prefect_ops.local_server import temporary_server  # noqa: E402
-from titanflow.run.summary import read_summary  # noqa: E402
-from titanflow.slurm import cluster  # noqa: E402
+from titanflow.record.summary import read_summary  # noqa: E402
 
 TITANFLOW = REPO / ".venv" / "bin" / "titanflow"
 #: Row name -> extra options of ``titanflow run native --target cpu``.

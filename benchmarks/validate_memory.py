@@ -94,7 +94,7 @@ def run_validate(folder: Path) -> dict:
 
     from titan_cfg.job import Job
     from titanflow.export.validate import validate_export
-    from titanflow.run.params import Tolerances
+    from titanflow.params import Tolerances
 
     job = Job(**_job_fields(folder))
     imports = _status_bytes("VmRSS")

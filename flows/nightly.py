@@ -32,12 +32,11 @@ from flows.scenario import qwen3_scenario
 from tasks.compare import compare_last_pass
 from tasks.trends import trends
 from titan_cfg.job import Init
-from titanflow.judge.failures import classify
+from titanflow.params import ScenarioName, TargetName, nightly_runs
 from titanflow.prefect_ops.alerts import emit_regression_alert
-from titanflow.prefect_ops.stopped import cancelled_not_crashed
-from titanflow.run.params import ScenarioName, TargetName, nightly_runs
+from titanflow.prefect_ops.stopped import cancel_cause, cancelled_not_crashed
+from titanflow.record.summary import classify, read_summary
 from titanflow.run.preflight import new_run_id
-from titanflow.run.summary import cancel_cause, read_summary
 
 
 def outcome(summary_path: Path, state: State) -> dict:
@@ -138,12 +137,12 @@ def qwen3_nightly(
 ) -> State:
     """Run the suite of ``target`` (module docstring); ``steps``/``lr``/``scheduler`` override every run's
     (None: ScenarioRun's defaults; ``scheduler`` kubernetes: the suite's runs train on the pods of the Kubernetes job
-    this flow runs in, titanflow.kubernetes). Returns :func:`suite_state`: Completed, Failed naming how many runs
+    this flow runs in, titanflow.launch.kubernetes). Returns :func:`suite_state`: Completed, Failed naming how many runs
     failed, or Cancelled when runs were cancelled and none failed.
 
     Raises:
         ValueError: unknown scenario or init, or a parameter no run can take, before anything runs
-            (titanflow.run.params.nightly_runs).
+            (titanflow.params.nightly_runs).
     """
     logger = get_run_logger()
     rows = []

@@ -6,7 +6,7 @@ from prefect import task
 from prefect.logging import get_run_logger
 
 from titanflow.report.compare import compare_with_last_pass
-from titanflow.run.task_names import TaskName
+from titanflow.task_names import TaskName
 
 
 @task(name=TaskName.compare_runs)

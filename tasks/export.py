@@ -9,7 +9,7 @@ from prefect.logging import get_run_logger
 
 from titan_cfg.job import Job
 from titanflow.export.assemble import ExportResult, export_run
-from titanflow.run.task_names import TaskName
+from titanflow.task_names import TaskName
 
 
 @task(name=TaskName.export)

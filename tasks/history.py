@@ -1,4 +1,4 @@
-"""compare_history / append_history: the run against the history (titanflow.judge.comparison), then into it."""
+"""compare_history / append_history: the run against the history (titanflow.record.comparison), then into it."""
 
 from __future__ import annotations
 
@@ -7,14 +7,14 @@ from pathlib import Path
 from prefect import task
 from prefect.logging import get_run_logger
 
-from titanflow.judge import history
-from titanflow.judge.comparison import HistoryComparison, compare_with_history
-from titanflow.run.task_names import TaskName
+from titanflow.record import history
+from titanflow.record.comparison import HistoryComparison, compare_with_history
+from titanflow.task_names import TaskName
 
 
 @task(name=TaskName.compare_history)
 def compare_history(summary_path: str) -> HistoryComparison:
-    """Prefect task: :func:`titanflow.judge.comparison.compare_with_history`, each regression logged."""
+    """Prefect task: :func:`titanflow.record.comparison.compare_with_history`, each regression logged."""
     comparison = compare_with_history(Path(summary_path))
     for finding in comparison.regressions:
         get_run_logger().warning("regression (%s): %s %s", finding.finding_class, finding.metric, finding.detail)
@@ -23,7 +23,7 @@ def compare_history(summary_path: str) -> HistoryComparison:
 
 @task(name=TaskName.append_history)
 def append_history(summary_path: str) -> str:
-    """Prefect task: append the run to the history table (titanflow.judge.history); returns the table's path."""
+    """Prefect task: append the run to the history table (titanflow.record.history); returns the table's path."""
     history.append_run(summary_path)
     table = history.history_file()
     get_run_logger().info("history: appended %s to %s", Path(summary_path).parent.name, table)

@@ -11,15 +11,15 @@ from titan_cfg.job import Job
 from titan_cfg.targets import TARGETS
 from titanflow.judge.first_step import independent_first_step_loss
 from titanflow.judge.loss import LossVerdict, judge
-from titanflow.run.params import ScenarioRun
-from titanflow.run.task_names import TaskName
+from titanflow.params import ScenarioRun
+from titanflow.task_names import TaskName
 
 
 @task(name=TaskName.compare_loss)
 def compare_loss(losses: list[float], job_path: str, run: ScenarioRun) -> LossVerdict:
     """Prefect task: :func:`titanflow.judge.loss.judge` on the job's model shape, logging both numbers;
     for a pretrained run on a target that computes it, the independent expectation first
-    (titanflow.judge.first_step); the published figure the job records (titanflow.judge.published)."""
+    (titanflow.judge.first_step); the published figure the job records (titan_cfg.published)."""
     logger = get_run_logger()
     job = Job.read(Path(job_path))
     independent = None

@@ -9,7 +9,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.logging import get_run_logger
 
 from titanflow.bisect.probe import BisectFolder, ProbeRun, run_probe
-from titanflow.run.task_names import TaskName
+from titanflow.task_names import TaskName
 
 
 @task(name=TaskName.probe, task_run_name="probe-{revision:.12}", cache_policy=NO_CACHE)

@@ -9,9 +9,9 @@ from prefect import task
 
 from titan_cfg.job import Job
 from titanflow.launch.render import RenderedJob, build_config, render
+from titanflow.params import ScenarioRun
 from titanflow.prefect_ops import caching
-from titanflow.run.params import ScenarioRun
-from titanflow.run.task_names import TaskName
+from titanflow.task_names import TaskName
 
 
 @task(name=TaskName.torchtitan_config, cache_policy=caching.TORCHTITAN_CONFIG, persist_result=True)

@@ -10,7 +10,7 @@ from prefect import task
 from titanflow.judge.regression import Finding
 from titanflow.report.plots import Curve
 from titanflow.report.publish import publish_report
-from titanflow.run.task_names import TaskName
+from titanflow.task_names import TaskName
 
 
 @task(name=TaskName.report)

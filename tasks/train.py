@@ -16,7 +16,7 @@ from titanflow.launch.slot import node_slots
 from titanflow.launch.torchrun import TrainResult, run_training
 from titanflow.prefect_ops import caching
 from titanflow.report.artifacts import TrainingProgress, artifact_key
-from titanflow.run.task_names import TaskName
+from titanflow.task_names import TaskName
 
 
 @task(name=TaskName.train, retries=2, retry_delay_seconds=10, retry_condition_fn=retry_infrastructure_only,

@@ -7,7 +7,7 @@ from prefect.logging import get_run_logger
 
 from titanflow.judge.trends import DEFAULT_NIGHTS
 from titanflow.report.trends import nightly_trends
-from titanflow.run.task_names import TaskName
+from titanflow.task_names import TaskName
 
 
 @task(name=TaskName.trends)

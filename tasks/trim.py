@@ -8,8 +8,8 @@ from prefect import task
 from prefect.logging import get_run_logger
 
 from titanflow import paths
-from titanflow.run.params import Trim
-from titanflow.run.task_names import TaskName
+from titanflow.params import Trim
+from titanflow.task_names import TaskName
 from titanflow.weights.identity import weights_id
 from titanflow.weights.trim import ensure_trimmed
 

@@ -9,8 +9,8 @@ from prefect.logging import get_run_logger
 
 from titan_cfg.job import Job
 from titanflow.export.validate import ValidationReport, validate_export
-from titanflow.run.params import Tolerances
-from titanflow.run.task_names import TaskName
+from titanflow.params import Tolerances
+from titanflow.task_names import TaskName
 
 
 @task(name=TaskName.validate)

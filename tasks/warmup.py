@@ -9,7 +9,7 @@ from prefect.logging import get_run_logger
 from titanflow.launch.render import RenderedJob
 from titanflow.launch.warmup import WarmupResult, warm_up
 from titanflow.prefect_ops import caching
-from titanflow.run.task_names import TaskName
+from titanflow.task_names import TaskName
 
 
 @task(name=TaskName.compile_warmup, cache_policy=caching.COMPILE_WARMUP, persist_result=True)

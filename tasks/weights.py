@@ -8,10 +8,10 @@ from prefect.logging import get_run_logger
 
 from tasks.retry import retry_transient_download
 from titanflow.assets import TINY_SPECS, ensure_assets
+from titanflow.params import is_hub_id
 from titanflow.prefect_ops import caching
-from titanflow.run.params import is_hub_id
-from titanflow.run.task_names import TaskName
-from titanflow.weights.pretrained import ensure_pretrained
+from titanflow.run.pretrained import ensure_pretrained
+from titanflow.task_names import TaskName
 from titanflow.weights.resolve import hub_token, resolve_weights
 
 
@@ -23,7 +23,7 @@ def build_tiny_weights(model_type: str) -> str:
 
 @task(name=TaskName.build_pretrained_weights, cache_policy=caching.BUILD_PRETRAINED_WEIGHTS, persist_result=True)
 def build_pretrained_weights(model_type: str) -> str:
-    """Prefect task: its pretrained checkpoint (titanflow.weights.pretrained, minutes when built); its folder."""
+    """Prefect task: its pretrained checkpoint (titanflow.run.pretrained, minutes when built); its folder."""
     return str(ensure_pretrained(model_type=model_type).resolve())
 
 
@@ -42,6 +42,6 @@ def pull_weights(weights: str | None, init: str, model_type: str = "qwen3") -> s
         token = hub_token() if is_hub_id(weights) else None
         if is_hub_id(weights):
             logger.info("Hub token: %s", f"from {token.source}" if token else "none (public repos only)")
-        folder = resolve_weights(weights, init, model_type, token=token)
+        folder = resolve_weights(weights, model_type, token=token)
     logger.info("weights folder: %s", folder)
     return str(folder)

@@ -134,11 +134,11 @@ def prefect_server():
 
 @pytest.fixture(scope="session")
 def slurm_cluster():
-    """A real two-node Slurm cluster on loopback (titanflow.slurm.cluster: munged, slurmctld and two slurmd), started
+    """A real two-node Slurm cluster on loopback (titanflow.launch.slurm.cluster: munged, slurmctld and two slurmd), started
     on first use with ``SLURM_CONF`` set for the session, and stopped at the session's end by the PIDs it recorded
     (its daemons also get SIGTERM if the session dies first). ``make test`` installs the Debian packages
     (make slurm-packages); without them the tests that need the cluster fail, saying so."""
-    from titanflow.slurm import cluster as slurm
+    from titanflow.launch.slurm import cluster as slurm
 
     missing = slurm.missing_programs()
     if missing:

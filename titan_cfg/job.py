@@ -43,7 +43,7 @@ ModelSpecSource = Literal["config", "walkthrough"]
 
 
 class PublishedFirstStep(BaseModel):
-    """A published first-step loss that applies to the job (titanflow.judge.published), as recorded in
+    """A published first-step loss that applies to the job (titan_cfg.published), as recorded in
     job.json: ``role`` "expectation" (pretrained init on the figure's workload: the run is held to it
     within ``band``) or "beside" (reported next to the expectation that decides)."""
 

@@ -128,12 +128,9 @@ class Scenario:
     ``model_type`` is the config.json model_type it trains ("qwen3" or "qwen3_moe"; the
     embedded tiny model of that type is its default weights); ``output_init`` names how
     the model initialises its output projection at random init (a key of
-    ``titanflow.judge.expected_loss.OUTPUT_INIT_VARIANCE``); ``kernels`` maps a target to the
-    kernel implementations this scenario selects there (over the target's defaults,
-    ``titan_cfg.kernels``); ``round_trip``: the export can be checked HF -> torchtitan
-    -> HF (torchtitan's own models, not the transformers backend); ``rank_limits``
-    maps a target to (most ranks, why); ``seq_len`` maps a target to this scenario's tokens per
-    sequence there, over the target's; ``compat`` names the compat layers
+    ``titanflow.judge.expected_loss.OUTPUT_INIT_VARIANCE``); ``round_trip``: the export can be checked HF -> torchtitan
+    -> HF (torchtitan's own models, not the transformers backend); what the scenario does differently on one
+    node type (kernels, rank limit, seq_len, weights) is its row of :data:`ON_NODE`; ``compat`` names the compat layers
     (titan_cfg.compat.LAYERS) the ranks apply for this scenario, on every target;
     ``document_mask``: a token attends only within its document of a packed row (torchtitan's
     own models build that mask from per-document positions: ``Decoder.get_attention_masks``),
@@ -151,9 +148,6 @@ class Scenario:
     model_type: str
     output_init: str
     round_trip: bool
-    kernels: dict[str, dict[str, str]] = field(default_factory=dict)
-    rank_limits: dict[str, tuple[int, str]] = field(default_factory=dict)
-    seq_len: dict[str, int] = field(default_factory=dict)
     compat: tuple[str, ...] = ()
     document_mask: bool = True
     torchtitan_decoder: bool = True
@@ -167,15 +161,59 @@ SCENARIOS: dict[str, Scenario] = {
         hf_backend, "torchtitan's transformers modeling backend, model from the folder's config.json",
         model_type="qwen3", output_init="trunc_normal_inv_sqrt_hidden", round_trip=False, compat=("hf_backend",),
         document_mask=False, torchtitan_decoder=False, loss_chunks=None,
-        rank_limits={"cpu": (1, "torchtitan 0.3.0's transformers backend needs spmd_backend='spmd_types', "
-                                "whose FSDP fails on CPU ('all parameters must be DTensors')")},
-        # walkthrough scenario 1 keeps transformers_modeling_backend_full()'s 2048 tokens, the workload of
-        # its published 6.54 / 12.43 (titanflow/judge/published_expectations.toml)
-        seq_len={"trn2": 2048},
     ),
     "moe": Scenario(
         moe, "torchtitan native Qwen3 MoE (trimmed Qwen3-30B-A3B on trn2), RoPE through the kernel registry",
         model_type="qwen3_moe", output_init="normal_0.02", round_trip=True,
-        kernels={"trn2": {"rope": "neuron"}, "cpu": {"rope": "cpu"}, "cuda": {"rope": "cuda"}},
     ),
 }
+
+
+@dataclass(frozen=True)
+class OnNode:
+    """What one scenario does differently on one node type (a :class:`titan_cfg.targets.Target`'s ``node``), over the
+    target's own record: ``kernels``, the implementation per op it selects there (over the target's defaults,
+    titan_cfg.kernels); ``rank_limit``, (most ranks in all, why); ``seq_len``, its tokens per sequence there, over the
+    target's; ``weights``, the Hub id (or folder) its runs and deployments there train (None: the embedded tiny model),
+    and ``trim``, how they are cut (titanflow.weights.trim: ``layers``, ``experts``, ``top_k``)."""
+
+    kernels: dict[str, str] = field(default_factory=dict)
+    rank_limit: tuple[int, str] | None = None
+    seq_len: int | None = None
+    weights: str | None = None
+    trim: dict[str, int] | None = None
+
+    @property
+    def run_parameters(self) -> dict:
+        """The weights parameters a run of the scenario there takes (``weights``, ``trim``; {} for the embedded
+        model): what its deployments and its nightly runs pass."""
+        return {k: v for k, v in (("weights", self.weights), ("trim", self.trim)) if v is not None}
+
+
+#: The walkthrough's models (AWS, "Train Qwen3 on AWS Trainium with torchtitan"): scenarios 1 and 2 fine-tune
+#: Qwen3-4B-Instruct-2507 (https://huggingface.co/Qwen/Qwen3-4B-Instruct-2507), scenario 3 trains Qwen3-30B-A3B
+#: (https://huggingface.co/Qwen/Qwen3-30B-A3B) trimmed to 4 layers, 64 experts, top-4 (the flow's trim_weights step).
+#: Hub ids, so the runs know their weights id (the published 6.54 / 12.43 are keyed by it); the node reads them
+#: offline from $TITANFLOW_WEIGHTS_ROOT/<id> or its HF cache (titanflow.weights.resolve).
+WALKTHROUGH_DENSE, WALKTHROUGH_MOE = "Qwen/Qwen3-4B-Instruct-2507", "Qwen/Qwen3-30B-A3B"
+WALKTHROUGH_TRIM = {"layers": 4, "experts": 64, "top_k": 4}
+
+#: (scenario, node type) -> what the scenario does differently there: the one table of what varies by scenario x
+#: target. A pair that is not here runs as the target's record says, on the embedded tiny model.
+ON_NODE: dict[tuple[str, str], OnNode] = {
+    ("native", "trn2"): OnNode(weights=WALKTHROUGH_DENSE),
+    # walkthrough scenario 1 keeps transformers_modeling_backend_full()'s 2048 tokens, the workload of its
+    # published 6.54 / 12.43 (titan_cfg/published_expectations.toml)
+    ("hf_backend", "trn2"): OnNode(weights=WALKTHROUGH_DENSE, seq_len=2048),
+    ("hf_backend", "cpu"): OnNode(rank_limit=(1, "torchtitan 0.3.0's transformers backend needs "
+                                              "spmd_backend='spmd_types', whose FSDP fails on CPU ('all parameters "
+                                              "must be DTensors')")),
+    ("moe", "trn2"): OnNode(kernels={"rope": "neuron"}, weights=WALKTHROUGH_MOE, trim=WALKTHROUGH_TRIM),
+    ("moe", "cpu"): OnNode(kernels={"rope": "cpu"}),
+    ("moe", "cuda"): OnNode(kernels={"rope": "cuda"}),
+}
+
+
+def on_node(scenario: str, node: str) -> OnNode:
+    """The :data:`ON_NODE` row of ``scenario`` on ``node`` (a target's node type); an empty one where there is none."""
+    return ON_NODE.get((scenario, node), OnNode())

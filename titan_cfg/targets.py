@@ -14,8 +14,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, model_validator
 
 #: How a training is started: ``local`` runs torchrun on this machine (one node); ``slurm`` submits one Slurm job
-#: whose tasks run one torchrun agent per node (titanflow.slurm); ``kubernetes``: the flow runs in pod 0 of a
-#: Kubernetes Indexed Job, one pod per node, and every pod runs a torchrun agent (titanflow.kubernetes). A run on
+#: whose tasks run one torchrun agent per node (titanflow.launch.slurm); ``kubernetes``: the flow runs in pod 0 of a
+#: Kubernetes Indexed Job, one pod per node, and every pod runs a torchrun agent (titanflow.launch.kubernetes). A run on
 #: more than one node is a Slurm job unless it says ``kubernetes``.
 Scheduler = Literal["local", "slurm", "kubernetes"]
 
@@ -67,9 +67,20 @@ class Target(BaseModel):
     # starting each afresh: only where no device runtime is initialised before the fork (cpu)
     fork_ranks: bool = False
     # Memory one rank's device has (bytes): a run whose step cannot fit in it is refused before launch
-    # (titanflow.run.preflight.check_logits_fit). None: on the CPU, the launching machine's memory shared by the
+    # (titanflow.weights.fit.check_logits_fit). None: on the CPU, the launching machine's memory shared by the
     # node's ranks; elsewhere (cuda: each GPU's own) not checked.
     rank_memory_bytes: int | None = None
+    # The install profile its nodes run (profiles/<profile>/: Python version, pinned stack; titanflow doctor checks it)
+    profile: str = "cpu"
+    # Prefect work pools whose runs train on this target, each with the parameters every run of it adds
+    # (titanflow.prefect_ops.deployments derives the deployments from them); {}: no deployment, run by hand
+    work_pools: dict[str, dict] = {}
+    # A qwen3-bisect deployment: a bisect can build this target's environment for a revision whose dependencies
+    # differ (titanflow.bisect.environment: the cpu install profile's Makefile target)
+    bisect: bool = False
+    # Physical cores of one device, grouped by ``lnc`` into a rank's logical core (trn2: a Trainium2 chip's 8
+    # NeuronCores); None where ranks are not cores of a device
+    physical_cores_per_device: int | None = None
 
     @model_validator(mode="after")
     def _one_node_or_slurm(self) -> "Target":
@@ -93,7 +104,7 @@ class Target(BaseModel):
     def missing_runtime(self) -> str | None:
         """Why this machine cannot launch the target (None when it can); checked before any compute. A target
         Slurm or Kubernetes schedules runs on its nodes, not here: None (Slurm's own check is
-        titanflow.slurm.job.check_submission)."""
+        titanflow.launch.slurm.job.check_submission)."""
         import importlib.util
 
         if self.scheduler != "local":
@@ -132,6 +143,8 @@ def cpu() -> Target:
         # a save (151 MB: weights and AdamW's two moments) took 0.5-1.2 s on 2 busy cores; a retry repeats at
         # most 4 steps
         checkpoint_interval=5,
+        work_pools={"cpu": {}},
+        bisect=True,
         env={
             "OMP_NUM_THREADS": "1",  # 2 ranks on 2 cores
             # glibc's malloc asks for transparent huge pages (madvise) on the memory it maps: every step allocates
@@ -190,6 +203,9 @@ def trn2() -> Target:
         dataset="c4_test",  # the walkthrough trains on torchtitan's own c4_test split
         checkpoint_interval=TRN2_CHECKPOINT_INTERVAL,
         rank_memory_bytes=TRN2_RANK_MEMORY_BYTES,
+        profile="trn2",  # the walkthrough's stack in the Neuron DLAMI (profiles/trn2)
+        work_pools={"trn2": {}},
+        physical_cores_per_device=8,  # a Trainium2 chip (AWS Neuron docs, Trainium2 architecture)
         env={
             "NEURON_LOGICAL_NC_CONFIG": "2",
             "NEURON_RT_VIRTUAL_CORE_SIZE": "2",
@@ -201,7 +217,8 @@ def trn2() -> Target:
 
 
 def cuda() -> Target:
-    """torchtitan as upstream intends: NCCL, flex attention, one node of 8 GPUs."""
+    """torchtitan as upstream intends: NCCL, flex attention, one node of 8 GPUs. No work pool: no CUDA node is part of
+    the reference set-up, and a deployment nothing can pick up would only queue runs."""
     return Target(
         name="cuda",
         device="cuda",
@@ -244,6 +261,10 @@ def trn2_cluster() -> Target:
     node = trn2()
     return node.model_copy(update={
         "name": "trn2-cluster", "node_type": "trn2", "nnodes": TRN2_CLUSTER_NODES, "scheduler": "slurm",
+        # its worker runs on the Slurm cluster's login node and submits each training as a Slurm job
+        # (titanflow.launch.slurm); trn2-eks is a Kubernetes work pool (deployments/kubernetes/trn2-eks.json): each
+        # flow run is a Kubernetes job whose pods are the nodes (titanflow.launch.kubernetes)
+        "work_pools": {"trn2-cluster": {}, "trn2-eks": {"scheduler": "kubernetes"}},
         "global_batch_size": node.global_batch_size * TRN2_CLUSTER_NODES,
         "env": {**node.env, **EFA_ENV},
     })

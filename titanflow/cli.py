@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from titanflow.record.summary import RunSummary
     from titanflow.run.console import RunView
-    from titanflow.run.summary import RunSummary
 
 #: Prefect settings for command-line use, applied unless the caller set them: no telemetry (the
 #: server otherwise logs a DNS error at every start on a machine without network). The repository's
@@ -47,7 +47,7 @@ PREFECT_DEFAULTS = {
 def _add_run_options(parser: argparse.ArgumentParser, *, resumable: bool = False) -> None:
     """One ``--option`` per ScenarioRun field (values are validated by pydantic, not argparse); ``resumable``:
     with ``--resume``, which makes the scenario optional (the resumed run's)."""
-    from titanflow.run.params import ScenarioRun
+    from titanflow.params import ScenarioRun
 
     parser.add_argument("scenario", nargs="?" if resumable else None,
                         help=ScenarioRun.model_fields["scenario"].description)
@@ -63,8 +63,9 @@ def _preflighted(args: argparse.Namespace, *, launch: bool):
     printing what is wrong (titanflow.run.preflight)."""
     from pydantic import ValidationError
 
-    from titanflow.run.params import ScenarioRun
-    from titanflow.run.preflight import describe, preflight
+    from titanflow.params import ScenarioRun
+    from titanflow.refusal import describe
+    from titanflow.run.preflight import preflight
 
     given = {k: v for k, v in vars(args).items() if k not in ("command", "log") and v is not None}
     try:
@@ -88,11 +89,11 @@ def _preflighted(args: argparse.Namespace, *, launch: bool):
 def print_summary(summary: RunSummary, run_dir: Path | None = None) -> None:
     """A short human table of a run's summary; with its folder ``run_dir``, the folder (summary.json, train.log and the
     rest: README's Run folder), and for a failed run its failure class as the history records it
-    (titanflow.judge.history.run_failure_class)."""
+    (titanflow.record.history.run_failure_class)."""
     rows = [("run", summary.run_id)] + ([("folder", str(run_dir))] if run_dir is not None else [])
     rows += [("verdict", summary.verdict)]
     if summary.verdict == "fail" and run_dir is not None:
-        from titanflow.judge.history import run_failure_class
+        from titanflow.record.history import run_failure_class
 
         rows += [("failure class", run_failure_class(summary, run_dir))]
     if summary.loss:
@@ -159,7 +160,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         reached, state = True, None
     if not reached:
         return 2
-    from titanflow.run.summary import SUMMARY, read_summary
+    from titanflow.record.summary import SUMMARY, read_summary
 
     summary_path = run_dir / SUMMARY
     if not summary_path.is_file():
@@ -226,8 +227,8 @@ def cmd_nightly(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from titan_cfg.targets import TARGETS
-    from titanflow.run.params import nightly_runs
-    from titanflow.run.preflight import describe
+    from titanflow.params import nightly_runs
+    from titanflow.refusal import describe
 
     try:
         if args.target not in TARGETS:
@@ -270,10 +271,10 @@ def _run_flow(given: dict, run_dir: Path, view: RunView | None = None):
     """Call the flow for ``run_dir``, its records shown by ``view`` (None: the Prefect log as configured);
     returns its final Prefect state, or None after Ctrl-C (training is stopped, the summary records the run
     as cancelled in the interrupted task, logs are kept)."""
-    from flows.scenario import qwen3_scenario
-
     from prefect.events.worker import EventsWorker
     from prefect.logging.handlers import APILogWorker
+
+    from flows.scenario import qwen3_scenario
 
     with view.attached() if view else contextlib.nullcontext():
         try:
@@ -296,6 +297,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     from titan_cfg.scenarios import SCENARIOS
     from titanflow import paths
     from titanflow.launch.render import RenderError, render
+    from titanflow.run.pretrained import embedded_weights
     from titanflow.weights.identity import weights_id
     from titanflow.weights.resolve import resolve_weights
     from titanflow.weights.trim import ensure_trimmed
@@ -303,10 +305,10 @@ def cmd_render(args: argparse.Namespace) -> int:
     model_type = SCENARIOS[run.scenario].model_type
     if run.weights is None and run.init == "pretrained":  # cpu only: preflight refuses it elsewhere
         print(f"titanflow: weights: none given for init pretrained: the embedded tiny {model_type}'s pretrained "
-              "checkpoint (titanflow.weights.pretrained: pretrained on this CPU on first use, then kept in the cache)",
+              "checkpoint (titanflow.run.pretrained: pretrained on this CPU on first use, then kept in the cache)",
               file=sys.stderr, flush=True)
     run_dir.mkdir(parents=True)
-    weights_dir = resolve_weights(run.weights, run.init, model_type)
+    weights_dir = embedded_weights(run.init, model_type) if run.weights is None else resolve_weights(run.weights)
     if run.trim is not None:  # as the flow's trim_weights step: the trim kept in the cache
         weights_dir = ensure_trimmed(weights_dir, run.trim, weights_id(run.weights, weights_dir), paths.cache_root(),
                                      run.init)
@@ -329,8 +331,8 @@ def cmd_trim(args: argparse.Namespace) -> int:
     The sizes and ``dest`` are checked before the source is downloaded, the source before anything is written."""
     from pydantic import ValidationError
 
-    from titanflow.run.params import Trim
-    from titanflow.run.preflight import describe
+    from titanflow.params import Trim
+    from titanflow.refusal import describe
     from titanflow.weights.identity import weights_id
     from titanflow.weights.resolve import WeightsError, local_folder, resolve_weights
     from titanflow.weights.trim import check_dest, trim_moe
@@ -338,7 +340,7 @@ def cmd_trim(args: argparse.Namespace) -> int:
     try:
         trim = Trim(layers=args.layers, experts=args.experts, top_k=args.top_k)
         check_dest(Path(args.dest), local_folder(args.source))
-        source = resolve_weights(args.source, "pretrained", "qwen3_moe")
+        source = resolve_weights(args.source, "qwen3_moe")
         print(trim_moe(source, Path(args.dest), trim, source_id=weights_id(args.source, source)))
     except ValidationError as err:  # field, what is wrong, the fix: as titanflow run prints it
         print(f"titanflow: bad input:\n{describe(err)}", file=sys.stderr)
@@ -357,7 +359,7 @@ def cmd_history(args: argparse.Namespace) -> int:
     of the last N nights (titanflow.judge.trends); with ``--set-aside``, rename a table that cannot be read
     (kept) so the next run starts a new one, a readable one only with ``--force``. 0 on success, 1 when the
     table cannot be read, 2 on bad input (a readable table to set aside without ``--force``)."""
-    from titanflow.judge import history
+    from titanflow.record import history
 
     if args.force and not args.set_aside:
         print("titanflow: bad input:\nforce: only with --set-aside; fix: pass --set-aside --force", file=sys.stderr)
@@ -396,10 +398,10 @@ def cmd_history(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    """Print run B against run A (titanflow.judge.run_compare) and write the PNG of both curves; 0 on
+    """Print run B against run A (titanflow.record.run_compare) and write the PNG of both curves; 0 on
     success, 1 when the history cannot be read, 2 when a run is not found or has no loss curve (nothing
     written)."""
-    from titanflow.judge import history, run_compare
+    from titanflow.record import history, run_compare
     from titanflow.report import compare as report
 
     try:
@@ -430,8 +432,8 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     import math
 
     from titanflow.bisect.search import check_inputs, new_bisect_id
+    from titanflow.params import check_writable
     from titanflow.paths import runs_root
-    from titanflow.run.params import check_writable
 
     parameters = {"scenario": args.scenario, "target": args.target, "init": args.init, "steps": args.steps}
     folder = Path(args.runs_dir).resolve() if args.runs_dir else runs_root()
@@ -563,7 +565,7 @@ def build_parser() -> argparse.ArgumentParser:
                           description="Both loss curves step by step with their difference and the first step "
                                       "where they part by more than the golden_curve rule's margin (0.02 nats), "
                                       "tokens/s, memory and task times side by side, the parameters and versions "
-                                      "that differ, and a PNG of both curves (titanflow/judge/run_compare.py).")
+                                      "that differ, and a PNG of both curves (titanflow/record/run_compare.py).")
     comp.add_argument("run_a", help="the reference run (e.g. the last passing one): a run_id of the history, "
                                     "or a run folder")
     comp.add_argument("run_b", help="the run under scrutiny: a run_id of the history, or a run folder")
@@ -609,7 +611,7 @@ def build_parser() -> argparse.ArgumentParser:
                                       "there is replaced (titanflow/weights/trim.py).")
     trim.add_argument("source", help="the full MoE folder or Hub id (e.g. Qwen/Qwen3-30B-A3B)")
     trim.add_argument("dest", help="the new folder")
-    # the sizes are validated by Trim (titanflow.run.params), its errors told as titanflow run tells them
+    # the sizes are validated by Trim (titanflow.params), its errors told as titanflow run tells them
     trim.add_argument("--layers", required=True, help="decoder layers kept (walkthrough: 4)")
     trim.add_argument("--experts", required=True, help="experts kept per layer (walkthrough: 64)")
     trim.add_argument("--top-k", required=True, help="experts routed per token (walkthrough: 4)")

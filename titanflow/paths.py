@@ -28,7 +28,7 @@ def runs_root() -> Path:
 
 
 def history_root() -> Path:
-    """Folder of the run-history table (titanflow.judge.history): ``$TITANFLOW_HISTORY`` or ``<repo>/history``."""
+    """Folder of the run-history table (titanflow.record.history): ``$TITANFLOW_HISTORY`` or ``<repo>/history``."""
     return Path(os.environ.get("TITANFLOW_HISTORY", REPO_ROOT / "history")).resolve()
 
 

@@ -1,6 +1,6 @@
 """titanflow bisect on the planted-lr regression: a scratch repository holding this repository's files (its working
 tree, committed as the good revision), then 4 commits, each a line of docs/chain.md except number 3, which raises
-the default learning rate of titanflow/run/params.py from 8e-4 to 3e-3. Every probe is a real 10-step native cpu
+the default learning rate of titanflow/params.py from 8e-4 to 3e-3. Every probe is a real 10-step native cpu
 run (the golden loss curve's workload, so the golden_curve rule judges it) of its revision's own code, in a worktree
 of its own, as a subflow run of the bisect on the session's Prefect server. Four trainings: the two endpoints, then
 the ceil(log2(4)) = 2 revisions git bisect asks for (each probe costs 45-60 s here: the chain is kept short). The probe table and the wall time are printed (``-s``)."""
@@ -21,8 +21,8 @@ from helpers.bisect_runs import LR_LINE, PLANTED_LR_LINE, chain, commit, copy_tr
 from titanflow.bisect.record import read_bisects
 from titanflow.bisect.search import BisectResult
 from titanflow.bisect.verdict import Check
-from titanflow.judge.history import read_history
 from titanflow.paths import REPO_ROOT
+from titanflow.record.history import read_history
 
 pytestmark = pytest.mark.e2e
 
@@ -37,10 +37,10 @@ def planted_repo(tmp_path):
     repo = copy_tracked(REPO_ROOT, tmp_path / "repo")
     git(repo, "init", "-q")
     good = commit(repo, "good: titanflow as it is")
-    params = (repo / "titanflow" / "run" / "params.py").read_text()
+    params = (repo / "titanflow" / "params.py").read_text()
     assert params.count(LR_LINE) == 1  # the default the plant changes
     hashes = chain(repo, COMMITS, plant_at=PLANT_AT, plant_message=PLANT_MESSAGE,
-                   plant={"titanflow/run/params.py": params.replace(LR_LINE, PLANTED_LR_LINE)})
+                   plant={"titanflow/params.py": params.replace(LR_LINE, PLANTED_LR_LINE)})
     return repo, [good, *hashes]
 
 

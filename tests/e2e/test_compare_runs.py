@@ -20,9 +20,9 @@ DIVERGENCE_STEP = 3
 
 
 def test_two_runs_with_different_learning_rates_part_where_measured(native_golden_run, nightly_planted_lr, tmp_path):
-    from titanflow.judge.history import read_history
-    from titanflow.judge.run_compare import compare, find_run
-    from titanflow.run.summary import read_summary
+    from titanflow.record.history import read_history
+    from titanflow.record.run_compare import compare, find_run
+    from titanflow.record.summary import read_summary
 
     golden, _ = native_golden_run
     _, nightly_runs = nightly_planted_lr

@@ -18,11 +18,11 @@ import pytest
 import yaml
 from helpers.deployment_runs import PASS_DEPLOYMENT, PASS_RUN_ID, PASS_STEPS, run_deployment, state_times
 
-from titanflow.kubernetes.template import trn2_eks_job_template
+from titanflow.launch.kubernetes.template import trn2_eks_job_template
+from titanflow.params import ScenarioRun
 from titanflow.prefect_ops import server
 from titanflow.prefect_ops.deployments import WORK_POOLS
-from titanflow.run.params import ScenarioRun
-from titanflow.run.summary import read_summary
+from titanflow.record.summary import read_summary
 
 pytestmark = pytest.mark.e2e
 

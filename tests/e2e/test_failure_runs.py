@@ -24,7 +24,7 @@ def test_planted_nan_fails_as_numerics_once_while_a_timed_out_launch_is_retried_
     from prefect.testing.utilities import prefect_test_harness
 
     from flows.scenario import qwen3_scenario
-    from titanflow.judge.history import row_from_summary
+    from titanflow.record.history import row_from_summary
 
     with prefect_test_harness(server_startup_timeout=90):
         nan = qwen3_scenario(steps=4, lr=1e6, runs_dir=str(tmp_path), run_id="nan", return_state=True)
@@ -63,9 +63,9 @@ def test_a_deployment_run_cancelled_while_training_ends_its_ranks_and_is_recorde
     from prefect.client.orchestration import SyncPrefectClient
     from prefect.states import Cancelling
 
-    from titanflow.judge import history
     from titanflow.launch.metrics import logged_losses
-    from titanflow.run.summary import read_summary
+    from titanflow.record import history
+    from titanflow.record.summary import read_summary
 
     # an earlier run in the history (the worker appends to the same table: TITANFLOW_HISTORY, tests/conftest.py)
     shutil.copytree(FIXTURES / "run_folders" / "native-cpu-nan", tmp_path / "earlier")

@@ -132,11 +132,11 @@ def test_a_hung_rank_then_a_killed_rank_are_ended_and_each_retry_resumes_with_th
     from prefect.testing.utilities import prefect_test_harness
 
     from flows.scenario import qwen3_scenario
-    from titanflow.judge import history
     from titanflow.judge.environment import environment_key
     from titanflow.judge.goldens import curve_path, read_curve
     from titanflow.judge.regression import load_rules
-    from titanflow.run.summary import read_summary
+    from titanflow.record import history
+    from titanflow.record.summary import read_summary
 
     shutil.copytree(FIXTURES / "run_folders" / "native-cpu-nan", tmp_path / "earlier")
     history.append_run(tmp_path / "earlier" / "summary.json")
@@ -219,8 +219,8 @@ def test_ctrl_c_of_titanflow_run_while_training_ends_everything_and_records_canc
     of the run, the history or the Prefect server's home (database and logs)."""
     from helpers.secrets import assert_secret_absent
 
-    from titanflow.judge import history
-    from titanflow.run.summary import read_summary
+    from titanflow.record import history
+    from titanflow.record.summary import read_summary
 
     shutil.copytree(FIXTURES / "run_folders" / "native-cpu-nan", tmp_path / "earlier")
     history.append_run(tmp_path / "earlier" / "summary.json")

@@ -28,7 +28,7 @@ from helpers.run_processes import wait_until
 
 from titan_cfg.targets import TARGETS
 from titanflow import paths
-from titanflow.kubernetes.template import trn2_eks_job_template
+from titanflow.launch.kubernetes.template import trn2_eks_job_template
 
 pytestmark = pytest.mark.e2e
 
@@ -93,14 +93,14 @@ def _here_env() -> dict[str, str]:
 
 
 def test_two_pods_of_the_worker_manifest_train_the_golden_curve_of_one_node(prefect_api, tmp_path, monkeypatch):
-    from titanflow.run.summary import read_summary
+    from titanflow.record.summary import read_summary
 
     monkeypatch.setenv("TITANFLOW_PODS_DIR", str(tmp_path / "pods"))
     flow_run_id, manifest = _worker_manifest(prefect_api, {
         "scenario": "native", "target": "cpu", "nnodes": 2, "nproc_per_node": 1, "scheduler": "kubernetes",
         "steps": STEPS, "runs_dir": str(tmp_path / "runs"), "run_id": "two-pods"})
     container = manifest["spec"]["template"]["spec"]["containers"][0]
-    assert container["command"] + container["args"] == ["python", "-m", "titanflow.kubernetes.pod", "--", "prefect",
+    assert container["command"] + container["args"] == ["python", "-m", "titanflow.launch.kubernetes.pod", "--", "prefect",
                                                         "flow-run", "execute"]
     assert {"name": "PREFECT__FLOW_RUN_ID", "value": flow_run_id} in container["env"]
     started = time.monotonic()
@@ -127,12 +127,12 @@ def test_two_pods_of_the_worker_manifest_train_the_golden_curve_of_one_node(pref
 
 
 def test_a_launch_past_its_timeout_is_cancelled_on_every_pod(tmp_path, tiny_assets, monkeypatch):
-    """pod 0's launcher (titanflow.kubernetes.launch.run_pods) and an agent pod (titanflow.kubernetes.pod), each
+    """pod 0's launcher (titanflow.launch.kubernetes.launch.run_pods) and an agent pod (titanflow.launch.kubernetes.pod), each
     node a sleeping command under titanflow.launch.node: past the 8 s timeout the launch is cancelled, both pods
     record their node's end (SIGTERM: 143), and no sleep is left."""
-    from titanflow.kubernetes.launch import run_pods
+    from titanflow.launch.kubernetes.launch import run_pods
     from titanflow.launch.render import render
-    from titanflow.run.params import ScenarioRun
+    from titanflow.params import ScenarioRun
 
     group = str(uuid.uuid4())
     for name, value in {"TITANFLOW_PODS_DIR": str(tmp_path / "pods"), "TITANFLOW_POD_GROUP": group,
@@ -143,7 +143,7 @@ def test_a_launch_past_its_timeout_is_cancelled_on_every_pod(tmp_path, tiny_asse
     script = Path(rendered.job_path).with_name("launch.sh")
     *head, node = script.read_text().splitlines()
     script.write_text("\n".join([*head, node[:node.index(" -- ") + 4] + "sleep 600"]) + "\n")
-    agent = subprocess.Popen([sys.executable, "-m", "titanflow.kubernetes.pod", "--", "true"], cwd=paths.REPO_ROOT,
+    agent = subprocess.Popen([sys.executable, "-m", "titanflow.launch.kubernetes.pod", "--", "true"], cwd=paths.REPO_ROOT,
                              env={**_here_env(), "TITANFLOW_NODE": "pod-1", "JOB_COMPLETION_INDEX": "1",
                                   "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"})
     try:
@@ -157,7 +157,7 @@ def test_a_launch_past_its_timeout_is_cancelled_on_every_pod(tmp_path, tiny_asse
         wait_until(lambda: not [p for p in psutil.process_iter(["cmdline"])
                                 if (p.info["cmdline"] or [])[:2] == ["sleep", "600"]], 10, "no sleep left")
     finally:
-        from titanflow.kubernetes import pods
+        from titanflow.launch.kubernetes import pods
 
         pods.finish(group, 1)
         assert agent.wait(timeout=30) == 1  # the flow "failed": the agent ends with 1

@@ -9,8 +9,8 @@ def test_nightly_fails_a_planted_learning_rate_regression_as_numerics(nightly_pl
     """lr 1.6e-3 instead of 8e-4 (tests/e2e/conftest.py ``nightly_planted_lr``): step 1 does not depend on lr, so the
     first-step check still passes, but the later steps leave the native random-init golden curve (measured: 0.06
     nats off at step 3, 0.30 at step 10, against a 0.02 margin). The suite ends Failed, the run is numerics."""
-    from titanflow.judge.history import read_history
-    from titanflow.run.summary import read_summary
+    from titanflow.record.history import read_history
+    from titanflow.record.summary import read_summary
 
     proc, runs_dir = nightly_planted_lr
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]

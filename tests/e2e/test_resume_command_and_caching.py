@@ -60,11 +60,11 @@ def test_a_run_killed_mid_training_is_continued_by_resume_and_its_curve_is_the_g
     seconds of the kill, completed that save; launch 2 in train.log, whose launch 1 lines are kept), and the 10 losses equal goldens/loss_curves/native-cpu-random.curve.csv at
     torchtitan's 5 decimals where the numerics are the golden's. summary.json and the history row say resumed
     once, from step 3, after a run killed without a verdict."""
-    from titanflow.judge import history
     from titanflow.judge.environment import environment_key
     from titanflow.judge.goldens import curve_path, read_curve
+    from titanflow.record import history
+    from titanflow.record.summary import read_summary
     from titanflow.run.resume import newest_complete_step
-    from titanflow.run.summary import read_summary
 
     run_dir = tmp_path / "killed"
     log = (tmp_path / "first.out").open("w")
@@ -142,7 +142,7 @@ def test_an_identical_rerun_answers_the_tasks_before_training_from_the_cache(tmp
     Cached; render_config runs (it writes the new run's own folder: job.json names it) and build_tiny_weights is
     not reached; the curve is the first run's. Wall times cold and warm are printed; render_config, which loses
     its torchtitan import (about 6 s), takes under half as long."""
-    from titanflow.run.summary import read_summary
+    from titanflow.record.summary import read_summary
 
     env = _env(prefect_api, PREFECT_RESULTS_LOCAL_STORAGE_PATH=str(tmp_path / "results"))
     runs, walls = tmp_path / "runs", []
@@ -183,7 +183,7 @@ def test_a_retried_flow_run_continues_its_own_run_folder(tmp_path, monkeypatch):
     import tasks.export
     from flows.scenario import qwen3_scenario
     from titanflow.export.assemble import ExportError
-    from titanflow.run.summary import read_summary
+    from titanflow.record.summary import read_summary
 
     real, calls = tasks.export.export_run, []
 

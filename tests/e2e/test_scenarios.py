@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from helpers.scenario_runs import golden_run, run, summary_of
 
+from titan_cfg.scenarios import SCENARIOS
 from titanflow.judge.expected_loss import random_init_first_step_loss
 
 pytestmark = pytest.mark.e2e
@@ -42,7 +43,7 @@ def test_native_cpu_random_init_passes_end_to_end(native_golden_run):
     assert summary.train.tokens_per_s > 0 and summary.train.peak_rss_bytes > 100 * 2**20
     assert summary.flow_run_id
     assert summary.kernels == {"rope": "reference", "attention": "sdpa"}
-    from titanflow.judge.history import read_history
+    from titanflow.record.history import read_history
 
     appended = read_history(scenario="native", target="cpu", init="random").set_index("run_id").loc[summary.run_id]
     assert appended["verdict"] == "pass" and appended["losses"] == summary.losses
@@ -95,10 +96,9 @@ def test_moe_cpu_rope_kernel_matches_reference_end_to_end(tmp_path, prefect_api)
     assert parity.kl <= 1e-6 and parity.top1_agreement == 1.0
 
 
-@pytest.mark.parametrize("scenario", ["native", "hf_backend", "moe"])
+@pytest.mark.parametrize("scenario", list(SCENARIOS))
 def test_fine_tune_from_the_pretrained_tiny_checkpoint_matches_its_golden(tmp_path, scenario, prefect_api):
     """The CPU analogue of the walkthrough's 6.54 (pretrained) vs 12.43 (random init)."""
-    from titan_cfg.scenarios import SCENARIOS
     from titanflow.judge.goldens import curve_path, read_curve
 
     summary, _ = golden_run(tmp_path, scenario, init="pretrained", api=prefect_api)

@@ -28,12 +28,12 @@ from helpers.golden_curve import assert_golden_curve_of_one_node
 from helpers.run_processes import rank_process, run_processes, wait_until
 
 from titanflow.launch.render import render
-from titanflow.run.params import ScenarioRun
+from titanflow.params import ScenarioRun
 
 pytestmark = pytest.mark.e2e
 
 #: Steps of the two-node training: the golden workload's 10, so the flow itself judges the curve against the
-#: golden (same workload key: titanflow.judge.history.world_size_asked), and every step is compared.
+#: golden (same workload key: titanflow.record.history.world_size_asked), and every step is compared.
 STEPS = 10
 
 
@@ -62,7 +62,7 @@ def test_the_cluster_comes_up_answers_srun_on_both_nodes_and_goes_down_leaving_n
     and no process names its folder."""
     import tempfile
 
-    from titanflow.slurm import cluster as slurm
+    from titanflow.launch.slurm import cluster as slurm
 
     folder = Path(tempfile.mkdtemp(prefix="titanflow-slurm-own-", dir="/tmp"))
     started = time.time()
@@ -104,7 +104,7 @@ def test_slurm_refuses_more_nodes_than_it_has_and_an_unknown_partition_before_an
 
 
 def test_a_job_past_its_timeout_and_one_interrupted_are_cancelled_on_every_node(slurm_cluster, tmp_path, tiny_assets):
-    from titanflow.slurm.job import run_job
+    from titanflow.launch.slurm.job import run_job
 
     rendered = _sleeping_job(tmp_path / "timeout", tiny_assets)
     result = run_job(rendered, timeout_s=5, log_path=tmp_path / "timeout" / "train.log")
@@ -135,7 +135,7 @@ def test_a_slurm_job_waits_for_the_training_slot_of_a_host_its_nodes_run_on(slur
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     from titanflow.launch.slot import node_slots, training_slot
-    from titanflow.slurm.job import job_state, run_job
+    from titanflow.launch.slurm.job import job_state, run_job
 
     rendered = _sleeping_job(tmp_path / "queued", tiny_assets, command="true")
     held, seen = threading.Event(), {}
@@ -171,7 +171,7 @@ def test_two_nodes_of_one_rank_train_the_curve_of_one_node_of_two_step_for_step(
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     from flows.scenario import qwen3_scenario
-    from titanflow.run.summary import read_summary
+    from titanflow.record.summary import read_summary
 
     started = time.monotonic()
     with temporary_settings({PREFECT_API_URL: prefect_api}):

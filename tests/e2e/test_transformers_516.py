@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
-from titanflow.run.summary import read_summary
+from titanflow.record.summary import read_summary
 
 pytestmark = pytest.mark.e2e
 

@@ -7,13 +7,13 @@ import subprocess
 from pathlib import Path
 
 from helpers import FIXTURES
-
 from titanflow.bisect.probe import ProbeRun
-from titanflow.judge.comparison import compare_with_history
 from titanflow.judge.goldens import curve_path, read_curve
-from titanflow.run.summary import SUMMARY, RunRecorder, RunSummary, read_summary
+from titanflow.record.comparison import compare_with_history
+from titanflow.record.summary import SUMMARY, RunSummary, read_summary
+from titanflow.run.recorder import RunRecorder
 
-#: The planted regression: the start of the line of titanflow/run/params.py that sets the default learning rate, and
+#: The planted regression: the start of the line of titanflow/params.py that sets the default learning rate, and
 #: what the plant makes it (the field's other arguments, its description included, are left as they are).
 LR_LINE = "lr: float = Field(8e-4,"
 PLANTED_LR_LINE = "lr: float = Field(3e-3,"
@@ -80,7 +80,7 @@ def copy_tracked(source: Path, dest: Path) -> Path:
 
 def judged_summary(run_dir: Path, losses: list[float] | None = None) -> RunSummary:
     """The passing 10-step run (:data:`PASSING_RUN`) in ``run_dir`` with ``losses`` (default its own), computed in
-    the golden curve's numerics environment, judged as the scenario flow judges it: titanflow.judge.comparison.compare_with_history against the goldens and
+    the golden curve's numerics environment, judged as the scenario flow judges it: titanflow.record.comparison.compare_with_history against the goldens and
     $TITANFLOW_HISTORY, then the verdict (titanflow.judge.verdict through RunRecorder.write)."""
     run_dir.mkdir(parents=True)
     for name in ("summary.json", "train.log", "metrics.csv"):

@@ -20,7 +20,7 @@ import psutil
 import pytest
 
 from titanflow.prefect_ops import server
-from titanflow.run.summary import RunSummary, read_summary
+from titanflow.record.summary import RunSummary, read_summary
 
 PREFECT_CLI = Path(sys.executable).parent / "prefect"
 
@@ -109,7 +109,7 @@ class PassingRun:
     run_dir: Path
 
     def summary(self) -> RunSummary:
-        """The run's summary.json, validated (titanflow.run.summary)."""
+        """The run's summary.json, validated (titanflow.record.summary)."""
         return read_summary(self.run_dir / "summary.json")
 
 

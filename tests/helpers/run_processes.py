@@ -69,7 +69,7 @@ def train_run_count(flow_run_id, wait_s: float = 30) -> int:
 
 def changed_history_cells(before, after) -> dict:
     """{(run_id, column): (before, after)} for every cell of ``before``'s rows that differs in ``after``
-    (both history tables as titanflow.judge.history.read_history returns them); {} when untouched."""
+    (both history tables as titanflow.record.history.read_history returns them); {} when untouched."""
     import json
 
     def records(table):

@@ -12,8 +12,7 @@ import subprocess
 from pathlib import Path
 
 from helpers.terminal import TITANFLOW, run_on_terminal
-
-from titanflow.run.summary import RunSummary, read_summary
+from titanflow.record.summary import RunSummary, read_summary
 
 
 def _env(api: str | None, **extra: str) -> dict[str, str]:
@@ -61,13 +60,13 @@ def golden_run(runs_dir: Path, scenario: str, *options: str, init: str = "random
 
 def record_goldens(summary: RunSummary) -> None:
     """Write ``summary``'s loss curve as its scenario's golden (titanflow.judge.goldens)."""
-    from titanflow.judge import history
     from titanflow.judge.goldens import curve_path, write_curve
+    from titanflow.record import history
 
     row = history.row_from_summary(Path(summary.export.export_dir).parent / "summary.json")
     scenario, init = summary.scenario, summary.init
     parameters = {k: v for k, v in summary.parameters.items() if k in history.CONFIG_KEY_FIELDS}
-    weights = "the pretrained tiny checkpoint of its model type (titanflow.weights.pretrained)" \
+    weights = "the pretrained tiny checkpoint of its model type (titanflow.run.pretrained)" \
         if init == "pretrained" else "the embedded tiny model"
     write_curve(curve_path(scenario, "cpu", init), summary.losses, row.config_key, parameters,
                 f"{scenario} on cpu, {init} init from {weights}, default parameters; per-step loss (nats) of rank 0,\n"

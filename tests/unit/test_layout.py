@@ -1,79 +1,72 @@
-"""The layers: flows -> tasks -> titanflow -> titan_cfg, read from the source (ast), so a change that
-climbs a layer or fattens a task fails here rather than in a review."""
+"""The floors: flows -> tasks -> titanflow -> titan_cfg, and inside titanflow/ the floors listed in pyproject.toml's
+[tool.importlinter] (README "Layout"), checked by import-linter over every import statement, those inside a function
+included, so a change that climbs a floor or closes a circle fails here with the two modules named. A task module is
+kept thin."""
 
-import ast
 import importlib
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from titanflow.paths import REPO_ROOT
-from titanflow.run.task_names import TaskName
+from titanflow.task_names import TaskName
 
+#: import-linter's command, installed beside this Python by the `test` extra.
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
+#: The packages the contracts cover (pyproject.toml's root_packages).
 PACKAGES = ("flows", "tasks", "titanflow", "titan_cfg")
-#: The one module below tasks/ allowed to import flows/: the command line, the entry point above them.
-ENTRY_POINTS = {"titanflow.cli"}
 #: A task module is a decorator over one function below it, its docstring and imports: about this long.
 TASK_MODULE_MAX_LINES = 60
 
 
-def _modules() -> dict[str, Path]:
-    found = {}
+def lint_imports(root: Path) -> subprocess.CompletedProcess:
+    """import-linter's contracts of ``root``'s pyproject.toml over ``root``'s packages (no cache: the tree is read
+    afresh)."""
+    return subprocess.run([str(LINT_IMPORTS), "--no-cache", "--no-logo", "--config", str(root / "pyproject.toml")],
+                          cwd=root, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(root)},
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_every_contract_is_kept():
+    result = lint_imports(REPO_ROOT)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Contracts: 3 kept, 0 broken." in result.stdout
+
+
+@pytest.fixture(scope="module")
+def tree_copy(tmp_path_factory) -> Path:
+    """The packages and pyproject.toml, copied: a place to plant an import the contracts must refuse."""
+    root = tmp_path_factory.mktemp("tree")
     for package in PACKAGES:
-        for path in sorted((REPO_ROOT / package).rglob("*.py")):
-            parts = path.relative_to(REPO_ROOT).with_suffix("").parts
-            found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
-    return found
+        shutil.copytree(REPO_ROOT / package, root / package, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO_ROOT / "pyproject.toml", root / "pyproject.toml")
+    return root
 
 
-MODULES = _modules()
-
-
-def _imports(path: Path, top_level_only: bool = False) -> set[str]:
-    tree = ast.parse(path.read_text())
-    nodes = tree.body if top_level_only else ast.walk(tree)
-    names = set()
-    for node in nodes:
-        if isinstance(node, ast.Import):
-            names |= {alias.name for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            # `from pkg import sub` imports the module pkg.sub when there is one
-            names |= {f"{node.module}.{alias.name}" if f"{node.module}.{alias.name}" in MODULES else node.module
-                      for alias in node.names}
-    return {n for n in names if n.split(".")[0] in PACKAGES}
-
-
-def test_nothing_below_tasks_imports_tasks_or_flows():
-    climbing = {name: sorted(i for i in _imports(path) if i.split(".")[0] in ("tasks", "flows"))
-                for name, path in MODULES.items()
-                if name.split(".")[0] in ("titanflow", "titan_cfg") and name not in ENTRY_POINTS}
-    assert {name: found for name, found in climbing.items() if found} == {}
-
-
-def test_titan_cfg_imports_nothing_of_titanflow():
-    """The ranks import titan_cfg only: it must not pull the pipeline (Prefect, pandas) in."""
-    found = {name: sorted(i for i in _imports(path) if i.startswith("titanflow"))
-             for name, path in MODULES.items() if name.startswith("titan_cfg")}
-    assert {name: f for name, f in found.items() if f} == {}
-
-
-def test_module_level_imports_have_no_cycle():
-    modules = MODULES
-    graph = {name: {i for i in _imports(path, top_level_only=True) if i in modules} for name, path in modules.items()}
-    state: dict[str, str] = {}
-
-    def visit(name: str, trail: list[str]) -> None:
-        state[name] = "open"
-        for dep in graph[name]:
-            if state.get(dep) == "open":
-                pytest.fail(f"import cycle: {' -> '.join(trail[trail.index(dep):] + [dep])}")
-            if dep not in state:
-                visit(dep, [*trail, dep])
-        state[name] = "done"
-
-    for name in graph:
-        if name not in state:
-            visit(name, [name])
+@pytest.mark.parametrize("module, planted, named", [
+    # a function-level import one floor up: the vocabulary reaching for the run's checks
+    ("titanflow/params.py", "from titanflow.run.preflight import preflight",
+     ["titanflow.params is not allowed to import titanflow.run", "titanflow.params -> titanflow.run.preflight"]),
+    # the rank side reaching into the pipeline
+    ("titan_cfg/job.py", "from titanflow.paths import REPO_ROOT",
+     ["titan_cfg is not allowed to import titanflow", "titan_cfg.job -> titanflow.paths"]),
+    # a circle between two modules of one floor: torchrun imports resume
+    ("titanflow/launch/resume.py", "from titanflow.launch.torchrun import run_training",
+     ["No cycles are allowed in titanflow.launch", ".torchrun -> .resume"]),
+])
+def test_a_planted_import_inside_a_function_breaks_a_contract_naming_both_modules(tree_copy, module, planted, named):
+    path = tree_copy / module
+    original = path.read_text()
+    path.write_text(original + f"\n\ndef _planted():\n    {planted}\n")
+    try:
+        result = lint_imports(tree_copy)
+    finally:
+        path.write_text(original)
+    assert result.returncode == 1 and "BROKEN" in result.stdout, result.stdout
+    assert [line for line in named if line not in result.stdout] == [], result.stdout
 
 
 def test_task_modules_are_thin():

@@ -1,9 +1,9 @@
-"""Kernel override registry: named ops, their implementations per target, chosen per run.
+"""Kernel override registry: named ops, their implementations per device type, chosen per run.
 
-A faster kernel per target is substituted without forking torchtitan: every op has
+A faster kernel per device is substituted without forking torchtitan: every op has
 an *installer* that edits the torchtitan model config before the model is built (so
 before parallelisation, compile and checkpoint load), and each implementation
-declares the targets it runs on and the tensor layout it expects. The registry's
+declares the device types it runs on (a target's ``device``: cpu, cuda, neuron) and the tensor layout it expects. The registry's
 layout adapter (:mod:`titan_cfg.kernels.layout`) permutes torchtitan's tensors into
 that layout and the results back. The table is :data:`OPS` below; the README's
 "Kernel overrides" table shows it to users (tests/unit/titan_cfg/test_kernels.py keeps the two equal).
@@ -23,13 +23,15 @@ from dataclasses import dataclass
 
 
 class KernelChoiceError(ValueError):
-    """An unknown op or implementation, or one that does not run on the target; the message lists the known ones."""
+    """An unknown op or implementation, or one that does not run on the target's device; the message lists the known
+    ones."""
 
 
 @dataclass(frozen=True)
 class Implementation:
     """One implementation of an op.
 
+    ``runs_on``: the device types (titan_cfg.targets.Target.device) of the targets it runs on.
     ``entry`` is ``"module:attribute"``, imported on first use (None: the upstream
     torchtitan module is kept as is). ``requires`` names the modules that must import
     for it to run, the kernel's own module among them (checked by :meth:`unavailable`,
@@ -43,7 +45,7 @@ class Implementation:
 
     op: str
     name: str
-    targets: tuple[str, ...]
+    runs_on: tuple[str, ...]
     layout: str
     entry: str | None
     description: str
@@ -114,17 +116,18 @@ def _op(name: str, installer: str, *implementations: Implementation) -> Op:
     return Op(name, installer, {impl.name: impl for impl in implementations})
 
 
-ALL_TARGETS = ("cpu", "cuda", "trn2")
+#: Every device type a target has (titan_cfg.targets.Target.device).
+ALL_DEVICES = ("cpu", "cuda", "neuron")
 
 OPS: dict[str, Op] = {
     "rope": _op(
         "rope", "titan_cfg.kernels.rope:install",
-        Implementation("rope", "reference", ALL_TARGETS, "BLNH", "titan_cfg.kernels.rope:reference_rope",
+        Implementation("rope", "reference", ALL_DEVICES, "BLNH", "titan_cfg.kernels.rope:reference_rope",
                        "torchtitan's CosSinRoPE (fp32 rotate-half), the module left as upstream builds it"),
         Implementation("rope", "cpu", ("cpu", "cuda"), "BNLH", "titan_cfg.kernels.rope_cpu:rope_hf",
                        "torch.library custom op titanflow::rope_hf in the HF layout, own backward, fake impl",
                        decoder_only=True),
-        Implementation("rope", "neuron", ("trn2",), "BNLH", "titan_cfg.kernels.rope_neuron:rope_hf",
+        Implementation("rope", "neuron", ("neuron",), "BNLH", "titan_cfg.kernels.rope_neuron:rope_hf",
                        "nkilib rope_hf (forward and backward kernels) registered with torch-neuronx's nki_op",
                        # nkilib.core.embeddings.rope_hf: seq_len a multiple of 128 x LNC shards
                        requires=("torch_neuronx", "nki", "nkilib.core.embeddings.rope_hf"), seq_tile=128,
@@ -137,7 +140,7 @@ OPS: dict[str, Op] = {
         "attention", "titan_cfg.kernels.attention:install",
         Implementation("attention", "flex", ("cuda",), "BLNH", None,
                        "torchtitan's FlexAttention (no backward on CPU; not the Neuron fork's backend)"),
-        Implementation("attention", "sdpa", ALL_TARGETS, "BNLH", "titan_cfg.kernels.attention:masked_sdpa",
+        Implementation("attention", "sdpa", ALL_DEVICES, "BNLH", "titan_cfg.kernels.attention:masked_sdpa",
                        "F.scaled_dot_product_attention on torchtitan's block-causal document mask, made dense"),
     ),
 }
@@ -162,12 +165,13 @@ def implementation(op: str, name: str) -> Implementation:
     return OPS[op].implementations[name]
 
 
-def resolve(target: str, *layers: Mapping[str, str] | None) -> dict[str, str]:
-    """The implementation of every op for ``target``: later ``layers`` (e.g. target defaults,
-    then the scenario's choice, then the user's) override earlier ones; every op must end up chosen.
+def resolve(device: str, *layers: Mapping[str, str] | None) -> dict[str, str]:
+    """The implementation of every op for a target of ``device`` type (titan_cfg.targets.Target.device): later
+    ``layers`` (e.g. target defaults, then the scenario's choice, then the user's) override earlier ones; every op must
+    end up chosen.
 
     Raises:
-        KernelChoiceError: an unknown op or implementation, one not made for ``target``, or an op
+        KernelChoiceError: an unknown op or implementation, one that does not run on ``device``, or an op
             left without a choice.
     """
     chosen: dict[str, str] = {}
@@ -175,10 +179,10 @@ def resolve(target: str, *layers: Mapping[str, str] | None) -> dict[str, str]:
         chosen.update(layer or {})
     for op, name in chosen.items():
         impl = implementation(op, name)
-        if target not in impl.targets:
-            fits = [n for n, i in OPS[op].implementations.items() if target in i.targets]
-            raise KernelChoiceError(f"kernels: {op}={name} does not run on target {target} "
-                                    f"(it runs on {', '.join(impl.targets)}); fix: for {target} pass one of {', '.join(fits)}")
+        if device not in impl.runs_on:
+            fits = [n for n, i in OPS[op].implementations.items() if device in i.runs_on]
+            raise KernelChoiceError(f"kernels: {op}={name} does not run on {device} targets "
+                                    f"(it runs on {', '.join(impl.runs_on)}); fix: on {device} pass one of {', '.join(fits)}")
     unset = [op for op in OPS if op not in chosen]
     if unset:
         raise KernelChoiceError(f"kernels: no implementation chosen for {', '.join(unset)}; fix: choose one of {known()}")

@@ -23,7 +23,7 @@ from titanflow import paths
 from titanflow.assets.botchan import DATASET_FILE, DATASET_NAME, make_botchan_dataset, split_botchan
 from titanflow.assets.cache import FORMAT_VERSION, build_once, cache_key, installed_versions
 from titanflow.assets.tiny_qwen3 import TINY_MOE, TinySpec, build_tiny_qwen3
-from titanflow.assets.tokenizer import build_tokenizer, qwen_ranks_path, tokenizer_inputs
+from titanflow.assets.tokenizer import build_tokenizer, ensure_tokenizer, qwen_ranks_path
 
 __all__ = [
     "FORMAT_VERSION",
@@ -52,13 +52,6 @@ class AssetPaths:
     tokenizer_dir: Path
     weights_dir: Path
     dataset_dir: Path
-
-
-def ensure_tokenizer(cache_root: Path | None = None) -> Path:
-    """The Qwen3 tokenizer folder under ``<cache_root>/assets/``, built on first use (about 2 s)."""
-    root = Path(cache_root) if cache_root is not None else paths.cache_root()
-    key = cache_key(tokenizer_inputs())
-    return build_once(root / "assets" / f"qwen3-tokenizer-{key}", build_tokenizer)
 
 
 def ensure_assets(cache_root: Path | None = None, spec: TinySpec | None = None) -> AssetPaths:

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from titanflow.assets.cache import sha256_file
+from titanflow.assets.tokenizer import ensure_tokenizer
 from titanflow.paths import write_atomic
 
 log = logging.getLogger(__name__)
@@ -138,8 +139,6 @@ def make_botchan_dataset(out_dir: Path, tokenizer_dir: Path | None = None) -> Pa
         sdist_sha256 = sha256_file(Path(work_dir) / SENTENCEPIECE_SDIST)
     documents = split_botchan(raw)
     if tokenizer_dir is None:
-        from titanflow.assets import ensure_tokenizer  # here, not at the top: the package imports this module
-
         tokenizer_dir = ensure_tokenizer()
     start = time.perf_counter()
     tokens = count_tokens(documents, tokenizer_dir)

@@ -13,7 +13,8 @@ import os
 import time
 from pathlib import Path
 
-from titanflow.assets.cache import FORMAT_VERSION, installed_versions, sha256_file
+from titanflow import paths
+from titanflow.assets.cache import FORMAT_VERSION, build_once, cache_key, installed_versions, sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -171,3 +172,10 @@ def build_tokenizer(out_dir: Path) -> Path:
     (out_dir / "tokenizer_config.json").write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n")
     log.info("tokenizer built in %.2f s", time.perf_counter() - start)
     return out_dir
+
+
+def ensure_tokenizer(cache_root: Path | None = None) -> Path:
+    """The Qwen3 tokenizer folder under ``<cache_root>/assets/``, built on first use (about 2 s)."""
+    root = Path(cache_root) if cache_root is not None else paths.cache_root()
+    key = cache_key(tokenizer_inputs())
+    return build_once(root / "assets" / f"qwen3-tokenizer-{key}", build_tokenizer)

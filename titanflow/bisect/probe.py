@@ -36,10 +36,10 @@ from pydantic import BaseModel, ValidationError
 from titanflow import paths
 from titanflow.bisect.environment import EnvironmentUnavailable, dependency_key, ensure_environment, plan_environment
 from titanflow.bisect.revisions import file_at, worktree
-from titanflow.judge.history import LOG_TAIL_LINES
 from titanflow.launch.metrics import log_tail
 from titanflow.launch.process import run_streaming
-from titanflow.run.summary import SUMMARY, RunSummary, read_summary
+from titanflow.record.history import LOG_TAIL_LINES
+from titanflow.record.summary import SUMMARY, RunSummary, read_summary
 
 #: The scenario flow, as the deployments name it (deployments/prefect.yaml), relative to the worktree.
 ENTRYPOINT = "flows/scenario.py:qwen3_scenario"

@@ -3,12 +3,12 @@
     append_bisect(result)                      # titanflow.bisect.search.BisectResult, after each bisect
     read_bisects()                             # a DataFrame, oldest first
 
-Why a table of its own: a history row is one scenario run (titanflow.judge.history.HistoryRow, the rows
+Why a table of its own: a history row is one scenario run (titanflow.record.history.HistoryRow, the rows
 the regression rules and trends read), and a bisect is many runs of many revisions with a result of its
 own. Its probes' runs are in the bisect's own folder and history (titanflow.bisect.probe), never among
 the nightly's baselines; this table keeps each bisect's result and its probes. The leading underscore
 keeps ``pandas.read_parquet("history")`` reading the runs only: pyarrow skips files whose names start with
-``_`` or ``.`` when it reads a folder. Appends go through titanflow.judge.history.append_rows (the same
+``_`` or ``.`` when it reads a folder. Appends go through titanflow.record.history.append_rows (the same
 lock and atomic replace), keyed by ``bisect_id``.
 
 Columns: ``bisect_id``, ``flow_run_id``, ``repo``, ``scenario``, ``target``, ``init``, ``steps`` (None:
@@ -28,7 +28,7 @@ from pathlib import Path
 import pandas as pd
 
 from titanflow.bisect.search import BisectResult
-from titanflow.judge.history import append_rows, read_table
+from titanflow.record.history import append_rows, read_table
 
 #: The bisects' table in the history folder.
 BISECT_TABLE = "_bisects.parquet"
@@ -58,7 +58,7 @@ def append_bisect(result: BisectResult, history_dir: Path | str | None = None) -
     """Append ``result``'s row (a bisect_id already there is replaced); returns the table's path.
 
     Raises:
-        filelock.Timeout, titanflow.judge.history.HistoryError: as titanflow.judge.history.append_rows.
+        filelock.Timeout, titanflow.record.history.HistoryError: as titanflow.record.history.append_rows.
     """
     return append_rows([bisect_row(result)], history_dir, name=BISECT_TABLE, key="bisect_id")
 
@@ -67,7 +67,7 @@ def read_bisects(history_dir: Path | str | None = None) -> pd.DataFrame:
     """Every bisect recorded, oldest first; empty when none was.
 
     Raises:
-        titanflow.judge.history.HistoryError: the table cannot be read.
+        titanflow.record.history.HistoryError: the table cannot be read.
     """
     table = read_table(BISECT_TABLE, history_dir)
     return table.sort_values("started_at", kind="stable").reset_index(drop=True) if not table.empty else table

@@ -31,8 +31,8 @@ from titanflow.bisect.revisions import check_range, checkout, commit_message, gi
 from titanflow.bisect.session import BisectVerdict, GitBisect
 from titanflow.bisect.verdict import BisectRefused, Check, learn_check, probe_verdict
 from titanflow.launch.metrics import logged_losses
-from titanflow.run.params import ScenarioRun
-from titanflow.run.preflight import describe
+from titanflow.params import ScenarioRun
+from titanflow.refusal import describe
 
 #: Which probe: the bad endpoint (learns the check), the good endpoint (must pass), or a step of git bisect.
 ProbeRole = Literal["bad", "good", "step"]

@@ -20,9 +20,8 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict
 
 from titanflow.bisect.session import BisectVerdict
-from titanflow.judge.failures import classify
 from titanflow.judge.regression import CURVE_METRICS
-from titanflow.run.summary import RunSummary
+from titanflow.record.summary import RunSummary, classify
 
 
 class Check(BaseModel):
@@ -56,7 +55,7 @@ def failed_checks(summary: RunSummary) -> list[str]:
 def learn_check(summary: RunSummary | None, log_tail: str = "", why: str = "") -> Check:
     """The check the bad revision's run fails: its failure class and its first failed check.
 
-    ``log_tail``: the end of its train.log (titanflow.judge.failures.classify reads it); ``why``: what is known
+    ``log_tail``: the end of its train.log (titanflow.record.summary.classify reads it); ``why``: what is known
     of a run without a summary (the probe's exit).
 
     Raises:

@@ -32,8 +32,7 @@ from titanflow.export.load import (
 from titanflow.export.parity import ParityReport, check_parity, read_probe
 from titanflow.export.roundtrip import RoundTripReport, check_round_trip
 from titanflow.export.structure import StructureReport, check_structure
-from titanflow.run.params import Tolerances
-
+from titanflow.params import Tolerances
 
 #: The levels in report order (ValidationReport.seconds, problems); they run in another (validate_export).
 LEVELS = ("structure", "round_trip", "load", "walkthrough_tie", "parity")
@@ -83,7 +82,7 @@ def validate_export(export_dir: Path, job: Job, tolerances: Tolerances) -> Valid
     twice for bfloat16) for the load checks and parity, whose forwards both run on the probe file's ids
     (no tokenizer is loaded); the model is released before the round trip, which imports torchtitan and
     converts one layer's tensors at a time, and before the walkthrough's tie check loads the export again.
-    The flow records the task's peak resident set (titanflow.run.summary.RunSummary.task_peak_rss_bytes).
+    The flow records the task's peak resident set (titanflow.record.summary.RunSummary.task_peak_rss_bytes).
 
     Raises:
         FileNotFoundError: no probe file in the job's dump folder.

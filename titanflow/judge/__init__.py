@@ -1,1 +1,1 @@
-"""Judging: expected losses, goldens, the loss verdict, regression rules, the run history, failure classes and the final verdict."""
+"""Judging one run: expected losses, goldens, the loss verdict, regression rules, failure classes and the final verdict."""

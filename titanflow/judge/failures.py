@@ -1,7 +1,6 @@
 """Failure classes: why a scenario run failed, from its summary and the tail of its log.
 
-    from titanflow.judge.failures import classify
-    from titanflow.run.summary import read_summary
+    from titanflow.record.summary import classify, read_summary
     classify(read_summary("runs/<id>/summary.json"), Path("runs/<id>/train.log").read_text()[-20000:])
 
 A launch that failed is classified by its root cause first: the first failing rank's own error,
@@ -18,7 +17,7 @@ checked in this order (the first that matches wins):
 | ``numerics`` | a NaN or infinite loss, a first-step loss outside its band (``compare_loss`` verdict fail), loss regression findings |
 | ``export_validation`` | the ``export`` or ``validate`` task failing (parity, missing keys, structure) |
 
-A cancelled run (verdict ``cancelled``: a Prefect cancel, Ctrl-C; titanflow.run.summary.cancel_cause)
+A cancelled run (verdict ``cancelled``: a Prefect cancel, Ctrl-C; titanflow.prefect_ops.stopped.cancel_cause)
 did not fail and has no class, whatever its log shows.
 
 Infrastructure comes first because it is the only class worth retrying and its
@@ -34,13 +33,11 @@ tests use, and the commands that produced them, are in ``tests/fixtures/failure_
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Literal, get_args
+from typing import Literal, get_args
 
-from titanflow.judge.loss import non_finite_steps
-from titanflow.run.task_names import TaskName
-
-if TYPE_CHECKING:
-    from titanflow.run.summary import RunSummary
+from titanflow.launch.metrics import non_finite_steps
+from titanflow.prefect_ops.stopped import cancel_cause
+from titanflow.task_names import TaskName
 
 #: Why a run failed; the order is the order of the checks on a root cause.
 FailureClass = Literal["input", "infrastructure", "compile", "numerics", "export_validation"]
@@ -172,20 +169,10 @@ def classify_failure(*, verdict: str | None, failed_task: str | None, error: str
     return "numerics"  # only the verdict failed: compare_loss found the loss out of its band
 
 
-def classify(summary: RunSummary, log_tail: str = "", losses: list[float] | None = None) -> FailureClass | None:
-    """:func:`classify_failure` of a run's summary; ``losses`` default to the summary's (pass the
-    metrics.csv ones for a run whose train task failed)."""
-    return classify_failure(verdict=summary.verdict, failed_task=summary.failed_task, error=summary.error,
-                            losses=summary.losses if losses is None else losses, log_tail=log_tail)
-
-
 def classify_exception(task_name: str, error: BaseException) -> FailureClass | None:
     """Class of an exception raised by Prefect task ``task_name`` (its message is the log tail,
     as :class:`titanflow.launch.torchrun.TrainingError` carries it); None for a cancel
-    (titanflow.run.summary.cancel_cause), which is no failure and never retried."""
-    # imported here: titanflow.run.summary imports this module (through titanflow.judge.regression)
-    from titanflow.run.summary import cancel_cause
-
+    (titanflow.prefect_ops.stopped.cancel_cause), which is no failure and never retried."""
     if cancel_cause(error) is not None:
         return None
     message = f"{type(error).__name__}: {error}"

@@ -2,7 +2,7 @@
 
 One plain-text file per (scenario, target, init), ``goldens/loss_curves/<scenario>-<target>-<init>.curve.csv``:
 ``#`` lines saying how and with which workload the curve was recorded (``config_key``, the hash of
-titanflow.judge.history.CONFIG_KEY_FIELDS), in which numerics environment (``environment``:
+titanflow.record.history.CONFIG_KEY_FIELDS), in which numerics environment (``environment``:
 titanflow.judge.environment) and, for pretrained init, from which checkpoint (``weights_digest``:
 titanflow.weights.digest), then ``step,loss`` rows. The goldens are those of the embedded weights
 (``weights`` None). Three readers use :func:`golden_for`:

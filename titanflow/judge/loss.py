@@ -2,7 +2,7 @@
 
 Random init: the derived value (titanflow.judge.expected_loss) from the vocab and hidden
 sizes of the model trained (the job's shape), +- the run's tolerance; a published figure for the
-job's weights (titanflow.judge.published: the walkthrough's 12.43) is reported beside it. Pretrained
+job's weights (titan_cfg.published: the walkthrough's 12.43) is reported beside it. Pretrained
 init, first found decides:
 
 1. where the target computes it (cpu), the independent expectation (titanflow.judge.first_step:
@@ -21,7 +21,6 @@ silently not loaded cannot pass. A NaN or infinite loss at any step fails regard
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Literal
 
@@ -33,7 +32,8 @@ from titan_cfg.scenarios import SCENARIOS
 from titanflow.judge.expected_loss import OUTPUT_INIT_VARIANCE, random_init_first_step_loss
 from titanflow.judge.first_step import IndependentLoss
 from titanflow.judge.goldens import GOLDEN_DIR, RECORD_COMMAND, curve_path, golden_for
-from titanflow.run.params import ScenarioRun
+from titanflow.launch.metrics import non_finite_steps
+from titanflow.params import ScenarioRun
 
 Verdict = Literal["pass", "fail"]
 
@@ -53,13 +53,8 @@ class LossVerdict(BaseModel):
     golden_first_step_loss: float | None = Field(
         None, description="the golden's step 1 (nats), reported beside the independent expectation")
     published: PublishedFirstStep | None = Field(
-        None, description="the published first-step loss for the job's weights (titanflow.judge.published): "
+        None, description="the published first-step loss for the job's weights (titan_cfg.published): "
         "the expectation (role expectation) or reported beside it")
-
-
-def non_finite_steps(losses: list[float] | None) -> list[int]:
-    """1-based steps whose loss is NaN or infinite (or missing)."""
-    return [i for i, x in enumerate(losses or [], 1) if x is None or not math.isfinite(float(x))]
 
 
 def judge(losses: list[float], shape: Qwen3Shape, run: ScenarioRun, golden_dir: Path = GOLDEN_DIR,

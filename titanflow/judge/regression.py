@@ -1,6 +1,7 @@
 """Regression rules (data, in ``regression_rules.toml``) and their evaluation against history.
 
-    from titanflow.judge import history, regression
+    from titanflow.judge import regression
+    from titanflow.record import history
     row = history.append_run("runs/<run-id>/summary.json").as_record()
     findings = regression.evaluate(row, history.read_history(scenario=row["scenario"], target=row["target"]))
     table = [f.as_record() for f in findings]          # rows for prefect.artifacts.create_table_artifact
@@ -40,14 +41,14 @@ from typing import Any, Literal
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from titanflow.judge.failures import FailureClass
 from titanflow.judge.environment import describe
+from titanflow.judge.failures import FailureClass
 from titanflow.judge.goldens import GOLDEN_DIR, curve_path, golden_for
 
 #: The committed rules.
 RULES_PATH = Path(__file__).with_name("regression_rules.toml")
 
-#: Row columns a ``history_median`` rule may name (titanflow.judge.history), plus ``task_seconds``
+#: Row columns a ``history_median`` rule may name (titanflow.record.history), plus ``task_seconds``
 #: (every ``seconds_<task>`` column).
 HISTORY_METRICS = ("tokens_per_s", "peak_memory_gib", "peak_rss_bytes", "total_s", "compile_warmup_s",
                    "first_step_loss", "final_loss", "task_seconds")
@@ -245,9 +246,9 @@ def _check_median(rule: Rule, metric: str, row: dict, previous: pd.DataFrame, ba
 
 def evaluate(row: dict | pd.Series, history: pd.DataFrame, rules: Rules | None = None,
              golden_dir: Path = GOLDEN_DIR) -> list[Finding]:
-    """Every rule on one run (a row of titanflow.judge.history) -> findings, in rule order.
+    """Every rule on one run (a row of titanflow.record.history) -> findings, in rule order.
 
-    ``history``: titanflow.judge.history.read_history(); may include ``row`` itself and
+    ``history``: titanflow.record.history.read_history(); may include ``row`` itself and
     runs of other scenarios (only comparable earlier passing runs are used).
     ``rules``: default :func:`load_rules` of the committed file.
     """

@@ -1,6 +1,7 @@
 """Trends: the last nights of each scenario x init from the run history, regressions marked.
 
-    from titanflow.judge import history, trends
+    from titanflow.judge import trends
+    from titanflow.record import history
     table = trends.trend_table(history.read_history(target="cpu"), nights=14)
 
 One row per (target, scenario, init, workload) and night: the night is the UTC date the run
@@ -73,7 +74,7 @@ def run_marks(row: dict, runs: pd.DataFrame, rules: regression.Rules) -> tuple[l
 def trend_table(runs: pd.DataFrame, *, target: str | None = None, nights: int = DEFAULT_NIGHTS,
                 workloads: list[str] | None = None, rules: regression.Rules | None = None) -> pd.DataFrame:
     """The last ``nights`` nights of each (target, scenario, init, workload) of ``runs`` (the history
-    table, titanflow.judge.history.read_history), oldest night first within each; columns :data:`COLUMNS`
+    table, titanflow.record.history.read_history), oldest night first within each; columns :data:`COLUMNS`
     (``night`` a ``datetime.date``, ``regressions`` the marks joined by "; ", ``regressed`` a list).
 
     ``target``: only that target's runs; ``workloads``: only these config_keys (the nightly passes its

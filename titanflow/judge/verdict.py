@@ -1,7 +1,7 @@
 """The run's verdict, decided in one place from what the run recorded.
 
     cancelled  the run was stopped before it ended: a Prefect cancel (SIGTERM), Ctrl-C
-               (titanflow.run.summary.Cancellation says how, in which task, and the steps it
+               (titanflow.record.summary.Cancellation says how, in which task, and the steps it
                logged); nothing is judged and it is never a failure class;
     fail       a task raised (its error says why), or the first-step loss is out of its band,
                or the loss curve left its golden band (a failed ``numerics`` finding);
@@ -17,7 +17,7 @@ from typing import Literal
 
 from titanflow.judge.loss import LossVerdict
 from titanflow.judge.regression import Finding
-from titanflow.run.task_names import TaskName
+from titanflow.task_names import TaskName
 
 #: Every verdict a run can end with (None: not judged yet).
 Verdict = Literal["pass", "fail", "cancelled"]

@@ -1,7 +1,7 @@
 """What each node of a multi-node job runs: the job's torchrun line, its placeholders given their value on this node,
 its console into ``<nodes>/<node>.log``, and its exit recorded in ``<nodes>/<node>.exit.json`` for the train task,
-which reads the exit code of every node. A Slurm job's nodes run it under ``srun`` (titanflow.slurm.batch), a
-Kubernetes job's pods under titanflow.kubernetes.pod.
+which reads the exit code of every node. A Slurm job's nodes run it under ``srun`` (titanflow.launch.slurm.batch), a
+Kubernetes job's pods under titanflow.launch.kubernetes.pod.
 
     python -m titanflow.launch.node <nodes folder> -- torchrun ... '--log-dir=.../${TITANFLOW_NODE}' ...
 
@@ -33,7 +33,14 @@ from titanflow.paths import write_atomic
 _PLACEHOLDER = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
-#: The variable that names the node: set by the pod (titanflow.kubernetes.pod), else taken from Slurm or the host.
+#: The rendezvous of a multi-node job, as variables its torchrun line names (titanflow.launch.render.NODE_PLACEHOLDERS):
+#: the endpoint (a free port on the first node) and the id (unique per launch: the Slurm job id, or the Kubernetes
+#: job's id and the launch's number). The Slurm batch script (titanflow.launch.slurm.batch) or pod 0's launcher
+#: (titanflow.launch.kubernetes.launch) sets them.
+RDZV_ENDPOINT_ENV = "TITANFLOW_RDZV_ENDPOINT"
+RDZV_ID_ENV = "TITANFLOW_RDZV_ID"
+
+#: The variable that names the node: set by the pod (titanflow.launch.kubernetes.pod), else taken from Slurm or the host.
 NODE_ENV = "TITANFLOW_NODE"
 
 

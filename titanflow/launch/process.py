@@ -406,3 +406,15 @@ def wait_gone(pid: int, seconds: float) -> bool:
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.2)
+
+
+def alive(proc) -> psutil.Process | None:
+    """The recorded process (anything with ``pid`` and ``create_time``, psutil's start time) if it still runs (same
+    PID and start time), else None."""
+    try:
+        found = psutil.Process(proc.pid)
+        if abs(found.create_time() - proc.create_time) < 0.5 and found.status() != psutil.STATUS_ZOMBIE:
+            return found
+    except psutil.NoSuchProcess:
+        pass
+    return None

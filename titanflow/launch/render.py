@@ -5,8 +5,8 @@ Files written (all a reviewer needs to rerun the job by hand):
   launch.json          torchrun argv and the environment the ranks get
   launch.sh            the same as a shell script; for a job on Slurm (more than one node, or a target
                        Slurm schedules) the batch script, one torchrun agent per node
-                       (titanflow.slurm.batch), which ``sbatch launch.sh`` submits as it is; for a
-                       job on Kubernetes what each pod runs (titanflow.kubernetes.launch)
+                       (titanflow.launch.slurm.batch), which ``sbatch launch.sh`` submits as it is; for a
+                       job on Kubernetes what each pod runs (titanflow.launch.kubernetes.launch)
   trainer_config.json  torchtitan's config of the job (titan_cfg.config_json's view), built
                        in this process, so a config torchtitan rejects fails here, before
                        any rank starts
@@ -24,12 +24,15 @@ from pydantic import BaseModel
 
 from titan_cfg.compile_cache import cache_env
 from titan_cfg.job import JOB_ENV, JOB_FILE, Job
+from titan_cfg.published import Workload, published_for_job
 from titan_cfg.targets import TARGETS
 from titanflow import paths
-from titanflow.judge.published import Workload, published_for_job
 from titanflow.launch.dataset import locate as locate_dataset
-from titanflow.run.params import ScenarioRun
-from titanflow.run.preflight import check_weights_folder
+from titanflow.launch.kubernetes.launch import pod_script
+from titanflow.launch.node import RDZV_ENDPOINT_ENV, RDZV_ID_ENV
+from titanflow.launch.slurm.batch import batch_script
+from titanflow.params import ScenarioRun
+from titanflow.weights.fit import check_weights_folder
 from titanflow.weights.identity import weights_id as weights_id_of
 
 #: torchrun's module entry: applies the target's compat layer, then torchtitan.train.
@@ -54,21 +57,21 @@ class RenderedJob(BaseModel):
     env: dict[str, str]
     trainer_config_path: str
     dataset: str = "botchan"  # the text's name (titanflow.launch.dataset)
-    # local: torchrun here; slurm: launch.sh is a Slurm batch script (titanflow.slurm); kubernetes: launch.sh is what
-    # each pod of the Kubernetes job runs (titanflow.kubernetes)
+    # local: torchrun here; slurm: launch.sh is a Slurm batch script (titanflow.launch.slurm); kubernetes: launch.sh is what
+    # each pod of the Kubernetes job runs (titanflow.launch.kubernetes)
     scheduler: str = "local"
 
 
 def make_job(run: ScenarioRun, weights_dir: Path, run_dir: Path, files_only: bool = False) -> Job:
     """Resolve ``run`` against the target and the weights folder: the dataset of the target
     (titanflow.launch.dataset), the weights id (titanflow.weights.identity) and the published
-    first-step loss that applies (titanflow.judge.published).
+    first-step loss that applies (titan_cfg.published).
 
     ``files_only`` (``titanflow render``): the job is written to be read, not run, so the weights folder
     needs only its config.json and the dataset may be absent (where it was looked for is recorded).
 
     Raises:
-        ValueError: the folder does not fit the run (titanflow.run.preflight.check_weights_folder), or
+        ValueError: the folder does not fit the run (titanflow.weights.fit.check_weights_folder), or
             the dataset is absent for a job that will run.
     """
     target = run.target_spec
@@ -118,12 +121,8 @@ def make_job(run: ScenarioRun, weights_dir: Path, run_dir: Path, files_only: boo
     )
 
 
-#: Placeholders in a multi-node job's torchrun line, given their value on each node by titanflow.launch.node: the
-#: rendezvous endpoint (a free port on the first node), the rendezvous id (unique per launch: the Slurm job id, or
-#: the Kubernetes job's id and the launch's number) and the node's name. The Slurm batch script
-#: (titanflow.slurm.batch) or pod 0's launcher (titanflow.kubernetes.launch) sets the first two.
-RDZV_ENDPOINT_ENV = "TITANFLOW_RDZV_ENDPOINT"
-RDZV_ID_ENV = "TITANFLOW_RDZV_ID"
+#: Placeholders in a multi-node job's torchrun line, given their value on each node by titanflow.launch.node (which
+#: names the variables).
 NODE_PLACEHOLDERS = {"endpoint": f"${{{RDZV_ENDPOINT_ENV}}}", "rdzv_id": f"${{{RDZV_ID_ENV}}}",
                      "node": "${TITANFLOW_NODE}"}
 #: torchrun's console prefix with the global rank (``[default0]:`` is rank 0 on whichever node it runs), so that
@@ -256,12 +255,8 @@ def render(run: ScenarioRun, weights_dir: Path, run_dir: Path, files_only: bool 
     (job_dir / "launch.json").write_text(json.dumps({"argv": argv, "env": env}, indent=2, sort_keys=True) + "\n")
     exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in sorted(env.items()))
     if job.scheduler == "slurm":
-        from titanflow.slurm.batch import batch_script
-
         script = batch_script(job, argv, exports)
     elif job.scheduler == "kubernetes":
-        from titanflow.kubernetes.launch import pod_script
-
         script = pod_script(job, argv, exports)
     else:
         script = f"#!/usr/bin/env bash\nset -euo pipefail\n{exports}exec {shlex.join(argv)}\n"

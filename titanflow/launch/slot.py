@@ -428,7 +428,7 @@ def node_slots(hosts: list[str], run_id: str | None = None,
     """Hold the training slot of every host in ``hosts`` (the nodes a job will run on) for the block, taken one
     after another in sorted order, so two runs whose sets of nodes overlap never each hold a part the other waits
     for; yields them (each :class:`HeldSlot` with its own wait). A Slurm job holds its nodes' slots this way
-    (titanflow.slurm.job), so it never trains on a node where another run trains, Slurm's or not.
+    (titanflow.launch.slurm.job), so it never trains on a node where another run trains, Slurm's or not.
 
     Raises:
         httpx.HTTPStatusError: as :func:`training_slot`.

@@ -20,8 +20,7 @@ from pydantic import BaseModel, Field
 
 from titan_cfg.job import Job
 from titanflow import paths
-from titanflow.judge.loss import non_finite_steps
-from titanflow.launch.metrics import log_tail, run_curve
+from titanflow.launch.metrics import log_tail, non_finite_steps, run_curve
 from titanflow.launch.process import ProcessResult, run_streaming
 from titanflow.launch.render import RenderedJob
 from titanflow.launch.resume import Resume, prepare
@@ -101,9 +100,9 @@ def launch(rendered: RenderedJob, *, timeout_s: float, log_name: str = "train.lo
            extra_env: dict[str, str] | None = None, hold_nodes=None):
     """Run the rendered torchrun line, its output lines to ``on_lines`` (in order, in batches:
     titanflow.launch.forward); returns (ProcessResult, log path). A Slurm
-    job (``rendered.scheduler``) is submitted and followed instead (titanflow.slurm.job.run_job, which holds
+    job (``rendered.scheduler``) is submitted and followed instead (titanflow.launch.slurm.job.run_job, which holds
     ``hold_nodes(hosts)`` over the hosts of its nodes while it trains); a Kubernetes job's launch is handed to its
-    pods (titanflow.kubernetes.launch.run_pods).
+    pods (titanflow.launch.kubernetes.launch.run_pods).
 
     Raises:
         ValueError: ``extra_env`` for a job on Slurm or Kubernetes (its environment is its launch.sh's).
@@ -113,11 +112,11 @@ def launch(rendered: RenderedJob, *, timeout_s: float, log_name: str = "train.lo
         raise ValueError(f"a {rendered.scheduler} job runs with the environment of its launch.sh; cannot add "
                          f"{sorted(extra_env)}")
     if rendered.scheduler == "slurm":
-        from titanflow.slurm.job import run_job
+        from titanflow.launch.slurm.job import run_job
 
         return run_job(rendered, timeout_s=timeout_s, log_path=log_path, on_lines=on_lines, hold_nodes=hold_nodes), log_path
     if rendered.scheduler == "kubernetes":
-        from titanflow.kubernetes.launch import run_pods
+        from titanflow.launch.kubernetes.launch import run_pods
 
         return run_pods(rendered, timeout_s=timeout_s, log_path=log_path, on_lines=on_lines), log_path
     result = run_streaming(
@@ -149,7 +148,7 @@ def run_training(rendered: RenderedJob, *, timeout_s: float, on_lines=lambda _: 
     nodes_job = job if rendered.scheduler != "local" else None
     if rendered.scheduler == "slurm":  # steps an earlier launch's job trained after its follower was killed
         from titanflow.launch.nodes import nodes_dir
-        from titanflow.slurm.job import recover_rank0_steps
+        from titanflow.launch.slurm.job import recover_rank0_steps
 
         recover_rank0_steps(nodes_dir(job), log_path)
     with open(log_path, "a") as log:

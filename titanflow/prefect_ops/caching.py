@@ -228,11 +228,11 @@ def _warmup_material(inputs: Mapping[str, Any]) -> dict:
 
 
 def _render_material(inputs: Mapping[str, Any]) -> dict:
-    from titanflow.judge.published import PUBLISHED_FILE
+    from titan_cfg.published import PUBLISHED_FILE
 
     return {"run": inputs["run"].model_dump(mode="json", exclude={"resume", "timeout_s", "run_id", "runs_dir"}),
             "weights": files_fingerprint(Path(inputs["weights_dir"])), "published": file_fingerprint(PUBLISHED_FILE),
-            "source": source_digest("titanflow.launch.render", "titanflow.judge.published", "titan_cfg")}
+            "source": source_digest("titanflow.launch.render", "titan_cfg.published", "titan_cfg")}
 
 
 def _rendered_intact(rendered) -> bool:

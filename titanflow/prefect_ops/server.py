@@ -35,12 +35,12 @@ from pathlib import Path
 import psutil
 import yaml
 
-from titanflow.prefect_ops.local_server import ServerError, free_port, api_healthy
-from titanflow.launch.process import stop_group
+from titanflow.launch.process import alive, stop_group
+from titanflow.launch.slot import release_stale_slots
+from titanflow.paths import REPO_ROOT, write_atomic
 from titanflow.prefect_ops.alerts import alert_setting, ensure_alerts
 from titanflow.prefect_ops.deployments import PREFECT_YAML, check_prefect_yaml
-from titanflow.paths import REPO_ROOT, write_atomic
-from titanflow.launch.slot import release_stale_slots
+from titanflow.prefect_ops.local_server import ServerError, api_healthy, free_port
 
 #: The project's Prefect home: SQLite database, logs, the record of started processes (git-ignored).
 DEFAULT_HOME = REPO_ROOT / ".prefect"
@@ -111,18 +111,6 @@ def prefect_env(home: Path, api_url: str) -> dict[str, str]:
     """
     return {**os.environ, "PREFECT_HOME": str(home), "PREFECT_API_URL": api_url, "DO_NOT_TRACK": "1",
             "TITANFLOW_ROOT": str(REPO_ROOT)}
-
-
-def alive(proc: Started) -> psutil.Process | None:
-    """The recorded process (anything with ``pid`` and ``create_time``, psutil's start time) if it still runs (same
-    PID and start time), else None."""
-    try:
-        found = psutil.Process(proc.pid)
-        if abs(found.create_time() - proc.create_time) < 0.5 and found.status() != psutil.STATUS_ZOMBIE:
-            return found
-    except psutil.NoSuchProcess:
-        pass
-    return None
 
 
 def _spawn(role: str, argv: list[str], log_path: Path, env: dict[str, str]) -> Started:

@@ -3,7 +3,7 @@
 Prefect's engine sets a flow run Crashed for every exception that is not one of its code's: Ctrl-C
 (``KeyboardInterrupt``), and a SIGTERM that is not a Prefect cancel (``TerminationSignal``: a ``kill``, a node's
 shutdown). titanflow records such a run as ``cancelled`` in its summary, history and report
-(titanflow.run.summary.cancel_cause), and :func:`cancelled_not_crashed`, an ``on_crashed`` hook of every titanflow
+(:func:`cancel_cause`), and :func:`cancelled_not_crashed`, an ``on_crashed`` hook of every titanflow
 flow, sets its flow run Cancelled too, the cause as the state's message, so that the Prefect UI says what the
 history says. A crash of any other cause (``SystemExit``, the API unreachable, the process killed outright, which
 runs no hook) stays Crashed. A Prefect cancel (the UI, ``prefect flow-run cancel``) is Prefect's own
@@ -18,12 +18,39 @@ hook cannot undo it. A task run whose start the server had not recorded yet keep
 
 from __future__ import annotations
 
-from titanflow.run.summary import cancel_cause
+import asyncio
+import signal
+
+from prefect.exceptions import CancelledRun, TerminationSignal
+
+
+def cancel_cause(err: BaseException) -> str | None:
+    """How ``err`` stopped the run from outside, or None when it is a failure of the run itself.
+
+    Prefect's cancel: the worker (or runner) sends the flow-run process SIGTERM, which Prefect
+    raises in the flow as ``prefect.exceptions.TerminationSignal``; Ctrl-C is ``KeyboardInterrupt``;
+    an asyncio cancellation is ``asyncio.CancelledError`` (Prefect's own
+    ``prefect._internal.concurrency.cancellation.CancelledError`` subclasses it); reading the result
+    of a cancelled run raises ``prefect.exceptions.CancelledRun``.
+    """
+    if isinstance(err, KeyboardInterrupt):
+        return "interrupted (Ctrl-C)"
+    if isinstance(err, TerminationSignal):
+        try:
+            name = signal.Signals(err.signal).name
+        except ValueError:
+            name = f"signal {err.signal}"
+        return f"cancelled ({name}: a Prefect cancel, or the process was told to stop)"
+    if isinstance(err, asyncio.CancelledError):
+        return "cancelled (asyncio cancellation)"
+    if isinstance(err, CancelledRun):
+        return f"cancelled ({err})" if str(err) else "cancelled (a Prefect run it waited on was cancelled)"
+    return None
 
 
 def cancelled_not_crashed(flow, flow_run, state) -> None:
     """Prefect ``on_crashed`` hook: the flow run set Cancelled (forced over Crashed) when what crashed it is a stop
-    from outside (:func:`titanflow.run.summary.cancel_cause`); nothing otherwise. Prefect's engine gives the hook
+    from outside (:func:`cancel_cause`); nothing otherwise. Prefect's engine gives the hook
     the Crashed state with the exception as its data, in this process (Prefect 3.9,
     ``prefect.states.exception_to_crashed_state``). Prefect logs and swallows an error the hook raises."""
     cause = cancel_cause(state.data) if isinstance(state.data, BaseException) else None

@@ -1,4 +1,4 @@
-"""Two runs side by side (titanflow.judge.run_compare) as tables, a PNG, terminal text and Prefect artifacts.
+"""Two runs side by side (titanflow.record.run_compare) as tables, a PNG, terminal text and Prefect artifacts.
 
     png = write_comparison_png(comparison, default_png(comparison))   # runs/<B>/compare-<A>.png
     print(comparison_text(comparison))                                 # titanflow compare A B
@@ -19,8 +19,8 @@ from pathlib import Path
 import pandas as pd
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
-from titanflow.judge import history, run_compare
-from titanflow.judge.run_compare import RunComparison
+from titanflow.record import history, run_compare
+from titanflow.record.run_compare import RunComparison
 from titanflow.report.artifacts import artifact_key, png_markdown, table_rows
 from titanflow.report.markdown import markdown_table
 from titanflow.report.plots import write_pair_curves
@@ -122,14 +122,14 @@ def publish_comparison(c: RunComparison, png: Path | None) -> str:
 
 def compare_with_last_pass(run_id: str, history_dir: Path | str | None = None) -> RunComparison | None:
     """The run ``run_id`` (a run_id of the history, else its run folder) against the last passing
-    comparable run before it (titanflow.judge.run_compare.last_passing): the PNG written into its run
+    comparable run before it (titanflow.record.run_compare.last_passing): the PNG written into its run
     folder and both artifacts published (:func:`publish_comparison`). None when there is no such run.
 
     Raises:
         LookupError: ``run_id`` is neither in the history nor a run folder.
-        titanflow.judge.run_compare.NoCurveError: either run logged no loss (nothing is written or published;
+        titanflow.record.run_compare.NoCurveError: either run logged no loss (nothing is written or published;
             the nightly logs it as a report that cannot be made).
-        titanflow.judge.history.HistoryError: the history table cannot be read.
+        titanflow.record.history.HistoryError: the history table cannot be read.
     """
     runs = history.read_history(history_dir=history_dir)
     failed = run_compare.find_run(run_id, runs)

@@ -18,7 +18,7 @@ from pathlib import Path
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from titanflow.judge.loss import non_finite_steps
+from titanflow.launch.metrics import non_finite_steps
 
 #: Figure size in inches and resolution: 6.4 x 3.6 in at 100 dpi = 640 x 360 px.
 FIGSIZE_IN = (6.4, 3.6)
@@ -43,7 +43,7 @@ def curve_points(curve: Curve) -> tuple[list[int], list[float]]:
 
 def non_finite_steps_of(curve: Curve) -> list[int]:
     """Steps of ``curve`` (numbered as :func:`curve_points` numbers them, so a curve logged every few
-    steps keeps its step numbers) whose loss is NaN or infinite (titanflow.judge.loss.non_finite_steps)."""
+    steps keeps its step numbers) whose loss is NaN or infinite (titanflow.launch.metrics.non_finite_steps)."""
     steps, values = curve_points(curve)
     return [steps[i - 1] for i in non_finite_steps(values)]
 
@@ -114,7 +114,7 @@ def write_loss_curve(path: Path, losses: Curve, *, golden: Curve | None = None,
 
 def pair_figure(losses_a: Curve, losses_b: Curve, *, labels: tuple[str, str], margin: float,
                 divergence_step: int | None = None, title: str = "") -> Figure:
-    """Figure of two runs (titanflow.judge.run_compare): on top both losses (nats) per step, A grey and
+    """Figure of two runs (titanflow.record.run_compare): on top both losses (nats) per step, A grey and
     B blue; below, B - A per step (nats) with the band +-``margin`` shaded. A red dotted vertical line
     on both marks ``divergence_step``, the first step where they part by more than ``margin``.
     Non-finite losses are gaps, as in :func:`loss_curve_figure`. 6.4 x 4.8 in at :data:`DPI`.

@@ -17,10 +17,10 @@ from prefect.artifacts import create_markdown_artifact
 
 from titanflow.judge.regression import Finding
 from titanflow.launch.metrics import log_tail
+from titanflow.record.summary import read_summary
 from titanflow.report.artifacts import artifact_key, publish_findings, publish_metrics
 from titanflow.report.markdown import LOG_TAIL_LINES, summary_markdown
 from titanflow.report.plots import Curve, write_loss_curve
-from titanflow.run.summary import read_summary
 
 #: The plot written into the run folder.
 LOSS_CURVE = "loss_curve.png"

@@ -24,8 +24,8 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from prefect.artifacts import create_markdown_artifact
 
-from titanflow.judge import history
 from titanflow.judge.trends import DEFAULT_NIGHTS, TREND_METRICS, trend_table
+from titanflow.record import history
 from titanflow.report.artifacts import png_markdown
 from titanflow.report.markdown import markdown_table
 
@@ -147,7 +147,7 @@ def nightly_trends(target: str, run_ids: list[str], nights: int = DEFAULT_NIGHTS
     PNG, or None when the history has no run of the target (the artifact says so).
 
     Raises:
-        titanflow.judge.history.HistoryError: the history table cannot be read.
+        titanflow.record.history.HistoryError: the history table cannot be read.
     """
     runs = history.read_history(history_dir=history_dir)
     tonight = runs[runs.run_id.isin(run_ids)] if not runs.empty else runs

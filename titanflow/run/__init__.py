@@ -1,1 +1,2 @@
-"""The run: its parameters (ScenarioRun), the checks before compute, the task names and the typed record (summary.json)."""
+"""The run: the checks before compute, the recorder the flow fills, resume, the console view, doctor, and the
+pretrained tiny checkpoint (a training of its own)."""

@@ -11,7 +11,7 @@ summary table (titanflow.cli.print_summary) on stdout.
 
 What drives it, all in the ``titanflow run`` process, where the flow runs (titanflow.cli._run_flow):
 
-- the tasks' starts and ends: the records of :data:`titanflow.run.task_names.PHASE_LOGGER`, which the flow's
+- the tasks' starts and ends: the records of :data:`titanflow.task_names.PHASE_LOGGER`, which the flow's
   RunRecorder writes around each task;
 - the bar: the train task's run-log records (tasks/train.py logs the launch's output lines in batches, one record
   per batch, a line each), whose torchtitan step lines (:func:`titanflow.launch.metrics.parse_step_line`) set the step, loss and tokens/s; a launch line
@@ -37,17 +37,16 @@ from collections.abc import Callable, Iterator
 from typing import IO
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn, \
-    TimeRemainingColumn
+from rich.progress import BarColumn, Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Column
 from rich.text import Text
 
 from titanflow.launch.metrics import parse_launch_line, parse_step_line
-from titanflow.run.task_names import PHASE_LOGGER, TaskName
+from titanflow.task_names import PHASE_LOGGER, TaskName
 
 #: The Prefect loggers of flow runs and task runs (Prefect's logging.yml): what a run logger writes.
 RUN_LOGGERS = ("prefect.flow_runs", "prefect.task_runs")
-#: Mark of a finished task's status line, per ``phase_state`` (titanflow.run.task_names.PHASE_LOGGER).
+#: Mark of a finished task's status line, per ``phase_state`` (titanflow.task_names.PHASE_LOGGER).
 MARKS = {"completed": "✓", "cached": "✓", "failed": "✗", "cancelled": "■"}
 #: Seconds of steps over which rich estimates the time left: a step of a large model on trn2 takes tens of
 #: seconds, and the window must hold two step lines for an estimate (rich's default window is 30 s).

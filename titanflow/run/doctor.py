@@ -14,7 +14,7 @@ One line per check, each failed one with its fix; exit 0 only when all pass. The
 | ``neuron devices`` | - | ``neuron-ls --json-output`` (else ``/dev/neuron*``): devices x 8 physical cores >= ranks x LNC |
 | ``NEURON_LOGICAL_NC_CONFIG`` | - | the ranks get the target's LNC; nothing in this shell or ``NEURON_CC_FLAGS`` says otherwise |
 | ``kernel <op>=<impl>`` | every implementation registered for the target that needs a package or device has it (``rope=neuron``: nkilib's kernel module imports) |
-| ``weights`` | the run's weights folder (``--weights``; default: the deployments', on trn2 the walkthrough's model) fits the run and is complete: titanflow.run.preflight.check_weights_folder (config.json, tokenizer, the index against the model) and titanflow.weights.check.check_checkpoint (every shard, header and tensor), whatever the init. The fix is the ``hf download`` command for the weights' Hub id (titanflow.weights.identity, else the scenario's in titanflow/judge/published_expectations.toml) into the folder a run reads (titanflow.weights.resolve.download_command) |
+| ``weights`` | the run's weights folder (``--weights``; default: the deployments', on trn2 the walkthrough's model) fits the run and is complete: titanflow.weights.fit.check_weights_folder (config.json, tokenizer, the index against the model) and titanflow.weights.check.check_checkpoint (every shard, header and tensor), whatever the init. The fix is the ``hf download`` command for the weights' Hub id (titanflow.weights.identity, else the scenario's in titan_cfg/published_expectations.toml) into the folder a run reads (titanflow.weights.resolve.download_command) |
 | ``dataset`` | the folder the target trains on (titanflow.launch.dataset: Botchan; trn2: the fork's c4_test) |
 | ``compile cache`` | ``<cache root>/compile`` writable |
 | ``disk`` | free space under the runs folder for the export: 2 x parameters x export dtype bytes (torchtitan's sharded save and the consolidated shards; the export hard-links the latter); parameters from the safetensors headers, or, before the weights are downloaded, estimated from config.json (the model built on the meta device), and then the download too: parameters x bytes of config.json's ``torch_dtype``, on the weights folder's disk |
@@ -44,14 +44,10 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from titan_cfg import kernels
-from titan_cfg.scenarios import SCENARIOS
+from titan_cfg.scenarios import SCENARIOS, on_node
 from titan_cfg.targets import TARGETS
 from titanflow import paths
-from titanflow.run.params import ScenarioRun, is_hub_id
-
-#: The install profile whose pins each target checks (profiles/<name>/constraints.txt); cuda runs the cpu
-#: profile's versions (its torch is the CUDA build of the same release).
-PROFILE_OF = {"cpu": "cpu", "cuda": "cpu", "trn2": "trn2"}
+from titanflow.params import ScenarioRun, is_hub_id
 
 #: The file of each install profile that names its Python (major.minor, as pyenv and uv read ``.python-version``):
 #: cpu 3.11 (the CI machines' torch 2.13.0 wheel; the Makefile reads it), trn2 3.12 (the walkthrough's; Neuron 2.33
@@ -61,9 +57,6 @@ PYTHON_FILE = ".python-version"
 #: The torchtitan fork trn2 runs: aws-neuron/torchtitan-neuron at release-2.33, installed as ``torchtitan``;
 #: its version in Neuron 2.33 is 0.2.2+neuron.1 (Neuron release notes, "TorchTitan Neuron").
 FORK_REPO, FORK_REF, FORK_VERSION = "https://github.com/aws-neuron/torchtitan-neuron.git", "release-2.33", "0.2.2+neuron.1"
-
-#: Physical NeuronCores per Neuron device (a Trainium2 chip; Neuron docs, "Logical NeuronCore configuration").
-PHYSICAL_CORES_PER_DEVICE = {"trn2": 8}
 
 #: Where the Neuron tools live on a Neuron DLAMI when they are not on PATH.
 NEURON_TOOLS = Path("/opt/aws/neuron/bin")
@@ -95,7 +88,7 @@ def profile_pins(target: str) -> dict[str, Requirement]:
     Raises:
         FileNotFoundError: the profile file is missing.
     """
-    path = paths.REPO_ROOT / "profiles" / PROFILE_OF[target] / "constraints.txt"
+    path = paths.REPO_ROOT / "profiles" / TARGETS[target]().profile / "constraints.txt"
     pins = {}
     for line in path.read_text().splitlines():
         line = line.split("#", 1)[0].strip()
@@ -111,19 +104,19 @@ def profile_python(target: str) -> str:
     Raises:
         FileNotFoundError: the profile file is missing.
     """
-    return (paths.REPO_ROOT / "profiles" / PROFILE_OF[target] / PYTHON_FILE).read_text().strip()
+    return (paths.REPO_ROOT / "profiles" / TARGETS[target]().profile / PYTHON_FILE).read_text().strip()
 
 
 def check_python(target: str, version: tuple[int, int, int] | None = None) -> Check:
     """This interpreter (or ``version``) against the Python of the target's install profile (:func:`profile_python`)."""
     found = ".".join(map(str, version or sys.version_info[:3]))
-    where = f"profiles/{PROFILE_OF[target]}/{PYTHON_FILE}"
+    where = f"profiles/{TARGETS[target]().profile}/{PYTHON_FILE}"
     try:
         wanted = profile_python(target)
     except FileNotFoundError:
         return Check("python", False, f"{found}; the install profile names no Python ({where} is missing)",
                      "restore profiles/ from the repository")
-    fix = (f"{SETUP_TRN2} (its venv is Python {wanted})" if target == "trn2"
+    fix = (f"{SETUP_TRN2} (its venv is Python {wanted})" if TARGETS[target]().profile == "trn2"
            else f"make setup (creates .venv with Python {wanted})")
     return Check("python", found in SpecifierSet(f"=={wanted}.*"), f"{found} ({target} needs Python {wanted}: {where})",
                  fix)
@@ -136,7 +129,7 @@ def check_packages(target: str) -> list[Check]:
     except FileNotFoundError as err:
         return [Check("packages", False, f"the install profile is missing ({err.filename})", "restore profiles/ "
                       "from the repository")]
-    fix = SETUP_TRN2 if target == "trn2" else "make setup"
+    fix = SETUP_TRN2 if TARGETS[target]().profile == "trn2" else "make setup"
     checks = []
     for name, requirement in pins.items():
         try:
@@ -182,7 +175,7 @@ def check_devices(run: ScenarioRun, dev_dir: Path = Path("/dev")) -> Check:
     ``nc_count`` per device are the logical cores the Neuron tools see), else the ``/dev/neuron<N>`` nodes."""
     target = run.target_spec
     lnc, ranks = target.lnc or 1, run.nproc_per_node_resolved  # the ranks of this node
-    per_device = PHYSICAL_CORES_PER_DEVICE[target.node]
+    per_device = target.physical_cores_per_device
     needed = ranks * lnc
     tool = neuron_ls()
     logical = None
@@ -263,13 +256,13 @@ def check_kernels(target: str) -> list[Check]:
     checks = []
     for op in kernels.OPS.values():
         for impl in op.implementations.values():
-            if target not in impl.targets or not (impl.requires or impl.device):  # nothing to be missing
+            if TARGETS[target]().device not in impl.runs_on or not (impl.requires or impl.device):  # nothing missing
                 continue
             missing = impl.unavailable()
             modules = ", ".join(impl.requires)
             checks.append(Check(f"kernel {op.name}={impl.name}", missing is None, missing or f"{modules} import",
                                 SETUP_TRN2 + " (torch-neuronx, neuronx-cc with nki and nkilib)"
-                                if target == "trn2" else f"install {modules}"))
+                                if TARGETS[target]().profile == "trn2" else f"install {modules}"))
     return checks
 
 
@@ -302,9 +295,9 @@ def resolve_local(weights: str | None, init: str, model_type: str) -> Path:
 def weights_fix(run: ScenarioRun, weights: str | None, folder: Path) -> str:
     """The fix for an incomplete weights ``folder``: the ``hf download`` command that completes it, for the Hub id
     the folder claims (titanflow.weights.identity), else the scenario's published one on the target
-    (titanflow/judge/published_expectations.toml, then the target's deployments); a Hugging Face cache snapshot
+    (titan_cfg/published_expectations.toml, then the target's deployments); a Hugging Face cache snapshot
     is completed in the cache."""
-    from titanflow.judge.published import published_weights_id
+    from titan_cfg.published import published_weights_id
     from titanflow.weights.identity import hub_cache_id, weights_id
     from titanflow.weights.resolve import download_command
 
@@ -322,12 +315,12 @@ def weights_fix(run: ScenarioRun, weights: str | None, folder: Path) -> str:
 
 
 def check_weights(run: ScenarioRun, weights: str | None) -> tuple[Check, Path | None]:
-    """The run's weights folder fits the run (titanflow.run.preflight.check_weights_folder: config.json,
+    """The run's weights folder fits the run (titanflow.weights.fit.check_weights_folder: config.json,
     tokenizer, the index against the model) and is complete whatever the init (titanflow.weights.check.
     check_checkpoint: every shard, header and tensor); returns the check and the folder (None when it is not here).
     Each failure's fix is the exact command (:func:`resolve_local`, :func:`weights_fix`)."""
-    from titanflow.run.preflight import check_weights_folder
     from titanflow.weights.check import check_checkpoint
+    from titanflow.weights.fit import check_weights_folder
 
     name = weights or f"embedded tiny {SCENARIOS[run.scenario].model_type}"
     try:
@@ -442,12 +435,10 @@ def check_disk(run: ScenarioRun, folder: Path) -> Check:
 
 
 def default_weights(target: str, scenario: str) -> str | None:
-    """The weights the target's deployments train the scenario on (titanflow.prefect_ops.deployments.
-    TARGET_WEIGHTS: on trn2 the walkthrough's Hub ids, found under $TITANFLOW_WEIGHTS_ROOT or in the HF
-    cache; for moe the full Qwen3-30B-A3B the flow trims); None elsewhere (the embedded tiny model)."""
-    from titanflow.prefect_ops.deployments import TARGET_WEIGHTS
-
-    return TARGET_WEIGHTS.get(target, {}).get(scenario, {}).get("weights")
+    """The weights the target's deployments train the scenario on (titan_cfg.scenarios.ON_NODE: on trn2 the
+    walkthrough's Hub ids, found under $TITANFLOW_WEIGHTS_ROOT or in the HF cache; for moe the full Qwen3-30B-A3B the
+    flow trims); None elsewhere (the embedded tiny model)."""
+    return on_node(scenario, TARGETS[target]().node).weights
 
 
 def run_checks(run: ScenarioRun, weights: str | None, *, with_weights: bool = True) -> list[Check]:
@@ -456,7 +447,7 @@ def run_checks(run: ScenarioRun, weights: str | None, *, with_weights: bool = Tr
     nodes is checked as one of its nodes (trn2-cluster as trn2: run it there, ``srun -N1 titanflow doctor``)."""
     target = run.target_spec.node
     checks = [check_python(target), *check_packages(target)]
-    if target == "trn2":
+    if run.target_spec.device == "neuron":
         checks += [check_fork(), check_devices(run), check_lnc(run)]
     if run.target_spec.device == "cuda":
         checks.append(check_cuda(run))
@@ -486,13 +477,13 @@ def require_ready(run: ScenarioRun) -> None:
 def doctor(target: str, scenario: str = "native", init: str = "random", weights: str | None = None,
            nproc: int | str | None = None, runs_dir: str | None = None) -> int:
     """Print every check for ``target`` and a summary line; 0 when all pass, 1 otherwise, 2 on bad input
-    (``nproc`` as typed is validated by ScenarioRun, its errors printed by titanflow.run.preflight.describe)."""
+    (``nproc`` as typed is validated by ScenarioRun, its errors printed by titanflow.refusal.describe)."""
     if target not in TARGETS:
         print(f"titanflow: bad input:\ntarget: unknown {target!r}; fix: pass one of {', '.join(TARGETS)}", file=sys.stderr)
         return 2
     from pydantic import ValidationError
 
-    from titanflow.run.preflight import describe
+    from titanflow.refusal import describe
 
     try:  # the weights are checked as a line of their own, not as input
         run = ScenarioRun(scenario=scenario, target=target, init=init, nproc=nproc, runs_dir=runs_dir)

@@ -30,11 +30,11 @@ from pydantic import ValidationError
 
 from titan_cfg.job import CHECKPOINT_FOLDER, JOB_FILE, Job
 from titanflow import paths
-from titanflow.run.params import RUN_ID_MAX, RUN_ID_PATTERN, ScenarioRun, check_resumed_id
+from titanflow.params import RUN_ID_MAX, RUN_ID_PATTERN, ScenarioRun, check_resumed_id
 from titanflow.run.preflight import preflight
 
 if TYPE_CHECKING:  # imported where used: a run id with no folder is refused before pandas and Prefect load (seconds)
-    from titanflow.run.summary import Continuation, RunSummary
+    from titanflow.record.summary import Continuation, RunSummary
 
 #: Parameters a resumed run may give other values: they do not change the job (each launch's time limit).
 CHANGEABLE = ("timeout_s",)
@@ -54,7 +54,7 @@ class Resumption:
 
     def continuation(self, flow_run_id: str | None) -> Continuation:
         """This continuation, by the flow run ``flow_run_id``, as the summary records it."""
-        from titanflow.run.summary import Continuation
+        from titanflow.record.summary import Continuation
 
         said = self.previous.reason or self.previous.error
         return Continuation(flow_run_id=flow_run_id, previous_flow_run_id=self.previous.flow_run_id,
@@ -132,7 +132,7 @@ def resumed_run(given: dict) -> Resumption:
     if not run_dir.is_dir():
         raise ValueError(f"resume: no run folder {run_dir}; fix: pass the id of a run under {root} (--runs-dir names "
                          "another parent)")
-    from titanflow.run.summary import SUMMARY, read_summary
+    from titanflow.record.summary import SUMMARY, read_summary
 
     if not (run_dir / SUMMARY).is_file():
         raise ValueError(f"resume: {run_dir} has no {SUMMARY}, so the run's parameters are unknown; fix: start a new "
@@ -165,7 +165,7 @@ def resumed_run(given: dict) -> Resumption:
     live = live_processes(run_dir)
     if live:
         pids = ", ".join(f"{p.pid} ({p.name()})" for p in live[:5])
-        from titanflow.slurm.job import running_jobs
+        from titanflow.launch.slurm.job import running_jobs
 
         jobs = running_jobs(run_dir / "train" / "nodes") if (run_dir / "train" / "nodes").is_dir() else []
         if jobs:  # a Slurm job trains on after its flow process died: only Slurm can end it
@@ -187,7 +187,7 @@ def own_run_folder(run: ScenarioRun, flow_run_id: str) -> Path | None:
     the ``<scenario>-<target>-<init>-*`` folders of the runs folder."""
     root = run.runs_root()
     candidates = [root / run.run_id] if run.run_id else sorted(root.glob(f"{run.scenario}-{run.target}-{run.init}-*"))
-    from titanflow.run.summary import SUMMARY, read_summary
+    from titanflow.record.summary import SUMMARY, read_summary
 
     for folder in candidates:
         try:

@@ -1,5 +1,5 @@
 """Which published weights a run trains: the weights id the published figures are keyed by
-(titanflow.judge.published), recorded in job.json.
+(titan_cfg.published), recorded in job.json.
 
 First found wins:
 
@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from titanflow.run.params import is_hub_id
+from titanflow.params import is_hub_id
 
 #: The config.json key ``titanflow trim`` records its trim under.
 TRIM_KEY = "titanflow_trim"

@@ -1,7 +1,7 @@
 """Weight resolution: the run's Hugging Face weights folder.
 
-``None`` -> the embedded tiny Qwen3 (built offline by ``titanflow assets``), or for
-pretrained init its pretrained checkpoint (titanflow.weights.pretrained);
+``None`` -> the embedded tiny Qwen3 (built offline by ``titanflow assets``; its pretrained checkpoint, a
+training, is titanflow.run.pretrained's);
 a local folder -> used in place; a Hub id -> ``$TITANFLOW_WEIGHTS_ROOT/<org>/<name>`` when that
 folder holds a config.json (a node's own copy, named once, read offline: ``hf download <id>
 --local-dir $TITANFLOW_WEIGHTS_ROOT/<id>``), else ``huggingface_hub.snapshot_download`` (honours
@@ -30,7 +30,8 @@ from typing import NamedTuple
 
 from pydantic import SecretStr
 
-from titanflow.run.params import is_hub_id
+from titanflow.assets import TINY_SPECS, ensure_assets
+from titanflow.params import is_hub_id
 
 #: What a training run needs from a Hub repo (no optimizer states, no other formats).
 HUB_PATTERNS = ["config.json", "generation_config.json", "*.safetensors", "model.safetensors.index.json",
@@ -220,24 +221,17 @@ def download_command(repo_id: str, folder: Path | None = None) -> str:
     return f"hf download {repo_id} (into the Hugging Face cache {constants.HF_HUB_CACHE})"
 
 
-def resolve_weights(weights: str | None, init: str = "random", model_type: str = "qwen3",
-                    token: HubToken | None = None) -> Path:
+def resolve_weights(weights: str | None, model_type: str = "qwen3", token: HubToken | None = None) -> Path:
     """The local weights folder for ``weights`` (see module docstring); absolute. With no
-    ``weights``, the embedded tiny model of ``model_type`` ("qwen3" or "qwen3_moe"), or for
-    pretrained init its pretrained checkpoint. A Hub id is downloaded with ``token``, or with
+    ``weights``, the embedded tiny model of ``model_type`` ("qwen3" or "qwen3_moe"), random init (its pretrained
+    checkpoint is titanflow.run.pretrained.embedded_weights's). A Hub id is downloaded with ``token``, or with
     :func:`hub_token` when none is given.
 
     Raises:
         WeightsError: missing folder, folder without config.json, a Secret block that cannot be
             loaded, or a failed download.
     """
-    if weights is None and init == "pretrained":
-        from titanflow.weights.pretrained import ensure_pretrained
-
-        return ensure_pretrained(model_type=model_type).resolve()
     if weights is None:
-        from titanflow.assets import TINY_SPECS, ensure_assets
-
         return ensure_assets(spec=TINY_SPECS[model_type]).weights_dir.resolve()
     folder = local_folder(weights)
     if folder is None:

@@ -8,7 +8,7 @@ import pytest
 
 from titanflow.launch.metrics import metrics_table
 from titanflow.paths import REPO_ROOT
-from titanflow.run.summary import RunSummary, read_summary
+from titanflow.record.summary import RunSummary, read_summary
 
 _spec = importlib.util.spec_from_file_location("overhead_benchmark", REPO_ROOT / "benchmarks" / "overhead.py")
 overhead = sys.modules["overhead_benchmark"] = importlib.util.module_from_spec(_spec)  # dataclasses look it up

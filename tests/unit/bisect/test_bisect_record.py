@@ -12,7 +12,7 @@ from helpers.bisect_runs import chain, git, judged_summary, planted_losses, prob
 from titanflow.bisect.probe import BisectFolder
 from titanflow.bisect.record import BISECT_TABLE, append_bisect, read_bisects
 from titanflow.bisect.search import bisect_range, check_inputs, new_result
-from titanflow.judge.history import append_rows, read_history
+from titanflow.record.history import append_rows, read_history
 from titanflow.report.bisect import artifact_name, bisect_markdown, bisect_text, headline, loss_curve, probe_rows
 
 PLANT_AT, COMMITS = 3, 4

@@ -7,7 +7,13 @@ import pytest
 from helpers.bisect_runs import chain, commit, git, scratch_repo
 
 from titanflow.bisect.revisions import (
-    RevisionError, check_range, checkout, commit_message, file_at, subject, worktree,
+    RevisionError,
+    check_range,
+    checkout,
+    commit_message,
+    file_at,
+    subject,
+    worktree,
 )
 
 
@@ -90,14 +96,14 @@ def test_a_worktree_whose_folder_is_taken_is_refused_by_git(repo, tmp_path):
 
 
 def test_the_planted_lr_line_of_the_bisect_e2e_is_the_one_line_that_sets_the_default_lr():
-    """tests/e2e/test_bisect_runs.py plants its regression by replacing LR_LINE in titanflow/run/params.py; a change to
+    """tests/e2e/test_bisect_runs.py plants its regression by replacing LR_LINE in titanflow/params.py; a change to
     that line must fail here, in seconds, not after the e2e's four trainings."""
     from helpers.bisect_runs import LR_LINE, PLANTED_LR_LINE
 
+    from titanflow.params import ScenarioRun
     from titanflow.paths import REPO_ROOT
-    from titanflow.run.params import ScenarioRun
 
-    source = (REPO_ROOT / "titanflow" / "run" / "params.py").read_text()
+    source = (REPO_ROOT / "titanflow" / "params.py").read_text()
     assert source.count(LR_LINE) == 1
     assert ScenarioRun.model_fields["lr"].default == float(LR_LINE.split("(")[1].rstrip(","))
     assert float(PLANTED_LR_LINE.split("(")[1].rstrip(",")) == 3e-3

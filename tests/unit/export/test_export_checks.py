@@ -91,7 +91,7 @@ def test_parity_catches_a_permuted_tensor_with_every_shape_right(export_dir, tin
     tensors["model.layers.0.self_attn.q_proj.weight"] = torch.cat([q[32:64], q[:32], q[64:]])
     save_file(tensors, export_dir / SHARD, metadata={"format": "pt"})
     report = check_parity(exported(), export_dir / "probe.pt")
-    assert report.kl > 1e-6  # the default threshold (titanflow.run.params.Tolerances.parity_kl)
+    assert report.kl > 1e-6  # the default threshold (titanflow.params.Tolerances.parity_kl)
 
 
 def test_round_trip_is_bit_exact_for_the_tiny_model(tiny_assets):

@@ -10,10 +10,10 @@ import pytest
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from titanflow.export.assemble import ExportError, assemble_export
-from titanflow.export.load import check_export
 from titan_cfg.job import Job
 from titan_cfg.model_spec import qwen3_shape
+from titanflow.export.assemble import ExportError, assemble_export
+from titanflow.export.load import check_export
 
 SHARD = "model-00001-of-00001.safetensors"
 
@@ -103,7 +103,7 @@ def test_validate_loads_the_export_in_transformers_once_for_the_load_checks_and_
 
     from titan_cfg.probe import PROBE_FILE, probe_ids
     from titanflow.export.validate import validate_export
-    from titanflow.run.params import Tolerances
+    from titanflow.params import Tolerances
 
     job = _job(tmp_path, tiny_assets.weights_dir)
     _torchtitan_save(job, tiny_assets.weights_dir)

@@ -14,7 +14,7 @@ Tolerance on KL, per position, then averaged over positions (u32 = 2**-24, u64 =
   log-sum-exp's pairwise sum over V entries, then one subtraction each); with the final sum,
   |dKL| <= 4 ceil(log2 V) u64 E_p(|log p| + |log q|).
 
-At KL near the default threshold (titanflow.run.params.Tolerances.parity_kl = 1e-6) this is
+At KL near the default threshold (titanflow.params.Tolerances.parity_kl = 1e-6) this is
 about 2e-9: the chunked check decides as the float64 one did.
 """
 

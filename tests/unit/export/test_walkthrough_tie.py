@@ -76,7 +76,7 @@ def test_an_export_without_an_untied_head_shard_has_nothing_to_leave_out(tmp_pat
 def test_summaries_written_before_the_tied_check_still_read():
     from helpers import FIXTURES
 
-    from titanflow.run.summary import read_summary
+    from titanflow.record.summary import read_summary
 
     summary = read_summary(FIXTURES / "run_folders" / "native-cpu-random" / "summary.json")
     assert summary.validation.walkthrough_tie is None and summary.validation.load.tied

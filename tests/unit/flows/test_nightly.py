@@ -2,7 +2,7 @@
 
 import pytest
 
-from titanflow.run.params import nightly_suite
+from titanflow.params import nightly_suite
 
 
 def test_default_suite_is_every_scenario_with_both_inits():
@@ -38,8 +38,8 @@ def test_cli_refuses_bad_input_before_any_server_starts(capsys):
 
 
 def test_cli_tells_bad_numbers_as_titanflow_run_does_before_any_server_starts(capsys):
-    """Every run's parameters are validated first (titanflow.run.params.nightly_runs), each error told by
-    titanflow.run.preflight.describe, not as the failed state of a flow run."""
+    """Every run's parameters are validated first (titanflow.params.nightly_runs), each error told by
+    titanflow.refusal.describe, not as the failed state of a flow run."""
     import time
 
     from titanflow.cli import main
@@ -54,9 +54,9 @@ def test_cli_tells_bad_numbers_as_titanflow_run_does_before_any_server_starts(ca
 
 
 def test_the_suite_runs_take_the_targets_weights():
-    """trn2's runs are the walkthrough's models (titanflow.prefect_ops.deployments.TARGET_WEIGHTS); cpu's the
+    """trn2's runs are the walkthrough's models (titan_cfg.scenarios.ON_NODE); cpu's the
     embedded tiny ones."""
-    from titanflow.run.params import nightly_runs
+    from titanflow.params import nightly_runs
 
     trn2 = {(p["scenario"], p["init"]): (p.get("weights"), run.trim) for p, run in nightly_runs("trn2", steps=3)}
     assert trn2[("hf_backend", "pretrained")] == ("Qwen/Qwen3-4B-Instruct-2507", None)
@@ -70,10 +70,9 @@ def test_outcome_and_report_of_a_failed_and_a_passed_run(tmp_path):
     from prefect.states import Completed, Failed
 
     from flows.nightly import outcome, suite_markdown
-
     from titanflow.judge.loss import LossVerdict
     from titanflow.judge.regression import Finding
-    from titanflow.run.summary import RunSummary
+    from titanflow.record.summary import RunSummary
 
     loss = LossVerdict(first_step_loss=11.94, expected_first_step_loss=11.944, tolerance=0.15,
                        expectation_source="derived", verdict="pass", reason="|11.9400 - 11.9440| = 0.0040 <= 0.15")
@@ -111,7 +110,8 @@ def test_a_cancelled_run_is_counted_apart_from_the_failed_ones(tmp_path):
 
     from flows.nightly import outcome, suite_markdown, suite_state
     from tasks.train import train
-    from titanflow.run.summary import RunRecorder, RunSummary
+    from titanflow.record.summary import RunSummary
+    from titanflow.run.recorder import RunRecorder
 
     # a run cancelled in train after 2 logged steps (losses of tests/fixtures/run_folders/native-cpu-nan/metrics.csv)
     (tmp_path / "c").mkdir()

@@ -8,10 +8,10 @@ import json
 
 import pandas as pd
 import pytest
-from helpers.prefect_harness import artifacts_of
 from helpers.history_rows import NATIVE_CPU_RANDOM_LOSSES, history_row
+from helpers.prefect_harness import artifacts_of
 
-from titanflow.judge.history import append_rows
+from titanflow.record.history import append_rows
 
 #: The failed run: lr 3e-3 instead of 8e-4 from step 4 on (step 1-3 as the passing runs'), 0.05 nats higher.
 FAILED_LOSSES = NATIVE_CPU_RANDOM_LOSSES[:3] + [x + 0.05 for x in NATIVE_CPU_RANDOM_LOSSES[3:]]

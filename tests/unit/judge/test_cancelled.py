@@ -1,5 +1,5 @@
 """A cancelled or interrupted run is recorded as cancelled, never as a failure: the run record
-(titanflow.run.summary), its verdict, its history row, the regression baselines, the report and the
+(titanflow.record.summary), its verdict, its history row, the regression baselines, the report and the
 command line. The deployment run that `prefect flow-run cancel` stops is in tests/e2e/test_failure_runs.py.
 
 The run folder is a copy of ``tests/fixtures/run_folders/native-cpu-random`` (a real 10-step run) whose
@@ -14,20 +14,22 @@ import signal
 
 import pandas as pd
 import pytest
+from helpers import FIXTURES
 from prefect._internal.concurrency.cancellation import CancelledError as PrefectCancelledError
 from prefect.exceptions import CancelledRun, TerminationSignal
 from prefect.states import Failed
 
-from helpers import FIXTURES
 from tasks.retry import retry_infrastructure_only
 from tasks.train import train
 from tasks.validate import validate
-from titanflow.judge import history
-from titanflow.judge.failures import classify, classify_exception
+from titanflow.judge.failures import classify_exception
 from titanflow.judge.regression import evaluate
 from titanflow.judge.verdict import final_verdict
+from titanflow.prefect_ops.stopped import cancel_cause
+from titanflow.record import history
+from titanflow.record.summary import RunSummary, classify, read_summary
 from titanflow.report.markdown import summary_markdown
-from titanflow.run.summary import RunRecorder, RunSummary, cancel_cause, read_summary
+from titanflow.run.recorder import RunRecorder
 
 pytestmark = pytest.mark.fault
 

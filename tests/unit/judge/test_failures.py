@@ -6,12 +6,12 @@ import json
 import math
 
 import pytest
+from helpers import FIXTURES
 from prefect.states import Failed
 
-from helpers import FIXTURES
 from tasks.retry import retry_infrastructure_only
-from titanflow.judge.failures import classify, classify_exception, classify_failure, matching_signature
-from titanflow.run.summary import RunSummary
+from titanflow.judge.failures import classify_exception, classify_failure, matching_signature
+from titanflow.record.summary import RunSummary, classify
 
 LOGS = FIXTURES / "failure_logs"
 PASSING_RUN = FIXTURES / "run_folders" / "native-cpu-random"
@@ -33,7 +33,7 @@ def _summary(name: str) -> RunSummary:
 
 
 def _train_failure(log: str, why: str = "torchrun exited 1") -> dict:
-    """The summary fields the train task + titanflow.run.summary write when torchrun fails with ``log``."""
+    """The summary fields the train task + titanflow.record.summary write when torchrun fails with ``log``."""
     tail = "\n".join(log.splitlines()[-25:])
     return {"verdict": "fail", "failed_task": "train",
             "error": f"TrainingError: train: {why}; full log runs/x/train.log\n--- last lines ---\n{tail}"}
@@ -69,7 +69,7 @@ def test_training_watchdog_timeout_is_infrastructure():
 
 @pytest.mark.fault
 def test_a_cancelled_run_has_no_failure_class_even_when_its_log_shows_a_killed_rank():
-    # a Prefect cancel or Ctrl-C stops the ranks; titanflow.run.summary records verdict "cancelled"
+    # a Prefect cancel or Ctrl-C stops the ranks; titanflow.record.summary records verdict "cancelled"
     text = _log("sigkill.log")
     assert matching_signature(text)[0] == "infrastructure"
     assert _fields({"verdict": "cancelled", "losses": [11.94, math.nan]}, text) is None
@@ -107,7 +107,7 @@ def test_first_step_loss_out_of_band_is_numerics(tiny_assets):
     from titan_cfg.model_spec import qwen3_shape
     from titanflow.judge.expected_loss import random_init_first_step_loss
     from titanflow.judge.loss import judge
-    from titanflow.run.params import ScenarioRun
+    from titanflow.params import ScenarioRun
 
     # 0.2 nats above the derived random-init loss: compare_loss fails the verdict, no task raises
     verdict = judge([random_init_first_step_loss(151_936, 64) + 0.2], qwen3_shape(tiny_assets.weights_dir),

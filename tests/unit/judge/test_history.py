@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
 from helpers import FIXTURES
+
 from titanflow import paths
-from titanflow.judge import history
+from titanflow.record import history
 
 RUNS = FIXTURES / "run_folders"
 
@@ -101,7 +101,7 @@ def test_missing_summary_names_the_argument(tmp_path):
 _APPENDER = textwrap.dedent("""
     import sys
     from pathlib import Path
-    from titanflow.judge import history
+    from titanflow.record import history
     template = history.row_from_summary(Path(sys.argv[1]))
     for i in range(10):
         history.append_rows([dict(template, run_id=f"{sys.argv[2]}-{i}")], sys.argv[3])
@@ -110,7 +110,7 @@ _APPENDER = textwrap.dedent("""
 
 _READER = textwrap.dedent("""
     import sys, time
-    from titanflow.judge import history
+    from titanflow.record import history
     deadline, reads = time.monotonic() + 60, 0
     while time.monotonic() < deadline:
         n = len(history.read_history(history_dir=sys.argv[1]))  # raises on a torn read

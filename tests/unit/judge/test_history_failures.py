@@ -4,9 +4,9 @@ stands, nothing recorded is lost, and one command sets the table aside so the ne
 import shutil
 
 import pytest
-
 from helpers import FIXTURES
-from titanflow.judge import history
+
+from titanflow.record import history
 
 pytestmark = pytest.mark.fault
 
@@ -45,7 +45,8 @@ def test_a_run_against_a_corrupt_history_says_so_and_keeps_its_verdict(corrupt_h
 
     from flows.scenario import judge_against_history
     from titanflow.judge.loss import LossVerdict
-    from titanflow.run.summary import RunRecorder, RunSummary, read_summary
+    from titanflow.record.summary import RunSummary, read_summary
+    from titanflow.run.recorder import RunRecorder
 
     run_dir = tmp_path / "runs" / "r"
     run_dir.mkdir(parents=True)
@@ -69,7 +70,7 @@ def test_a_run_against_a_corrupt_history_says_so_and_keeps_its_verdict(corrupt_h
 
 def test_the_command_line_names_an_unrecorded_history(capsys):
     from titanflow.cli import print_summary
-    from titanflow.run.summary import RunSummary
+    from titanflow.record.summary import RunSummary
 
     print_summary(RunSummary(run_id="r", scenario="native", target="cpu", init="random", steps=1, verdict="pass",
                              history_error="HistoryError: history: runs.parquet cannot be read"))

@@ -9,7 +9,7 @@ from titanflow.judge.expected_loss import random_init_first_step_loss
 from titanflow.judge.first_step import IndependentLoss
 from titanflow.judge.goldens import write_curve
 from titanflow.judge.loss import judge
-from titanflow.run.params import ScenarioRun
+from titanflow.params import ScenarioRun
 
 TINY_EXPECTED = random_init_first_step_loss(151_936, 64)  # the tiny model's vocab and hidden size
 

@@ -1,4 +1,4 @@
-"""The walkthrough's numbers as data (titanflow/judge/published_expectations.toml) and how the loss verdict
+"""The walkthrough's numbers as data (titan_cfg/published_expectations.toml) and how the loss verdict
 uses them: 6.54 for the published Qwen/Qwen3-4B-Instruct-2507 weights and 12.43 from random init, scenario 1
 on trn2 (AWS walkthrough "Train Qwen3 on AWS Trainium with torchtitan"); the weights id they are keyed by."""
 
@@ -10,16 +10,16 @@ from helpers import FIXTURES
 
 from titan_cfg.job import PublishedFirstStep
 from titan_cfg.model_spec import qwen3_shape
-from titanflow.judge.expected_loss import random_init_first_step_loss
-from titanflow.judge.first_step import IndependentLoss
-from titanflow.judge.loss import judge
-from titanflow.judge.published import (
+from titan_cfg.published import (
     Workload,
     load_published,
     published_for,
     published_for_job,
 )
-from titanflow.run.params import ScenarioRun
+from titanflow.judge.expected_loss import random_init_first_step_loss
+from titanflow.judge.first_step import IndependentLoss
+from titanflow.judge.loss import judge
+from titanflow.params import ScenarioRun
 from titanflow.weights.identity import weights_id
 
 INSTRUCT = "Qwen/Qwen3-4B-Instruct-2507"
@@ -66,7 +66,7 @@ def test_the_job_records_the_figure_as_expectation_only_on_its_workload():
     ("first_step_loss = 6.54", "first_step_loss = nan", "expectation.0.first_step_loss"),
 ])
 def test_a_bad_entry_fails_on_load_naming_it(tmp_path, old, new, message):
-    from titanflow.judge.published import PUBLISHED_FILE
+    from titan_cfg.published import PUBLISHED_FILE
 
     path = tmp_path / "published.toml"
     path.write_text(PUBLISHED_FILE.read_text().replace(old, new, 1))
@@ -75,7 +75,7 @@ def test_a_bad_entry_fails_on_load_naming_it(tmp_path, old, new, message):
 
 
 def test_two_entries_for_one_key_are_refused(tmp_path):
-    from titanflow.judge.published import PUBLISHED_FILE
+    from titan_cfg.published import PUBLISHED_FILE
 
     text = PUBLISHED_FILE.read_text()
     first = text[text.index("[[expectation]]"):text.index("[[expectation]]", text.index("[[expectation]]") + 1)]

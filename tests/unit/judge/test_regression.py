@@ -24,7 +24,7 @@ RECORDED_ENV = {"cpu_model": "Xeon", "cpu_capability": "AVX512", "isa_flags": ["
 
 
 def _row(run_id: str, day: int, **metrics) -> dict:
-    """A history row as titanflow.judge.history writes it, for a native cpu random-init run finishing on ``day``."""
+    """A history row as titanflow.record.history writes it, for a native cpu random-init run finishing on ``day``."""
     row = {"run_id": run_id, "scenario": "native", "target": "cpu", "init": "random", "config_key": "k10",
            "environment_key": environment_key(RECORDED_ENV),
            "verdict": "pass", "finished_at": pd.Timestamp(f"2026-11-{day:02d} 02:00", tz="UTC"),
@@ -180,12 +180,13 @@ def test_a_wait_for_the_training_slot_is_never_a_regression(tmp_path, golden_dir
     slot_wait_s, not to seconds_train or total_s, and no rule flags it (before, it was counted as training
     and flagged +250 %)."""
     from tasks.train import train
-    from titanflow.judge import history
-    from titanflow.run import summary as run_summary
-    from titanflow.run.summary import RunRecorder, RunSummary
+    from titanflow.record import history
+    from titanflow.record.summary import RunSummary
+    from titanflow.run import recorder as run_recorder
+    from titanflow.run.recorder import RunRecorder
 
     clock = iter([1000.0, 1140.0])  # the train block: 140 s from entering it to leaving it
-    monkeypatch.setattr(run_summary.time, "monotonic", lambda: next(clock))
+    monkeypatch.setattr(run_recorder.time, "monotonic", lambda: next(clock))
     record = RunRecorder(tmp_path, RunSummary(run_id="waited", scenario="native", target="cpu", init="random",
                                               steps=10, parameters={"steps": 10}))
     with record.task(train) as timing:

@@ -11,8 +11,8 @@ import pytest
 from helpers import FIXTURES
 from helpers.history_rows import history_row
 
-from titanflow.judge.history import append_rows, read_history
-from titanflow.judge.run_compare import (
+from titanflow.record.history import append_rows, read_history
+from titanflow.record.run_compare import (
     compare,
     curve_margin,
     find_run,
@@ -150,7 +150,7 @@ def test_a_run_without_a_loss_curve_is_refused_naming_it_and_no_png_is_written(t
     import shutil
 
     from titanflow.cli import main
-    from titanflow.judge.run_compare import NoCurveError
+    from titanflow.record.run_compare import NoCurveError
 
     empty = tmp_path / "native-empty"
     shutil.copytree(RANDOM_RUN, empty, ignore=shutil.ignore_patterns("metrics.csv"))
@@ -179,7 +179,7 @@ def test_a_run_by_its_folder_is_its_history_row_when_the_history_has_it(tmp_path
     summary = (folder / "summary.json").read_text()
     (folder / "summary.json").write_text(summary.replace(str(RANDOM_RUN), str(folder)))
     assert find_run(str(folder), read_history(history_dir=tmp_path / "empty"))["source"] == "run folder"
-    from titanflow.judge.history import row_from_summary
+    from titanflow.record.history import row_from_summary
 
     row = row_from_summary(folder / "summary.json").as_record() | {"git_commit": "abc123"}
     append_rows([row], tmp_path / "history")

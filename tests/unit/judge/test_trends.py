@@ -1,5 +1,5 @@
 """Trends: the last nights of each scenario x init from a history built by hand (HistoryRow records written
-with titanflow.judge.history.append_rows and read back), regressions marked, as a table, a PNG and text.
+with titanflow.record.history.append_rows and read back), regressions marked, as a table, a PNG and text.
 
 The history: native and moe on cpu, random init, nights 2026-12-01 to -06, the nightly's workload "k10":
 - native: tokens/s 600, 610, then night 3 a failed run (infrastructure) at 02:00 and a passing rerun (590)
@@ -19,8 +19,8 @@ import pandas as pd
 import pytest
 from helpers.history_rows import history_row
 
-from titanflow.judge.history import append_rows, read_history
 from titanflow.judge.trends import trend_table
+from titanflow.record.history import append_rows, read_history
 from titanflow.report.trends import (
     CELL_IN,
     DPI,

@@ -1,6 +1,6 @@
 """The pods of a titanflow Kubernetes job, without a cluster: the launch records they share
-(titanflow.kubernetes.pods), each pod's role by its index (titanflow.kubernetes.pod), the render of a job on
-Kubernetes (launch.sh of titanflow.kubernetes.launch) and the preflight that refuses a run outside pod 0."""
+(titanflow.launch.kubernetes.pods), each pod's role by its index (titanflow.launch.kubernetes.pod), the render of a job on
+Kubernetes (launch.sh of titanflow.launch.kubernetes.launch) and the preflight that refuses a run outside pod 0."""
 
 import json
 import subprocess
@@ -9,9 +9,10 @@ import sys
 import pytest
 
 from titanflow import paths
-from titanflow.kubernetes import pods
-from titanflow.kubernetes.pod import main as pod_main, run_agent
-from titanflow.run.params import ScenarioRun
+from titanflow.launch.kubernetes import pods
+from titanflow.launch.kubernetes.pod import main as pod_main
+from titanflow.launch.kubernetes.pod import run_agent
+from titanflow.params import ScenarioRun
 from titanflow.run.preflight import check_pod_zero
 
 

@@ -1,6 +1,6 @@
-"""The trn2-eks work pool template (titanflow.kubernetes.template): pinned by deployments/kubernetes/trn2-eks.json,
+"""The trn2-eks work pool template (titanflow.launch.kubernetes.template): pinned by deployments/kubernetes/trn2-eks.json,
 accepted by Prefect's own work-pool validation, and, with its placeholders filled as Prefect fills them, a batch/v1
-Job the official Kubernetes client's models read field for field, whose pods run titanflow.kubernetes.pod.
+Job the official Kubernetes client's models read field for field, whose pods run titanflow.launch.kubernetes.pod.
 (tests/e2e/test_kubernetes_pods.py runs the manifest Prefect's Kubernetes worker makes of it, as processes here.)
 
 Write the file again after an intended change with
@@ -16,8 +16,13 @@ from prefect.server.schemas.actions import WorkPoolCreate
 from prefect.utilities.templating import apply_values
 
 from titan_cfg.targets import EFA_ENV
-from titanflow.kubernetes.template import (EFA_RESOURCE, NEURON_RESOURCE, TEMPLATE_PATH, trn2_eks_job_template,
-                                          write_template)
+from titanflow.launch.kubernetes.template import (
+    EFA_RESOURCE,
+    NEURON_RESOURCE,
+    TEMPLATE_PATH,
+    trn2_eks_job_template,
+    write_template,
+)
 
 
 def _filled(template: dict, **given) -> dict:
@@ -80,7 +85,7 @@ def test_filled_in_it_is_a_kubernetes_job_of_one_pod_per_trn2_node_with_its_neur
     (term,) = pod.affinity.pod_anti_affinity.required_during_scheduling_ignored_during_execution
     assert term.topology_key == "kubernetes.io/hostname"  # never two pods of the job on one node:
     assert term.match_label_keys == ["batch.kubernetes.io/controller-uid"]  # those with this pod's Job uid
-    from titanflow.kubernetes.launch import CANCEL_WAIT_S
+    from titanflow.launch.kubernetes.launch import CANCEL_WAIT_S
     from titanflow.launch.process import KILL_GRACE_S
 
     assert pod.termination_grace_period_seconds > CANCEL_WAIT_S + KILL_GRACE_S  # a launch's cancel ends in it
@@ -92,11 +97,11 @@ def test_filled_in_it_is_a_kubernetes_job_of_one_pod_per_trn2_node_with_its_neur
     assert env.items() >= {**EFA_ENV, "NEURON_LOGICAL_NC_CONFIG": "2", "TITANFLOW_ROOT": "/fsx/titanflow"}.items()
     assert env["TITANFLOW_POD_COUNT"] == "4 "  # text, as Kubernetes wants an environment value (the run checks it)
     given = {e.name: e.value_from.field_ref.field_path for e in container.env if e.value_from is not None}
-    assert given == {  # the downward API (titanflow.kubernetes.pods): the job's uid, the pod's IP and name
+    assert given == {  # the downward API (titanflow.launch.kubernetes.pods): the job's uid, the pod's IP and name
         "TITANFLOW_POD_GROUP": "metadata.labels['batch.kubernetes.io/controller-uid']",
         "TITANFLOW_POD_IP": "status.podIP", "TITANFLOW_NODE": "metadata.name"}
-    # pod 0 runs the flow-run command, the others the agent: titanflow.kubernetes.pod decides by the pod's index
-    assert container.command + container.args == ["python", "-m", "titanflow.kubernetes.pod", "--", "prefect",
+    # pod 0 runs the flow-run command, the others the agent: titanflow.launch.kubernetes.pod decides by the pod's index
+    assert container.command + container.args == ["python", "-m", "titanflow.launch.kubernetes.pod", "--", "prefect",
                                                   "flow-run", "execute"]
     assert env["PREFECT__FLOW_RUN_ID"]  # the worker's environment is every pod's
     assert job.metadata.generate_name == "flow-run-1-" and job.metadata.name is None  # unique per submission

@@ -48,7 +48,7 @@ def test_an_unset_placeholder_is_written_to_the_console_and_exits_2(tmp_path, mo
 
 
 def test_a_pods_name_comes_before_slurms_and_fills_the_node_placeholder(tmp_path, monkeypatch):
-    """TITANFLOW_NODE (set from the pod's name, titanflow.kubernetes.template) names the node; the launch line's
+    """TITANFLOW_NODE (set from the pod's name, titanflow.launch.kubernetes.template) names the node; the launch line's
     ``${TITANFLOW_NODE}`` (titanflow.launch.render.NODE_PLACEHOLDERS) takes the name, Slurm's or the pod's."""
     monkeypatch.setenv("SLURMD_NODENAME", "n1")
     monkeypatch.setenv("TITANFLOW_NODE", "job-x-1")

@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 
 from titan_cfg.job import JOB_ENV, Job
+from titan_cfg.scenarios import SCENARIOS, on_node
 from titanflow import paths
 from titanflow.judge.goldens import RENDER_DIR
 from titanflow.launch.render import render
-from titanflow.run.params import ScenarioRun
+from titanflow.params import ScenarioRun
 
 GOLDEN = RENDER_DIR
 
@@ -72,8 +73,8 @@ def test_a_config_torchtitan_rejects_fails_the_render_naming_the_error(tmp_path,
     ("glibc.malloc.hugetlb=0", "glibc.malloc.hugetlb=0"),  # the caller turns huge pages off
 ])
 def test_the_ranks_get_the_callers_glibc_tunables_before_the_targets(monkeypatch, callers, ranks):
-    from titanflow.launch.render import launch_line, make_job
     from titanflow.assets import ensure_assets
+    from titanflow.launch.render import launch_line, make_job
 
     if callers is None:
         monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
@@ -118,9 +119,11 @@ def test_moe_cpu_job_swaps_rope_and_keeps_routing_exportable(tmp_path):
             64, 48)
 
 
-TRN2_WEIGHTS = {"native": ("qwen3-4b-instruct-2507", "Qwen3-4B-Instruct-2507"),
-                "hf_backend": ("qwen3-4b-instruct-2507", "Qwen3-4B-Instruct-2507"),
-                "moe": ("qwen3-30b-a3b-trimmed", "Qwen3-30B-A3B-trimmed")}
+#: Scenario -> (the config-only fixture folder of the weights its trn2 runs train, the folder's name): the Hub
+#: model's name (titan_cfg.scenarios.ON_NODE), "-trimmed" when the run trims it (tests/fixtures/).
+TRN2_WEIGHTS = {scenario: (name.lower(), name) for scenario in SCENARIOS
+                for row in [on_node(scenario, "trn2")]
+                for name in [row.weights.split("/")[-1] + ("-trimmed" if row.trim else "")]}
 #: The goldens: every scenario x init with the default spec, and scenario 2 as the walkthrough builds it.
 TRN2_RENDERS = [(scenario, init, "config") for scenario in TRN2_WEIGHTS for init in ("random", "pretrained")] + [
     ("native", "random", "walkthrough")]
@@ -341,14 +344,14 @@ def test_the_render_command_says_which_weights_it_used(tmp_path, monkeypatch, ca
     """cpu, init pretrained, no --weights: the embedded tiny checkpoint, pretrained on first use (minutes of CPU),
     said before it is built and named after; here a stand-in returns the tiny folder instead of pretraining."""
     from titanflow.cli import main
-    from titanflow.weights import pretrained
+    from titanflow.run import pretrained
 
     monkeypatch.setattr(pretrained, "ensure_pretrained", lambda model_type: tiny_assets.weights_dir)
     assert main(["render", "native", "--init", "pretrained", "--runs-dir", str(tmp_path)]) == 0
     out, err = capsys.readouterr()
     assert Path(out.strip()).name == "job" and err == (
         "titanflow: weights: none given for init pretrained: the embedded tiny qwen3's pretrained checkpoint "
-        "(titanflow.weights.pretrained: pretrained on this CPU on first use, then kept in the cache)\n"
+        "(titanflow.run.pretrained: pretrained on this CPU on first use, then kept in the cache)\n"
         f"titanflow: weights: {tiny_assets.weights_dir.resolve()} (the embedded tiny qwen3's pretrained checkpoint)\n")
     assert main(["render", "native", "--runs-dir", str(tmp_path)]) == 0
     assert capsys.readouterr().err == f"titanflow: weights: {tiny_assets.weights_dir.resolve()} (the embedded tiny qwen3)\n"

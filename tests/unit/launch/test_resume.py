@@ -23,7 +23,7 @@ from titanflow.launch.metrics import (
 from titanflow.launch.render import RenderedJob, make_job, render
 from titanflow.launch.resume import launches, prepare
 from titanflow.launch.torchrun import TrainingError, run_training
-from titanflow.run.params import ScenarioRun
+from titanflow.params import ScenarioRun
 
 
 def step_line(step: int, loss: float) -> str:

@@ -28,7 +28,7 @@ TORCH_NEURONX_VARIABLES = {"TORCH_NEURONX_NEFF_CACHE_DIR", "TORCH_NEURONX_HLO_CA
 def rendered(tiny_assets, tmp_path_factory):
     """A cpu job rendered with compile on (its job.json is what the warm-up reads)."""
     from titanflow.launch.render import render
-    from titanflow.run.params import ScenarioRun
+    from titanflow.params import ScenarioRun
 
     return render(ScenarioRun(steps=3, compile=True), tiny_assets.weights_dir, tmp_path_factory.mktemp("warm") / "run")
 
@@ -135,7 +135,7 @@ def test_a_warm_up_whose_compiler_wrote_nothing_leaves_no_marker(rendered, tmp_p
 def _eager_rendered(tiny_assets, tmp_path, scenario: str, target: str = "cpu"):
     """A ``target`` job of ``scenario`` with compile off, its inductor cache folder under ``tmp_path``."""
     from titanflow.launch.render import render
-    from titanflow.run.params import ScenarioRun
+    from titanflow.params import ScenarioRun
 
     done = render(ScenarioRun(scenario=scenario, target=target, steps=3, nproc_per_node=1, compile=False),
                   tiny_assets.weights_dir, tmp_path / "run")

@@ -70,7 +70,7 @@ def test_the_torchtitan_config_key_is_the_same_for_every_run_id(tmp_path, tiny_a
     """The config is built for the job without its run: two runs of one job share it, another seed does not."""
     from titan_cfg.job import JOB_ENV
     from titanflow.launch.render import make_job, without_run
-    from titanflow.run.params import ScenarioRun
+    from titanflow.params import ScenarioRun
 
     def key(run_id: str, seed: int = 0) -> str:
         job = make_job(ScenarioRun(seed=seed), tiny_assets.weights_dir, tmp_path / run_id)
@@ -121,7 +121,7 @@ def test_a_training_is_cached_for_its_own_run_folder_while_its_final_save_and_me
     step's index names are there."""
     from titanflow.launch.render import RenderedJob, make_job
     from titanflow.launch.torchrun import TrainResult
-    from titanflow.run.params import ScenarioRun
+    from titanflow.params import ScenarioRun
 
     def rendered(run_id: str) -> RenderedJob:
         run_dir = tmp_path / run_id

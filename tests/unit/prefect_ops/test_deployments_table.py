@@ -11,8 +11,8 @@ from flows.nightly import qwen3_nightly
 from flows.scenario import qwen3_scenario
 from titan_cfg.scenarios import SCENARIOS
 from titan_cfg.targets import TARGETS
+from titanflow.params import INITS, ScenarioRun
 from titanflow.prefect_ops.deployments import BISECT_TARGETS, WORK_POOLS, check_prefect_yaml, expected_deployments
-from titanflow.run.params import INITS, ScenarioRun
 
 
 def test_prefect_yaml_holds_every_scenario_x_target_x_init_and_a_nightly_per_target():
@@ -94,9 +94,9 @@ def test_trn2_deployments_train_the_walkthroughs_models():
 
 def test_the_trn2_nightly_runs_take_the_deployments_weights(monkeypatch, tmp_path):
     """nightly-trn2 passes only the target: each of its scenario runs gets the weights of the scenario's
-    deployment (TARGET_WEIGHTS), not the embedded tiny models."""
+    deployment (titan_cfg.scenarios.ON_NODE: the walkthrough's trimmed Qwen3-30B-A3B), not the embedded tiny models."""
     from flows import nightly
-    from titanflow.prefect_ops.deployments import TARGET_WEIGHTS
+    from titan_cfg.scenarios import WALKTHROUGH_TRIM
 
     calls = []
 
@@ -108,7 +108,8 @@ def test_the_trn2_nightly_runs_take_the_deployments_weights(monkeypatch, tmp_pat
     monkeypatch.setattr(nightly, "get_run_logger", lambda: logging.getLogger("nightly"))  # no flow run here
     with pytest.raises(RuntimeError, match="stop"):
         nightly.qwen3_nightly.fn(target="trn2", scenarios=["moe"], inits=["pretrained"], runs_dir=str(tmp_path))
-    assert calls[0]["weights"] == "Qwen/Qwen3-30B-A3B" and calls[0]["trim"] == TARGET_WEIGHTS["trn2"]["moe"]["trim"]
+    assert calls[0]["weights"] == "Qwen/Qwen3-30B-A3B" and calls[0]["trim"] == WALKTHROUGH_TRIM == {"layers": 4, "experts": 64,
+                                                                                               "top_k": 4}
 
 
 def test_every_trn2_deployment_installs_the_trn2_profile_before_it_runs_and_no_cpu_one_does():

@@ -1,5 +1,5 @@
 """titanflow.prefect_ops.stopped on a real Prefect server: a flow run stopped from outside (Ctrl-C, a SIGTERM that is
-not a Prefect cancel) ends Cancelled with the cause titanflow records (titanflow.run.summary.cancel_cause), not
+not a Prefect cancel) ends Cancelled with the cause titanflow records (titanflow.prefect_ops.stopped.cancel_cause), not
 Crashed; any other crash stays Crashed; every titanflow flow has the hook. The Ctrl-C of a real `titanflow run` is
 tests/e2e/test_fault_runs.py."""
 
@@ -115,10 +115,11 @@ def test_every_titanflow_flow_has_the_hook():
 
 @pytest.mark.usefixtures("prefect_server")
 def test_a_nightly_interrupted_in_a_scenario_run_names_that_run_in_its_log_and_ends_cancelled(monkeypatch, tmp_path):
-    import flows.nightly
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName, LogFilter, LogFilterFlowRunId
     from prefect.logging.handlers import APILogWorker
+
+    import flows.nightly
 
     def interrupted_scenario(**params):  # Ctrl-C while the suite's first scenario run trains
         raise KeyboardInterrupt

@@ -18,6 +18,7 @@ from helpers import FIXTURES
 from tasks.report import report
 from tasks.train import train
 from titanflow.launch.metrics import metrics_table
+from titanflow.record.summary import RunSummary
 from titanflow.report import artifacts
 from titanflow.report.artifacts import publish_findings, table_cell, table_rows
 from titanflow.report.plots import (
@@ -25,7 +26,7 @@ from titanflow.report.plots import (
     non_finite_steps_of,
     write_loss_curve,
 )
-from titanflow.run.summary import RunRecorder, RunSummary
+from titanflow.run.recorder import RunRecorder
 
 FIELDS = {"run_id": "native-cpu-random-diverged", "scenario": "native", "target": "cpu", "init": "random", "steps": 3}
 #: The fixture log's three losses, step 2 made inf and step 3 NaN.

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from helpers.stand_ins import STAND_INS, installed_distributions, stand_ins
 
+from titanflow.params import ScenarioRun
 from titanflow.run import doctor
-from titanflow.run.params import ScenarioRun
 
 #: The walkthrough's stack (profiles/trn2/constraints.txt): torch 2.14.0, torch-neuronx 2.14.3(.0.*), transformers 5.16.0.
 TRN2_STACK = {"torch": "2.14.0", "torch-neuronx": "2.14.3.0.1234", "transformers": "5.16.0"}
@@ -339,7 +339,7 @@ RANKS = "nproc_per_node"
                          "'pretrained' for --init"),
 ])
 def test_doctor_bad_numbers_are_told_as_titanflow_run_tells_them(capsys, args, line):
-    """Field, what is wrong, the fix (titanflow.run.preflight.describe), not pydantic's own dump."""
+    """Field, what is wrong, the fix (titanflow.refusal.describe), not pydantic's own dump."""
     from titanflow.cli import main
 
     assert main(["doctor", *args]) == 2

@@ -8,7 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from titanflow.cli import main
-from titanflow.run.params import ScenarioRun, check_runs_dir_writable, is_hub_id
+from titanflow.params import ScenarioRun, check_runs_dir_writable, is_hub_id
 
 
 @pytest.mark.fault
@@ -145,7 +145,7 @@ def test_a_config_vocab_size_below_the_tokenizers_ids_is_refused_before_a_launch
     """The Qwen3 tokenizer's ids run to 151,668 (151,643 BPE ranks and 26 added tokens, titanflow.assets); a
     config.json with fewer embedding rows failed each rank's first forward pass (IndexError) after the launch."""
     from titanflow.assets.tokenizer import QWEN3_ADDED_TOKENS, QWEN_RANKS_COUNT
-    from titanflow.run.preflight import check_tokenizer_fits
+    from titanflow.weights.fit import check_tokenizer_fits
 
     assert QWEN_RANKS_COUNT + len(QWEN3_ADDED_TOKENS) - 1 == 151_668  # the largest id the message names
     runs = tmp_path / "runs"
@@ -213,7 +213,7 @@ def test_steps_are_bounded_by_the_timeout_at_the_fastest_step_the_target_can_do(
                                               rf"1,800; fix: pass at most {most} steps or a longer --timeout-s"):
         ScenarioRun(steps=most + 1)
     assert ScenarioRun(steps=most + 1, timeout_s=3600).steps == most + 1
-    from titanflow.run.params import MAX_TIMEOUT_S
+    from titanflow.params import MAX_TIMEOUT_S
 
     longest = int(MAX_TIMEOUT_S / fastest)  # at the longest timeout the fix is fewer steps alone
     with pytest.raises(ValidationError, match=rf"fix: pass at most {longest} steps \(--timeout-s {MAX_TIMEOUT_S} is the "
@@ -222,7 +222,7 @@ def test_steps_are_bounded_by_the_timeout_at_the_fastest_step_the_target_can_do(
 
 
 def test_bad_values_are_told_with_the_field_what_is_wrong_and_the_fix(tmp_path, capsys):
-    """titanflow.run.preflight.describe: one line per field, the value given and what to pass (pydantic's
+    """titanflow.refusal.describe: one line per field, the value given and what to pass (pydantic's
     own text without its links and input dumps)."""
     assert main(["run", "native", "--steps", "abc", "--lr", "0", "--compile", "maybe",
                  "--runs-dir", str(tmp_path)]) == 2
@@ -243,7 +243,7 @@ def test_bad_values_are_told_with_the_field_what_is_wrong_and_the_fix(tmp_path, 
 def test_pretrained_off_cpu_names_its_weights_before_anything_is_built(tmp_path, capsys, target, usual):
     """Without --weights, init pretrained would pretrain the embedded tiny checkpoint on this CPU first (minutes of
     compute in a command that only renders) and train no model of the target: refused for run and render alike,
-    with the weights the target's deployments pass (titanflow.prefect_ops.deployments.TARGET_WEIGHTS)."""
+    with the weights the target's deployments pass (titan_cfg.scenarios.ON_NODE)."""
     for command in ("render", "run"):
         assert main([command, "native", "--target", target, "--init", "pretrained",
                      "--runs-dir", str(tmp_path / "runs")]) == 2
@@ -278,7 +278,7 @@ def test_a_trim_of_a_hub_id_is_checked_where_its_copy_is_local(tmp_path, monkeyp
 
     from helpers import FIXTURES
 
-    from titanflow.run.preflight import check_trim_fits
+    from titanflow.weights.fit import check_trim_fits
 
     shutil.copytree(FIXTURES / "qwen3-30b-a3b", tmp_path / "Qwen" / "Qwen3-30B-A3B")
     monkeypatch.setenv("TITANFLOW_WEIGHTS_ROOT", str(tmp_path))
@@ -373,15 +373,14 @@ def test_every_run_option_says_what_it_is_in_its_help():
     assert all(f"{name} {','.join(f'{op}={impl}' for op, impl in target().kernels.items())}" in kernels_help
                for name, target in TARGETS.items())
     # where a scenario's own value replaces the target's (titan_cfg/scenarios.py): named with its node type
-    from titan_cfg.scenarios import SCENARIOS
+    from titan_cfg.scenarios import ON_NODE
 
     seq_len_help = ScenarioRun.model_fields["seq_len"].description
-    assert all(f"{name} on {node}: {tokens}" in seq_len_help
-               for name, scenario in SCENARIOS.items() for node, tokens in scenario.seq_len.items())
+    assert all(f"{name} on {node}: {row.seq_len}" in seq_len_help for (name, node), row in ON_NODE.items() if row.seq_len)
     assert "hf_backend on trn2: 2048" in seq_len_help  # walkthrough scenario 1's workload
     assert "hf_backend on cpu: at most 1 rank(s)" in ScenarioRun.model_fields["nproc_per_node"].description
-    assert all(f"{name} on {node}: {','.join(f'{op}={impl}' for op, impl in chosen.items())}" in kernels_help
-               for name, scenario in SCENARIOS.items() for node, chosen in scenario.kernels.items())
+    assert all(f"{name} on {node}: {','.join(f'{op}={impl}' for op, impl in row.kernels.items())}" in kernels_help
+               for (name, node), row in ON_NODE.items() if row.kernels)
 
 
 def test_the_top_level_help_lists_every_command_in_plain_text(capsys):

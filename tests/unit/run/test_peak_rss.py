@@ -6,9 +6,10 @@ from pathlib import Path
 
 from tasks.export import export
 from tasks.validate import validate
-from titanflow.judge.history import row_from_summary
+from titanflow.record.history import row_from_summary
+from titanflow.record.summary import RunSummary, read_summary
 from titanflow.run.peak_rss import peak_rss_bytes, reset_peak_rss
-from titanflow.run.summary import RunRecorder, RunSummary, read_summary
+from titanflow.run.recorder import RunRecorder
 
 MIB = 2**20
 

@@ -5,9 +5,10 @@ shown, not only kept in the file. The run is ``tests/fixtures/legacy_run`` (a re
 import re
 
 from helpers import FIXTURES
+
 from titanflow.cli import print_summary
 from titanflow.launch.torchrun import TrainResult
-from titanflow.run.summary import read_summary
+from titanflow.record.summary import read_summary
 
 
 def _legacy(**train):
@@ -47,7 +48,7 @@ def test_a_retried_training_says_how_many_launches_it_took(capsys):
 def test_a_resumed_run_says_the_step_it_went_on_from_as_the_flow_log_does(capsys):
     import datetime
 
-    from titanflow.run.summary import Continuation
+    from titanflow.record.summary import Continuation
 
     summary = _legacy()
     for from_step, said in ((None, "1 (no complete step checkpoint)"), (6, "6")):  # "step 0" before, for None
@@ -60,7 +61,7 @@ def test_a_resumed_run_says_the_step_it_went_on_from_as_the_flow_log_does(capsys
 def test_a_failed_run_says_its_folder_and_its_failure_class_as_the_history_records_it(capsys):
     """tests/fixtures/run_folders/native-cpu-nan: a real native cpu run at lr 1e6 whose ranks raised on a NaN loss
     (torchrun exited 1); its class is numerics, by its losses, for the printed summary and the history row alike."""
-    from titanflow.judge.history import row_from_summary
+    from titanflow.record.history import row_from_summary
 
     run_dir = FIXTURES / "run_folders" / "native-cpu-nan"
     summary = read_summary(run_dir / "summary.json")

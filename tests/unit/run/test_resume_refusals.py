@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 
 from titanflow.cli import main
-from titanflow.run.params import ScenarioRun
+from titanflow.params import ScenarioRun
+from titanflow.record.summary import Continuation, RunSummary, read_summary
+from titanflow.run.recorder import RunRecorder
 from titanflow.run.resume import newest_complete_step, own_run_folder, resumed_run
-from titanflow.run.summary import Continuation, RunRecorder, RunSummary, read_summary
-from titanflow.run.task_names import TaskName
+from titanflow.task_names import TaskName
 
 pytestmark = pytest.mark.fault
 
@@ -158,7 +159,7 @@ def test_a_retried_flow_run_finds_the_folder_it_made(tmp_path):
 
 
 def test_the_summary_and_history_row_count_the_resumes(tmp_path):
-    from titanflow.judge import history
+    from titanflow.record import history
 
     run_dir = _run_folder(tmp_path)
     summary = read_summary(run_dir / "summary.json")

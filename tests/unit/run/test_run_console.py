@@ -14,12 +14,13 @@ import re
 import types
 
 import pytest
+from helpers import FIXTURES
 from rich.console import Console
 
-from helpers import FIXTURES
+from titanflow.record.summary import RunSummary
 from titanflow.run.console import RunView, wants_view
-from titanflow.run.summary import RunRecorder, RunSummary
-from titanflow.run.task_names import PHASE_LOGGER
+from titanflow.run.recorder import RunRecorder
+from titanflow.task_names import PHASE_LOGGER
 
 LOG_LINES = (FIXTURES / "train-native-cpu-3steps.log").read_text().splitlines()
 STEPS, WORLD_SIZE = 3, 2  # the fixture's run: --steps 3, 2 ranks

@@ -1,4 +1,4 @@
-"""titanflow.slurm.job's parts that need no cluster: where each line of a launch goes, the node that failed
+"""titanflow.launch.slurm.job's parts that need no cluster: where each line of a launch goes, the node that failed
 first, the time limit and the site's settings. The job itself is followed on a real cluster in
 tests/e2e/test_slurm_runs.py."""
 
@@ -9,10 +9,10 @@ import shutil
 
 import pytest
 
-from titanflow.launch.process import KILL_GRACE_S
 from titanflow.launch.nodes import NodeLog, NodeRouter, first_failed, node_exits
-from titanflow.slurm.job import time_limit
-from titanflow.slurm.settings import SlurmSettings
+from titanflow.launch.process import KILL_GRACE_S
+from titanflow.launch.slurm.job import time_limit
+from titanflow.launch.slurm.settings import SlurmSettings
 
 
 def _router():

@@ -6,7 +6,7 @@ while the job still runs is refused with the scancel that ends it (measured: a 2
 import pytest
 
 from titanflow.launch.metrics import launch_line, metrics_table
-from titanflow.slurm import job as slurm_job
+from titanflow.launch.slurm import job as slurm_job
 
 
 def step(step: int, loss: float, rank0: bool = True) -> str:

@@ -24,7 +24,7 @@ def test_the_cpu_instruction_set_is_in_the_key_of_cpu_targets_only(tmp_path, tin
     """inductor's code for AVX2 is not the scalar code of a machine without it: another folder. The
     trn2 key (device code from neuronx-cc) does not move with the host CPU."""
     from titanflow.launch.render import render
-    from titanflow.run.params import ScenarioRun
+    from titanflow.params import ScenarioRun
 
     job = render(ScenarioRun(steps=3), tiny_assets.weights_dir, tmp_path / "cpu").job_path
     assert _key_under(job, "cpu", "avx2") != _key_under(job, "cpu", "default")

@@ -120,14 +120,14 @@ def test_kernel_rope_module_equals_torchtitan_cosin_rope():
     ({"rope": "fast"}, "unknown rope implementation 'fast'; fix: pass one of reference, cpu, neuron, cuda"),
     ({"rotary": "cpu"}, "unknown op 'rotary'; fix: pass one of the known ops and implementations: rope: reference, "
                         "cpu, neuron, cuda; attention: flex, sdpa"),
-    ({"rope": "neuron"}, "rope=neuron does not run on target cpu (it runs on trn2); fix: for cpu pass one of "
+    ({"rope": "neuron"}, "rope=neuron does not run on cpu targets (it runs on neuron); fix: on cpu pass one of "
                          "reference, cpu"),
-    ({"attention": "flex"}, "attention=flex does not run on target cpu"),
+    ({"attention": "flex"}, "attention=flex does not run on cpu targets"),
 ])
 def test_bad_kernel_choice_fails_at_config_time(kernel_choice, message):
     from pydantic import ValidationError
 
-    from titanflow.run.params import ScenarioRun
+    from titanflow.params import ScenarioRun
 
     with pytest.raises(ValidationError, match=message.replace("(", r"\(").replace(")", r"\)")):
         ScenarioRun(scenario="moe", target="cpu", kernels=kernel_choice)
@@ -135,7 +135,7 @@ def test_bad_kernel_choice_fails_at_config_time(kernel_choice, message):
 
 def test_kernel_choice_resolution_order():
     """target defaults < scenario's choice for the target < the user's; command-line form parsed."""
-    from titanflow.run.params import ScenarioRun
+    from titanflow.params import ScenarioRun
 
     assert ScenarioRun(scenario="native", target="cpu").kernels_resolved == {"rope": "reference", "attention": "sdpa"}
     assert ScenarioRun(scenario="moe", target="cpu").kernels_resolved == {"rope": "cpu", "attention": "sdpa"}
@@ -153,15 +153,16 @@ def test_rope_override_refused_for_the_transformers_backend():
 
 
 def test_readme_kernel_table_is_the_registry():
-    """The README's "Kernel overrides" table lists exactly OPS: op, implementation, layout, targets."""
-    from titan_cfg.kernels import ALL_TARGETS, OPS
+    """The README's "Kernel overrides" table lists exactly OPS: op, implementation, layout, the device types it runs
+    on."""
+    from titan_cfg.kernels import ALL_DEVICES, OPS
     from titanflow.paths import REPO_ROOT
 
     readme = (REPO_ROOT / "README.md").read_text().split("## Kernel overrides", 1)[1].split("\n## ", 1)[0]
     rows = [[cell.strip(" `") for cell in line.strip("|").split("|")] for line in readme.splitlines()
             if line.startswith("| `")]
-    listed = {(op, name, layout, tuple(sorted(ALL_TARGETS)) if targets == "all" else
-               tuple(sorted(t.strip() for t in targets.split(",")))) for op, name, layout, targets, _ in rows}
-    registered = {(op.name, impl.name, impl.layout, tuple(sorted(impl.targets)))
+    listed = {(op, name, layout, tuple(sorted(ALL_DEVICES)) if devices == "all" else
+               tuple(sorted(t.strip() for t in devices.split(",")))) for op, name, layout, devices, _ in rows}
+    registered = {(op.name, impl.name, impl.layout, tuple(sorted(impl.runs_on)))
                   for op in OPS.values() for impl in op.implementations.values()}
     assert listed == registered

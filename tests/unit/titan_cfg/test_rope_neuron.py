@@ -156,7 +156,7 @@ def test_seq_len_rule_at_config_time():
     """The trn2 target's LNC=2: moe with --seq-len 384 fails before anything runs; 512 passes."""
     from pydantic import ValidationError
 
-    from titanflow.run.params import ScenarioRun
+    from titanflow.params import ScenarioRun
 
     with pytest.raises(ValidationError, match=r"seq_len: 384 is not a multiple of 256 \(128 x LNC=2\), which "
                                               r"rope=neuron needs"):

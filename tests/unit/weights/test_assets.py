@@ -253,7 +253,7 @@ def test_ensure_assets_second_call_reuses_the_folders(built, monkeypatch):
     def no_rebuild(*args, **kwargs):
         raise AssertionError("rebuilt an asset that was already in the cache")
 
-    monkeypatch.setattr(assets, "build_tokenizer", no_rebuild)
+    monkeypatch.setattr(assets.tokenizer, "build_tokenizer", no_rebuild)  # what ensure_tokenizer builds with
     monkeypatch.setattr(assets, "build_tiny_qwen3", no_rebuild)
     cache_root = built.tokenizer_dir.parent.parent
     assert assets.ensure_assets(cache_root) == built
@@ -265,7 +265,7 @@ def test_interrupted_build_leaves_no_folder_under_the_final_name(tmp_path, monke
         (out_dir / "tokenizer.json").write_text("{")  # half written
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(assets, "build_tokenizer", interrupted_build)
+    monkeypatch.setattr(assets.tokenizer, "build_tokenizer", interrupted_build)  # what ensure_tokenizer builds with
     with pytest.raises(KeyboardInterrupt):
         assets.ensure_assets(tmp_path)
     assert list((tmp_path / "assets").iterdir()) == []  # neither the final name nor a temporary folder

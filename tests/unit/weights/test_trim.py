@@ -12,7 +12,7 @@ from helpers import FIXTURES
 from safetensors.torch import load_file
 
 from titanflow.assets import TINY_MOE, ensure_assets
-from titanflow.run.params import ScenarioRun, Trim
+from titanflow.params import ScenarioRun, Trim
 from titanflow.weights import trim as trim_module
 from titanflow.weights.check import check_checkpoint, check_save_index
 from titanflow.weights.identity import weights_id

@@ -12,9 +12,9 @@ system that holds the checkout and the run folders. Resource names: "Manage Neur
 (https://docs.aws.amazon.com/eks/latest/userguide/device-management-neuron.html) and the Neuron EKS guide
 (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/deploy/eks/index.html).
 
-Every pod runs titanflow.kubernetes.pod around Prefect's flow-run command: pod 0 (``JOB_COMPLETION_INDEX``, which
+Every pod runs titanflow.launch.kubernetes.pod around Prefect's flow-run command: pod 0 (``JOB_COMPLETION_INDEX``, which
 Kubernetes sets in an Indexed Job) runs the flow, the others join each training launch of its train task as
-torchrun agents (titanflow.kubernetes.launch, run with ``--scheduler kubernetes``). The Kubernetes downward API
+torchrun agents (titanflow.launch.kubernetes.launch, run with ``--scheduler kubernetes``). The Kubernetes downward API
 gives each pod the job's uid (``batch.kubernetes.io/controller-uid``, the key of the launch records shared by the
 pods), its IP (pod 0's is the rendezvous endpoint) and its name (the node's name in the run's logs). Validated
 with the Prefect Kubernetes worker's own job configuration (prefect-kubernetes: the manifest a worker would
@@ -27,7 +27,7 @@ import json
 from pathlib import Path
 
 from titan_cfg.targets import TARGETS
-from titanflow.kubernetes import pods
+from titanflow.launch.kubernetes import pods
 from titanflow.launch.node import NODE_ENV
 from titanflow.paths import REPO_ROOT
 
@@ -45,7 +45,7 @@ EFA_PER_NODE = 16
 
 
 #: Seconds Kubernetes gives a pod between SIGTERM and SIGKILL: more than a launch's cancel takes (its agents end
-#: their nodes, titanflow.kubernetes.launch.CANCEL_WAIT_S, after torchrun's own grace), so the exit records and
+#: their nodes, titanflow.launch.kubernetes.launch.CANCEL_WAIT_S, after torchrun's own grace), so the exit records and
 #: the end of the flow are written before the pod is killed.
 TERMINATION_GRACE_S = 120
 #: The label Kubernetes gives every pod of a Job, with the Job's uid as its value.
@@ -71,7 +71,7 @@ def trn2_eks_job_template() -> dict:
 
     pod_env = [
         {"name": "TITANFLOW_ROOT", "value": "{{ checkout }}"},  # where the deployments' pull step starts a flow run
-        # the downward API: what titanflow.kubernetes.pods reads in each pod
+        # the downward API: what titanflow.launch.kubernetes.pods reads in each pod
         {"name": pods.GROUP_ENV, **field(f"metadata.labels['{JOB_UID_LABEL}']")},
         # the run's nnodes must be this (preflight). The space: a placeholder alone would be written as the integer,
         # and an environment value must be a string; Prefect writes a placeholder within text as text
@@ -114,10 +114,10 @@ def trn2_eks_job_template() -> dict:
                         "image": "{{ image }}",
                         "imagePullPolicy": "IfNotPresent",
                         "workingDir": "{{ checkout }}",
-                        # the pod's role by its index (titanflow.kubernetes.pod): pod 0 runs the flow-run command,
+                        # the pod's role by its index (titanflow.launch.kubernetes.pod): pod 0 runs the flow-run command,
                         # which Prefect's worker makes the arguments (it fills only a string or absent ``args``),
                         # the others the agent
-                        "command": ["python", "-m", "titanflow.kubernetes.pod", "--"],
+                        "command": ["python", "-m", "titanflow.launch.kubernetes.pod", "--"],
                         "args": "{{ command }}",
                         "env": rank_env + pod_env,
                         "resources": {"requests": devices, "limits": devices},

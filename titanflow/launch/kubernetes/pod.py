@@ -1,13 +1,13 @@
 """What each pod of a titanflow Kubernetes job runs: its role from its index in the Indexed Job.
 
-    python -m titanflow.kubernetes.pod -- /bin/bash -c '<Prefect's flow-run command>'
+    python -m titanflow.launch.kubernetes.pod -- /bin/bash -c '<Prefect's flow-run command>'
 
 - Pod 0 runs the flow: the command after ``--`` (Prefect's worker puts its flow-run command there,
-  titanflow.kubernetes.template), as a child whose SIGTERM and SIGINT it passes on (Prefect's own handling of a
+  titanflow.launch.kubernetes.template), as a child whose SIGTERM and SIGINT it passes on (Prefect's own handling of a
   pod's termination stays the flow's). When the flow ends, it records that for the agents
-  (titanflow.kubernetes.pods.finish) and exits with the flow's code.
+  (titanflow.launch.kubernetes.pods.finish) and exits with the flow's code.
 - Every other pod is an agent: it waits for a launch record of pod 0's train task, runs that launch's
-  ``launch.sh`` (one torchrun agent, titanflow.kubernetes.launch.start_node) and ends it when the launch is
+  ``launch.sh`` (one torchrun agent, titanflow.launch.kubernetes.launch.start_node) and ends it when the launch is
   cancelled, then waits for the next launch (the train task's retry, the nightly's next scenario), until the flow
   ended: Kubernetes ends the agents of a Job whose pod 0 failed (``backoffLimit: 0``), so no time limit is needed;
   ``TITANFLOW_POD_WAIT_S`` sets one (seconds without a launch). It exits 0 when the flow-run command did, 1 when it
@@ -23,8 +23,8 @@ import subprocess
 import sys
 import time
 
-from titanflow.kubernetes import pods
-from titanflow.kubernetes.launch import end_node, start_node
+from titanflow.launch.kubernetes import pods
+from titanflow.launch.kubernetes.launch import end_node, start_node
 from titanflow.launch.node import signal_handlers
 
 #: The variable that bounds, in seconds, how long an agent waits for the next launch (unset: until the flow ends).
@@ -90,7 +90,7 @@ def run_agent(group: str, wait_s: float | None) -> int:
 def main(args: list[str]) -> int:
     """``-- <flow-run command...>``; see the module docstring."""
     if len(args) < 2 or args[0] != "--":
-        print("usage: python -m titanflow.kubernetes.pod -- <flow-run command...>", file=sys.stderr)
+        print("usage: python -m titanflow.launch.kubernetes.pod -- <flow-run command...>", file=sys.stderr)
         return 2
     try:
         group, index = pods.group(), pods.index()

@@ -1,12 +1,12 @@
-"""The run record: :class:`RunSummary`, written as ``runs/<id>/summary.json``, and the recorder the flow fills.
+"""The run record: :class:`RunSummary`, written as ``runs/<id>/summary.json``.
 
 The summary is composed of what the tasks return (warm-up, training, export, validation, loss
 verdict, history findings), plus the run's identity, the failure or cancellation if any and per-task timings.
 Every reader (history, report, CLI, nightly) validates it with
-``RunSummary.model_validate_json``. A :class:`RunRecorder` wraps each task call of the flow; when
-one raises it records the failed task and its error, and the flow writes the summary in its
+``RunSummary.model_validate_json``. The flow fills it through titanflow.run.recorder.RunRecorder; when
+a task raises, the recorder records the failed task and its error, and the flow writes the summary in its
 ``finally`` before the exception propagates (the flow run ends Failed, its logs stay in
-``runs/<id>/``). A run stopped from outside (a Prefect cancel, Ctrl-C: :func:`cancel_cause`) is
+``runs/<id>/``). A run stopped from outside (a Prefect cancel, Ctrl-C: titanflow.prefect_ops.stopped.cancel_cause) is
 recorded as a :class:`Cancellation` instead: verdict ``cancelled``, the task it happened in and the
 losses of the steps it logged, never a failure. Summaries written before the record was typed (the
 results' fields at the top level) are read too.
@@ -14,31 +14,24 @@ results' fields at the top level) are read too.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import datetime
 import re
-import signal
-import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from prefect.exceptions import CancelledRun, TerminationSignal
 from pydantic import BaseModel, Field, computed_field, model_validator
 
 from titan_cfg.job import Init
 from titanflow.export.assemble import ExportResult
 from titanflow.export.validate import ValidationReport
-from titanflow.judge.loss import LossVerdict, non_finite_steps
+from titanflow.judge.failures import FailureClass, classify_failure
+from titanflow.judge.loss import LossVerdict
 from titanflow.judge.regression import Finding
-from titanflow.judge.verdict import Verdict, final_verdict
-from titanflow.launch.metrics import logged_losses
+from titanflow.judge.verdict import Verdict
+from titanflow.launch.metrics import non_finite_steps
 from titanflow.launch.torchrun import TrainResult
 from titanflow.launch.warmup import WarmupResult
-from titanflow.paths import write_atomic
-from titanflow.run.peak_rss import peak_rss_bytes, reset_peak_rss
-from titanflow.run.task_names import PHASE_LOGGER, TaskName
+from titanflow.task_names import TaskName
 
 #: torchtitan's message when a step's loss is NaN or inf (torchtitan/trainer.py, Trainer.train_step).
 NON_FINITE_STOP = re.compile(r"Loss is not finite \(global_avg_loss=[^)]*\) at step (\d+)")
@@ -47,36 +40,8 @@ NON_FINITE_STOP = re.compile(r"Loss is not finite \(global_avg_loss=[^)]*\) at s
 SUMMARY = "summary.json"
 
 
-def _now() -> datetime.datetime:
-    return datetime.datetime.now(datetime.UTC)
-
-
-def cancel_cause(err: BaseException) -> str | None:
-    """How ``err`` stopped the run from outside, or None when it is a failure of the run itself.
-
-    Prefect's cancel: the worker (or runner) sends the flow-run process SIGTERM, which Prefect
-    raises in the flow as ``prefect.exceptions.TerminationSignal``; Ctrl-C is ``KeyboardInterrupt``;
-    an asyncio cancellation is ``asyncio.CancelledError`` (Prefect's own
-    ``prefect._internal.concurrency.cancellation.CancelledError`` subclasses it); reading the result
-    of a cancelled run raises ``prefect.exceptions.CancelledRun``.
-    """
-    if isinstance(err, KeyboardInterrupt):
-        return "interrupted (Ctrl-C)"
-    if isinstance(err, TerminationSignal):
-        try:
-            name = signal.Signals(err.signal).name
-        except ValueError:
-            name = f"signal {err.signal}"
-        return f"cancelled ({name}: a Prefect cancel, or the process was told to stop)"
-    if isinstance(err, asyncio.CancelledError):
-        return "cancelled (asyncio cancellation)"
-    if isinstance(err, CancelledRun):
-        return f"cancelled ({err})" if str(err) else "cancelled (a Prefect run it waited on was cancelled)"
-    return None
-
-
 class Cancellation(BaseModel):
-    """A run stopped from outside before it ended (:func:`cancel_cause`): its verdict is ``cancelled``,
+    """A run stopped from outside before it ended (titanflow.prefect_ops.stopped.cancel_cause): its verdict is ``cancelled``,
     never a failure class."""
 
     cause: str = Field(description="how it was stopped, e.g. 'interrupted (Ctrl-C)' (cancel_cause)")
@@ -211,83 +176,6 @@ class RunSummary(BaseModel):
         return data
 
 
-class TaskTiming:
-    """The timing of one task block: seconds spent waiting inside it are recorded apart."""
-
-    def __init__(self, summary: RunSummary):
-        self.summary = summary
-        self.waited_s = 0.0
-
-    def exclude_wait(self, seconds: float) -> None:
-        """``seconds`` of this block were a wait for the training slot: count them in ``slot_wait_s``, not the task."""
-        self.waited_s += seconds
-        self.summary.slot_wait_s = round(self.summary.slot_wait_s + seconds, 3)
-
-
-class RunRecorder:
-    """Fills one :class:`RunSummary` as the flow runs its tasks, and writes it."""
-
-    def __init__(self, run_dir: Path, summary: RunSummary):
-        self.run_dir = run_dir
-        self.summary = summary.model_copy(update={"started_at": summary.started_at or _now()})
-
-    @property
-    def path(self) -> Path:
-        """``run_dir/summary.json``."""
-        return self.run_dir / SUMMARY
-
-    @contextlib.contextmanager
-    def task(self, task) -> Iterator[TaskTiming]:
-        """Time the block as the Prefect task ``task`` (its ``name``); on an exception record it (a
-        cancel as :meth:`cancelled_by`, anything else as the failed task and its error) and re-raise
-        (the flow writes the summary in its ``finally``). Yields a :class:`TaskTiming` whose
-        ``exclude_wait`` takes a wait for the training slot out of the task's time. The start and the end are
-        told on :data:`PHASE_LOGGER`. The task's peak resident set goes to ``task_peak_rss_bytes``
-        (titanflow.run.peak_rss)."""
-        start = time.monotonic()
-        timing = TaskTiming(self.summary)
-        PHASE_LOGGER.info("%s started", task.name, extra={"phase": task.name, "phase_state": "started"})
-        state = "completed"
-        measured = reset_peak_rss()
-        try:
-            yield timing
-        except BaseException as err:
-            state = "cancelled"
-            if not self.cancelled_by(err, TaskName(task.name)):
-                self.summary.failed_task = TaskName(task.name)
-                self.summary.error = f"{type(err).__name__}: {err}"
-                state = "failed"
-            raise
-        finally:
-            seconds = self.summary.timings_s[task.name] = round(time.monotonic() - start - timing.waited_s, 3)
-            peak = peak_rss_bytes() if measured else None
-            if peak is not None:
-                self.summary.task_peak_rss_bytes[task.name] = peak
-            if state == "completed" and task.name in self.summary.cached_tasks:
-                state = "cached"
-            PHASE_LOGGER.info("%s %s in %.1f s", task.name, state, seconds,
-                              extra={"phase": task.name, "phase_state": state, "phase_s": seconds})
-
-    def cancelled_by(self, err: BaseException, task: TaskName | None = None) -> bool:
-        """Whether ``err`` is a cancel (:func:`cancel_cause`); if so, and none is recorded yet, record it
-        as the run's :class:`Cancellation` in ``task`` (None: between tasks) with the losses of the
-        steps in the run folder's metrics.csv (training, stopped, has written it by then)."""
-        cause = cancel_cause(err)
-        if cause is not None and self.summary.cancelled is None:
-            self.summary.cancelled = Cancellation(cause=cause, task=task,
-                                                  losses=logged_losses(self.run_dir / "metrics.csv"))
-        return cause is not None
-
-    def write(self) -> Path:
-        """Decide the verdict from the parts recorded so far (titanflow.judge.verdict), then write
-        ``run_dir/summary.json`` atomically; returns its path."""
-        cancelled = self.summary.cancelled.reason if self.summary.cancelled else None
-        self.summary.verdict, self.summary.reason = final_verdict(self.summary.failed_task, self.summary.loss,
-                                                                  self.summary.findings, cancelled)
-        self.summary.finished_at = _now()
-        return write_atomic(self.path, self.summary.model_dump_json(indent=2) + "\n")
-
-
 def read_summary(path: Path | str) -> RunSummary:
     """The summary at ``path`` (a summary.json), validated.
 
@@ -296,3 +184,10 @@ def read_summary(path: Path | str) -> RunSummary:
         pydantic.ValidationError: the file is not a titanflow summary (names the fields).
     """
     return RunSummary.model_validate_json(Path(path).read_text())
+
+
+def classify(summary: RunSummary, log_tail: str = "", losses: list[float] | None = None) -> FailureClass | None:
+    """:func:`classify_failure` of a run's summary; ``losses`` default to the summary's (pass the
+    metrics.csv ones for a run whose train task failed)."""
+    return classify_failure(verdict=summary.verdict, failed_task=summary.failed_task, error=summary.error,
+                            losses=summary.losses if losses is None else losses, log_tail=log_tail)

@@ -1,7 +1,7 @@
 """Two runs side by side: what a user compares by hand when a run fails against the last good one.
 
-    from titanflow.judge import history, run_compare
-    runs = history.read_history()                           # the history table (titanflow.judge.history)
+    from titanflow.record import history, run_compare
+    runs = history.read_history()                           # the history table (titanflow.record.history)
     a, b = run_compare.find_run("native-cpu-random-...", runs), run_compare.find_run("...", runs)
     comparison = run_compare.compare(a, b)                   # RunComparison: B against A
     comparison.divergence_step                               # first step where |B - A| > margin, or None
@@ -22,7 +22,7 @@ its metrics.csv) is refused by :func:`compare` with :class:`NoCurveError`, namin
 missing, before anything is written.
 
 "Comparable" is the history's own notion (titanflow.judge.regression.baseline_runs): the same
-scenario, target, init and workload key (titanflow.judge.history.config_key); :func:`last_passing`
+scenario, target, init and workload key (titanflow.record.history.config_key); :func:`last_passing`
 finds the last passing comparable run before a given one, which the nightly compares each failed run with.
 """
 
@@ -37,8 +37,9 @@ import pandas as pd
 from pydantic import BaseModel, Field
 
 from titanflow import paths
-from titanflow.judge import history, regression
-from titanflow.run.summary import SUMMARY, read_summary
+from titanflow.judge import regression
+from titanflow.record import history
+from titanflow.record.summary import SUMMARY, read_summary
 
 #: Columns compared side by side besides the per-task times (``seconds_<task>``), in this order.
 SIDE_BY_SIDE = ("tokens_per_s", "peak_memory_gib", "peak_rss_bytes", "compile_warmup_s", "slot_wait_s", "total_s")
@@ -221,9 +222,9 @@ class RunComparison(BaseModel):
 
 def _losses(row: dict) -> list[float]:
     """The row's logged losses, then NaN for the step torchtitan stopped at when its error says so ("Loss is not
-    finite ... at step N", raised before the step is logged: titanflow.run.summary.NON_FINITE_STOP), so a
+    finite ... at step N", raised before the step is logged: titanflow.record.summary.NON_FINITE_STOP), so a
     diverged run parts from a finite one where it diverged instead of agreeing over the steps before."""
-    from titanflow.run.summary import NON_FINITE_STOP
+    from titanflow.record.summary import NON_FINITE_STOP
 
     losses = [float(v) for v in (row.get("losses") or [])]
     stop = NON_FINITE_STOP.search(row.get("error") or "")

@@ -13,8 +13,16 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from titan_cfg.job import Job
+from titanflow import paths
+from titanflow.assets import TINY_SPECS, ensure_assets
 from titanflow.assets.botchan import DATASET_FILE
 from titanflow.assets.cache import build_once, cache_key, installed_versions, sha256_file
+from titanflow.export.assemble import assemble_export
+from titanflow.launch.render import render
+from titanflow.launch.torchrun import run_training
+from titanflow.params import ScenarioRun
+from titanflow.weights.resolve import resolve_weights
 
 #: The pretraining recipe (one rank, batch 4 x 256 tokens): 60 steps, about one pass over the 63k-token
 #: text, take the dense tiny model from 11.93 to about 7 nats in about 3 minutes on 2 cores (measured);
@@ -35,12 +43,6 @@ def pretrain(out_dir: Path, tiny_weights: Path, model_type: str = "qwen3") -> Pa
     Raises:
         titanflow.launch.torchrun.TrainingError: the pretraining run failed (its log is in the message).
     """
-    from titan_cfg.job import Job
-    from titanflow.export.assemble import assemble_export
-    from titanflow.launch.render import render
-    from titanflow.launch.torchrun import run_training
-    from titanflow.run.params import ScenarioRun
-
     work = out_dir.parent / f"{out_dir.name}.run"
     shutil.rmtree(work, ignore_errors=True)
     scenario, recipe = RECIPES[model_type]
@@ -60,9 +62,6 @@ def ensure_pretrained(cache_root: Path | None = None, model_type: str = "qwen3")
     The key covers the tiny weights (their own key), the dataset file, the recipe and the
     torch / torchtitan / transformers versions.
     """
-    from titanflow import paths
-    from titanflow.assets import TINY_SPECS, ensure_assets
-
     root = Path(cache_root) if cache_root is not None else paths.cache_root()
     found = ensure_assets(root, TINY_SPECS[model_type])
     key = cache_key({
@@ -74,3 +73,11 @@ def ensure_pretrained(cache_root: Path | None = None, model_type: str = "qwen3")
     name = found.weights_dir.name.rsplit("-", 1)[0]  # tiny-qwen3 / tiny-qwen3-moe
     return build_once(root / "assets" / f"{name}-pretrained-{key}",
                        lambda out_dir: pretrain(Path(out_dir), found.weights_dir, model_type))
+
+
+def embedded_weights(init: str, model_type: str = "qwen3") -> Path:
+    """The weights folder of a run that names none (absolute): the embedded tiny model of ``model_type`` (random init,
+    titanflow.weights.resolve), or its pretrained checkpoint (:func:`ensure_pretrained`, built on first use)."""
+    if init == "pretrained":
+        return ensure_pretrained(model_type=model_type).resolve()
+    return resolve_weights(None, model_type)

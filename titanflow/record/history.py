@@ -1,6 +1,6 @@
 """Run history: one row per scenario run in a parquet table that outlives the runs.
 
-    from titanflow.judge import history
+    from titanflow.record import history
     row = history.append_run("runs/<run-id>/summary.json")        # after each run (the nightly suite)
     df = history.read_history(scenario="native", target="cpu", init="random")
 
@@ -34,10 +34,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from titan_cfg.job import JOB_FILE
 from titanflow import paths
 from titanflow.judge.environment import environment_key
-from titanflow.judge.failures import classify
 from titanflow.launch.metrics import log_tail, logged_losses
 from titanflow.launch.resume import launches
-from titanflow.run.summary import RunSummary, read_summary
+from titanflow.record.summary import RunSummary, classify, read_summary
 
 #: File name of the history table inside the history folder.
 HISTORY_FILE = "runs.parquet"
@@ -70,7 +69,7 @@ def world_size_asked(parameters: dict) -> int | None:
     """The world size ``parameters`` ask for, None when it is the target's own (nothing asked, or nodes and ranks
     per node that multiply to the target's world size): ``nnodes`` x ``nproc_per_node``, each the target's where
     not given; ``nproc`` of summaries written before runs had nodes is the ranks of one node."""
-    from titanflow.run.params import ScenarioRun
+    from titanflow.params import ScenarioRun
 
     nnodes, per_node = parameters.get("nnodes"), parameters.get("nproc_per_node", parameters.get("nproc"))
     if nnodes is None and per_node is None:
@@ -122,7 +121,7 @@ def _losses(summary: RunSummary, run_dir: Path) -> list[float]:
 
 
 def run_failure_class(summary: RunSummary, run_dir: Path, losses: list[float] | None = None) -> str | None:
-    """The run's failure class as its history row records it (titanflow.judge.failures.classify of the summary,
+    """The run's failure class as its history row records it (titanflow.record.summary.classify of the summary,
     the last :data:`LOG_TAIL_LINES` lines of its train.log and its losses, read here unless given); None for a run
     that passed."""
     losses = _losses(summary, run_dir) if losses is None else losses
@@ -177,7 +176,7 @@ class HistoryRow(BaseModel):
     verdict: str = Field(description="pass | fail | cancelled (stopped from outside: a Prefect cancel, "
                          "Ctrl-C; reason says how, in which task, after how many steps) | unknown (the run never "
                          "got a verdict). Only pass rows are baselines (titanflow.judge.regression.baseline_runs)")
-    failure_class: str | None = Field(description="titanflow.judge.failures.classify of the summary and the "
+    failure_class: str | None = Field(description="titanflow.record.summary.classify of the summary and the "
                                       "tail of train.log; None for a run that did not fail (passed, cancelled)")
     failed_task: str | None
     error: str | None

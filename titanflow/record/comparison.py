@@ -1,6 +1,6 @@
 """A finished run against the run history: the regression rules and the curves compared.
 
-The run's history row (titanflow.judge.history) is evaluated with the regression rules
+The run's history row (titanflow.record.history) is evaluated with the regression rules
 (titanflow.judge.regression, ``regression_rules.toml``) against the golden loss curve and the
 last passing comparable runs; the findings go into the run's summary, whose verdict
 titanflow.judge.verdict decides from them. The curves compared come back for the report's plot.
@@ -12,9 +12,10 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from titanflow.judge import history, regression
+from titanflow.judge import regression
 from titanflow.judge.goldens import golden_for
-from titanflow.run.summary import read_summary
+from titanflow.record import history
+from titanflow.record.summary import read_summary
 
 
 class HistoryComparison(BaseModel):
@@ -36,7 +37,7 @@ def compare_with_history(summary_path: Path) -> HistoryComparison:
 
     Raises:
         FileNotFoundError / ValueError: ``summary_path`` is not a run's summary.json
-            (titanflow.judge.history.row_from_summary).
+            (titanflow.record.history.row_from_summary).
     """
     summary = read_summary(summary_path)
     row = history.row_from_summary(summary_path, summary)

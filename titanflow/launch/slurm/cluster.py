@@ -1,8 +1,8 @@
 """A real Slurm cluster of two nodes on this machine, on loopback: Debian's slurm-wlm (22.05) and munge, one
 slurmctld and one slurmd per node (slurmd's multiple-slurmd mode), everything under one scratch folder.
 
-    python -m titanflow.slurm.cluster up [--dir DIR]      # make slurm-up; prints the SLURM_CONF to export
-    python -m titanflow.slurm.cluster down [--dir DIR]    # make slurm-down
+    python -m titanflow.launch.slurm.cluster up [--dir DIR]      # make slurm-up; prints the SLURM_CONF to export
+    python -m titanflow.launch.slurm.cluster down [--dir DIR]    # make slurm-down
 
 What runs and where (``DIR``, default ``$TMPDIR/titanflow-slurm``; it must be reachable by the ``munge`` user, so
 not under a 0700 folder such as pytest's):
@@ -36,7 +36,7 @@ from pathlib import Path
 import psutil
 from pydantic import BaseModel, Field
 
-from titanflow.prefect_ops.server import alive
+from titanflow.launch.process import alive
 
 #: Where the cluster lives unless told otherwise.
 DEFAULT_DIR = Path(tempfile.gettempdir()) / "titanflow-slurm"
@@ -112,7 +112,7 @@ def slurm_conf(folder: Path, ctld_port: int, node_ports: list[int], munge_socket
     task/none (no cgroups in a container), no accounting, KillWait 5 s (scancel's SIGTERM to SIGKILL)."""
     nodes = "".join(f"NodeName={name} NodeHostname=localhost NodeAddr=127.0.0.1 Port={port} CPUs=1 RealMemory=4000 "
                     "State=UNKNOWN\n" for name, port in zip(NODES, node_ports))
-    return f"""# titanflow's two-node cluster on loopback (titanflow.slurm.cluster)
+    return f"""# titanflow's two-node cluster on loopback (titanflow.launch.slurm.cluster)
 ClusterName=titanflow
 SlurmctldHost=localhost
 SlurmctldPort={ctld_port}
@@ -172,7 +172,7 @@ def up(folder: Path = DEFAULT_DIR, *, tie_to_caller: bool = False) -> Cluster:
     running = read_cluster(folder)
     if running is not None and any(alive(d) for d in running.daemons):
         raise ClusterError(f"a cluster is already running in {folder}; stop it first: python -m "
-                           f"titanflow.slurm.cluster down --dir {folder}")
+                           f"titanflow.launch.slurm.cluster down --dir {folder}")
     programs = {name: _which(name) for name in _DAEMONS}
     if folder.exists():
         shutil.rmtree(folder)
@@ -303,7 +303,7 @@ def down(folder: Path = DEFAULT_DIR) -> list[Daemon]:
 
 def main(argv: list[str] | None = None) -> int:
     """``up`` or ``down`` (module docstring); 0 on success, 1 with the reason on stderr."""
-    parser = argparse.ArgumentParser(prog="python -m titanflow.slurm.cluster", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m titanflow.launch.slurm.cluster", description=__doc__.split("\n")[0])
     parser.add_argument("action", choices=("up", "down"))
     parser.add_argument("--dir", type=Path, default=DEFAULT_DIR, help=f"the cluster's folder (default {DEFAULT_DIR})")
     args = parser.parse_args(argv)

@@ -2,9 +2,9 @@
 rendezvous on the first node of the allocation.
 
 The script is complete as rendered: ``sbatch job/launch.sh`` runs the job by hand. When titanflow submits it
-(titanflow.slurm.job), it adds on sbatch's command line what belongs to one launch rather than to the job: the
+(titanflow.launch.slurm.job), it adds on sbatch's command line what belongs to one launch rather than to the job: the
 time limit (from the run's timeout), the batch log's path and the site's partition and account
-(:mod:`titanflow.slurm.settings`); sbatch's options override the script's ``#SBATCH`` lines.
+(:mod:`titanflow.launch.slurm.settings`); sbatch's options override the script's ``#SBATCH`` lines.
 
 Each node runs :mod:`titanflow.launch.node` around the job's torchrun line (``srun``, one task per node); it gives
 the line's placeholders (titanflow.launch.render.NODE_PLACEHOLDERS) their value on that node, writes the node's
@@ -59,7 +59,7 @@ def batch_script(job: Job, argv: list[str], exports: str) -> str:
         "#SBATCH --ntasks-per-node=1\n",
         "#SBATCH --exclusive\n",
         f"#SBATCH --chdir={paths.REPO_ROOT}\n",
-        "# titanflow (titanflow.slurm.batch): one torchrun agent per node, c10d rendezvous on the first node.\n",
+        "# titanflow (titanflow.launch.slurm.batch): one torchrun agent per node, c10d rendezvous on the first node.\n",
         "# sbatch launch.sh runs it as it is; titanflow adds --time, --output and the partition when it submits.\n",
         "set -euo pipefail\n",
         exports,

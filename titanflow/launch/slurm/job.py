@@ -1,11 +1,11 @@
-"""A training launch as one Slurm job: submit the job's batch script (titanflow.slurm.batch), follow it, stream
+"""A training launch as one Slurm job: submit the job's batch script (titanflow.launch.slurm.batch), follow it, stream
 every node's console, and cancel it (``scancel``) on the timeout, an interrupt or a Prefect cancel, so nothing is
 left on any node.
 
 What a launch writes, under the run folder:
 
 - ``train/nodes/<node>.log``: each node's console (its torchrun agent and local rank 0), written by the node
-  (titanflow.slurm.node); ``train/nodes/<node>.exit.json``: how the node's agent ended.
+  (titanflow.launch.slurm.node); ``train/nodes/<node>.exit.json``: how the node's agent ended.
 - ``train/nodes/batch-<job id>.log``: the batch script's own output (the rendezvous endpoint, srun's messages).
 - ``train/nodes/jobs.txt``: every job id the run submitted, one a line: a later launch of the run cancels any of
   them Slurm still runs (a runner killed outright cannot cancel its own).
@@ -37,11 +37,11 @@ from pathlib import Path
 
 from titan_cfg.job import Job
 from titanflow import paths
-from titanflow.launch.process import KILL_GRACE_S, ProcessResult
 from titanflow.launch import nodes as node_logs
 from titanflow.launch.nodes import NodeLog, NodeLogs, NodeRouter, first_failed, nodes_dir, signals_held
-from titanflow.slurm.batch import job_name
-from titanflow.slurm.settings import SlurmSettings
+from titanflow.launch.process import KILL_GRACE_S, ProcessResult
+from titanflow.launch.slurm.batch import job_name
+from titanflow.launch.slurm.settings import SlurmSettings
 
 #: Seconds between two reads of the node logs.
 POLL_S = 0.5

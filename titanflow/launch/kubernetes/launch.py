@@ -1,6 +1,6 @@
 """A training launch over the pods of a titanflow Kubernetes job, as pod 0's train task runs it.
 
-Pod 0 (the flow, titanflow.kubernetes.pod) writes the launch's record (titanflow.kubernetes.pods): the job's
+Pod 0 (the flow, titanflow.launch.kubernetes.pod) writes the launch's record (titanflow.launch.kubernetes.pods): the job's
 ``launch.sh`` (:func:`pod_script`), the c10d rendezvous endpoint (its own address and a free port) and the
 rendezvous id ``<job uid>-<n>``. Then it runs ``launch.sh`` itself, as every agent pod does on reading the record:
 one torchrun agent per pod, under titanflow.launch.node, each pod's console into ``train/nodes/<pod>.log`` and its
@@ -27,11 +27,11 @@ from pathlib import Path
 
 from titan_cfg.job import Job
 from titanflow import paths
-from titanflow.kubernetes import pods
-from titanflow.launch.node import NODE_ENV, exit_record, log_path as node_log_path, node_name
+from titanflow.launch.kubernetes import pods
+from titanflow.launch.node import NODE_ENV, RDZV_ENDPOINT_ENV, RDZV_ID_ENV, exit_record, node_name
+from titanflow.launch.node import log_path as node_log_path
 from titanflow.launch.nodes import NodeLogs, NodeRouter, first_failed, nodes_dir, signals_held
 from titanflow.launch.process import KILL_GRACE_S, ProcessResult
-from titanflow.launch.render import RDZV_ENDPOINT_ENV, RDZV_ID_ENV
 
 #: Seconds between two reads of the pods' consoles.
 POLL_S = 0.5
@@ -51,7 +51,7 @@ def pod_script(job: Job, argv: list[str], exports: str) -> str:
     node = ["python", "-m", "titanflow.launch.node", str(nodes), "--"]
     return "".join([
         "#!/usr/bin/env bash\n",
-        "# titanflow (titanflow.kubernetes.launch): one pod's torchrun agent of a launch over the Kubernetes job's\n",
+        "# titanflow (titanflow.launch.kubernetes.launch): one pod's torchrun agent of a launch over the Kubernetes job's\n",
         f"# {job.nnodes} pod(s); pod 0's train task sets the rendezvous, each pod runs this with it.\n",
         "set -euo pipefail\n",
         f": \"${{{RDZV_ENDPOINT_ENV}:?the launch record of pod 0 sets it}}\" \"${{{RDZV_ID_ENV}:?the launch record of "
@@ -104,7 +104,7 @@ def _free_port() -> int:
 
 
 def rendezvous_endpoint() -> str:
-    """``<this pod's IP>:<a free port>``: the pod's IP from :data:`titanflow.kubernetes.pods.POD_IP_ENV`, else the
+    """``<this pod's IP>:<a free port>``: the pod's IP from :data:`titanflow.launch.kubernetes.pods.POD_IP_ENV`, else the
     address its host name resolves to."""
     host = os.environ.get(pods.POD_IP_ENV) or socket.gethostbyname(socket.gethostname())
     return f"{host}:{_free_port()}"
@@ -123,7 +123,7 @@ def run_pods(rendered, *, timeout_s: float, log_path: Path,
     cancels the launch on every pod, waits for them, then re-raises.
 
     Raises:
-        titanflow.kubernetes.pods.PodError: this is not pod 0 of a titanflow Kubernetes job.
+        titanflow.launch.kubernetes.pods.PodError: this is not pod 0 of a titanflow Kubernetes job.
     """
     job = Job.read(Path(rendered.job_path))
     name = pods.group()

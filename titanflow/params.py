@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from titan_cfg import kernels
 from titan_cfg.job import ExportDtype, Init, ModelSpecSource
-from titan_cfg.scenarios import SCENARIOS
+from titan_cfg.scenarios import ON_NODE, SCENARIOS, on_node
 from titan_cfg.targets import TARGETS, Target, implied_scheduler
 from titanflow import paths
 
@@ -145,10 +145,10 @@ def _each_target(field: str) -> str:
 
 
 def _each_scenario(field: str) -> str:
-    """``hf_backend on trn2: 2048``: where a scenario's own value (a :class:`titan_cfg.scenarios.Scenario` field, per
-    node type) replaces or caps the target's, for the option's help (built from SCENARIOS)."""
-    return ", ".join(f"{name} on {node}: {_shown(found)}" for name, scenario in SCENARIOS.items()
-                     for node, found in getattr(scenario, field).items())
+    """``hf_backend on trn2: 2048``: where a scenario's own value (a :class:`titan_cfg.scenarios.OnNode` field) replaces
+    or caps the target's on a node type, for the option's help (built from ON_NODE)."""
+    return ", ".join(f"{name} on {node}: {_shown(getattr(row, field))}" for (name, node), row in ON_NODE.items()
+                     if getattr(row, field))
 
 
 class ScenarioRun(BaseModel):
@@ -182,15 +182,15 @@ class ScenarioRun(BaseModel):
                                 "target (" + _each_scenario("seq_len") + "), else the target's ("
                                 + _each_target("seq_len") + ")")
     nnodes: int | None = Field(None, ge=1, description="nodes (torchrun --nnodes); more than one runs as one Slurm "
-                               "job (titanflow.slurm) unless scheduler says kubernetes; None: the target's ("
+                               "job (titanflow.launch.slurm) unless scheduler says kubernetes; None: the target's ("
                                + _each_target("nnodes") + ")")
     nproc_per_node: int | None = Field(None, ge=1, description="ranks per node (torchrun --nproc-per-node); world size "
                                        "= nnodes x nproc_per_node; None: the target's ("
                                        + _each_target("nproc_per_node") + "), within the scenario's limit ("
-                                       + _each_scenario("rank_limits") + ")")
+                                       + _each_scenario("rank_limit") + ")")
     scheduler: Literal["slurm", "kubernetes"] | None = Field(
-        None, description="how the nodes are started: slurm (one Slurm job, titanflow.slurm) or kubernetes (the flow "
-        "in pod 0 of the Kubernetes job of the trn2-eks work pool, titanflow.kubernetes); None: slurm on more than "
+        None, description="how the nodes are started: slurm (one Slurm job, titanflow.launch.slurm) or kubernetes (the flow "
+        "in pod 0 of the Kubernetes job of the trn2-eks work pool, titanflow.launch.kubernetes); None: slurm on more than "
         "one node, else the target's")
     lr: float = Field(8e-4, gt=0, description="peak learning rate (AdamW)")
     warmup_steps: int | None = Field(None, ge=0, description="linear lr warm-up steps; None: min(2, steps)")
@@ -254,7 +254,7 @@ class ScenarioRun(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> "ScenarioRun":
-        limit = SCENARIOS[self.scenario].rank_limits.get(self.target_spec.node)
+        limit = on_node(self.scenario, self.target_spec.node).rank_limit
         if limit and self.world_size > limit[0]:
             raise ValueError(f"nproc_per_node: {self.scenario} on {self.target} runs on at most {limit[0]} rank(s) "
                              f"in all (world size {self.nnodes_resolved} x {self.nproc_per_node_resolved}): {limit[1]}; fix: "
@@ -332,7 +332,8 @@ class ScenarioRun(BaseModel):
         """Implementation per op: the target's defaults, then the scenario's choice for the target,
         then ``kernels`` (titan_cfg.kernels.resolve)."""
         node = self.target_spec.node
-        return kernels.resolve(node, self.target_spec.kernels, SCENARIOS[self.scenario].kernels.get(node), self.kernels)
+        return kernels.resolve(self.target_spec.device, self.target_spec.kernels, on_node(self.scenario, node).kernels,
+                               self.kernels)
 
     @property
     def nnodes_resolved(self) -> int:
@@ -346,7 +347,7 @@ class ScenarioRun(BaseModel):
         if self.nproc_per_node:
             return self.nproc_per_node
         target = self.target_spec
-        limit = SCENARIOS[self.scenario].rank_limits.get(target.node)
+        limit = on_node(self.scenario, target.node).rank_limit
         return max(1, min(target.nproc_per_node, limit[0] // self.nnodes_resolved)) if limit else target.nproc_per_node
 
     @property
@@ -357,7 +358,7 @@ class ScenarioRun(BaseModel):
     @property
     def scheduler_resolved(self) -> str:
         """``scheduler`` as given, else the implied one (titan_cfg.targets.implied_scheduler): ``slurm`` for a run
-        on more than one node or on a target Slurm schedules (titanflow.slurm), else ``local`` (torchrun here)."""
+        on more than one node or on a target Slurm schedules (titanflow.launch.slurm), else ``local`` (torchrun here)."""
         return self.scheduler or implied_scheduler(self.target, self.nnodes_resolved)
 
     @property
@@ -368,7 +369,7 @@ class ScenarioRun(BaseModel):
     @property
     def seq_len_resolved(self) -> int:
         """Tokens per sequence: as given, else the scenario's on the target's node type, else the target's."""
-        return (self.seq_len or SCENARIOS[self.scenario].seq_len.get(self.target_spec.node)
+        return (self.seq_len or on_node(self.scenario, self.target_spec.node).seq_len
                 or self.target_spec.seq_len)
 
     @property
@@ -411,20 +412,18 @@ def nightly_runs(target: str, scenarios: list[str] | None = None, inits: list[st
                  **overrides) -> list[tuple[dict, ScenarioRun]]:
     """(parameters, ScenarioRun) of each scenario run of a nightly suite on ``target``, in order: every pair of
     :func:`nightly_suite` with the ``overrides`` given (``steps``, ``lr``, ``runs_dir``; None: ScenarioRun's
-    default) and the target's weights for the scenario (titanflow.prefect_ops.deployments.TARGET_WEIGHTS), all
+    default) and the scenario's weights on the target (titan_cfg.scenarios.ON_NODE), all
     validated before the first run starts.
 
     Raises:
         ValueError: an unknown scenario or init; pydantic.ValidationError (a ValueError): a parameter no run
-            of the suite can take (titanflow.run.preflight.describe tells it).
+            of the suite can take (titanflow.refusal.describe tells it).
     """
-    from titanflow.prefect_ops.deployments import TARGET_WEIGHTS
-
     runs = []
     for scenario, init in nightly_suite(scenarios, inits):
         given = {"scenario": scenario, "target": target, "init": init, **overrides}
         params = {k: v for k, v in given.items() if v is not None}
-        params |= TARGET_WEIGHTS.get(target, {}).get(scenario, {})  # trn2: the walkthrough's models
+        params |= on_node(scenario, TARGETS[target]().node if target in TARGETS else target).run_parameters  # trn2: the walkthrough's models
         runs.append((params, ScenarioRun(**params)))
     return runs
 

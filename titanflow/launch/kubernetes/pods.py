@@ -1,12 +1,12 @@
 """How the pods of one titanflow Kubernetes job talk: files in a folder of the shared file system they all mount.
 
-The job (titanflow.kubernetes.template) is an Indexed Job of ``nnodes`` pods. Pod 0 runs the flow; the others run
-agents (titanflow.kubernetes.pod). Each training launch of the flow's train task is a numbered record in the job's
+The job (titanflow.launch.kubernetes.template) is an Indexed Job of ``nnodes`` pods. Pod 0 runs the flow; the others run
+agents (titanflow.launch.kubernetes.pod). Each training launch of the flow's train task is a numbered record in the job's
 folder, ``<pods dir>/<group>/``:
 
 - ``launch-<n>.json``: launch ``n`` (1, 2, ... per retry): the job's ``launch.sh``, the c10d rendezvous endpoint
   (pod 0's address and a free port there), the rendezvous id, the nodes folder. Written once, atomically, by pod 0
-  (titanflow.kubernetes.launch) before its own node starts; every agent runs the newest one it has not run.
+  (titanflow.launch.kubernetes.launch) before its own node starts; every agent runs the newest one it has not run.
 - ``cancel-<n>``: launch ``n`` is cancelled (the timeout, an interrupt, a Prefect cancel on pod 0): every agent
   ends its node of it.
 - ``finished.json``: the flow on pod 0 ended, with its exit code; the agents end.
