@@ -58,6 +58,7 @@ def test_a_failed_nightly_alerts_once_a_passing_one_never_and_a_flagged_regressi
 
     from flows.nightly import conclude
     from titanflow.prefect_ops import alerts, server
+    from titanflow.report.nightly import SuiteRow
 
     api, home = deployed.api_url, Path(deployed.home)
     with webhook_receiver() as (url, received):
@@ -97,8 +98,8 @@ def test_a_failed_nightly_alerts_once_a_passing_one_never_and_a_flagged_regressi
             #    (flows.nightly.conclude) on rows of runs that passed, in a flow run named as the nightly's
             @flow(name=alerts.NIGHTLY_FLOW)
             def nightly_ending(flagged: int):
-                return conclude("cpu", [{"verdict": "pass", "failure_class": None, "flagged": flagged,
-                                         "history_error": None}])
+                return conclude("cpu", [SuiteRow(scenario="native", init="random", run_id="r", verdict="pass",
+                                                 flagged=flagged)])
 
             with temporary_settings({PREFECT_API_URL: api}):
                 passed = nightly_ending(0, return_state=True)

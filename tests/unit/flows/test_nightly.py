@@ -69,10 +69,10 @@ def test_the_suite_runs_take_the_targets_weights():
 def test_outcome_and_report_of_a_failed_and_a_passed_run(tmp_path):
     from prefect.states import Completed, Failed
 
-    from flows.nightly import outcome, suite_markdown
     from titanflow.judge.loss import LossVerdict
     from titanflow.judge.regression import Finding
     from titanflow.record.summary import RunSummary
+    from titanflow.report.nightly import outcome, suite_markdown
 
     loss = LossVerdict(first_step_loss=11.94, expected_first_step_loss=11.944, tolerance=0.15,
                        expectation_source="derived", verdict="pass", reason="|11.9400 - 11.9440| = 0.0040 <= 0.15")
@@ -89,12 +89,12 @@ def test_outcome_and_report_of_a_failed_and_a_passed_run(tmp_path):
     failed.write_text(RunSummary(run_id="b", scenario="moe", target="cpu", init="random", steps=2, loss=loss,
                                  findings=[off_curve], verdict="fail",
                                  reason="loss curve regression: losses step 2 ...").model_dump_json())
-    rows = [{"scenario": "native", "init": "random", "run_id": "a", **outcome(passed, Completed())},
-            {"scenario": "moe", "init": "random", "run_id": "b", **outcome(failed, Failed())},
-            {"scenario": "moe", "init": "pretrained", "run_id": "c",
-             **outcome(tmp_path / "c" / "summary.json", Failed(message="nproc: bad"))}]
-    assert [r["failure_class"] for r in rows] == [None, "numerics", "infrastructure"]
-    assert rows[0]["flagged"] == 1 and rows[1]["flagged"] == 0  # a numerics finding fails, it is not "flagged"
+    rows = [outcome(passed, Completed(), scenario="native", init="random", run_id="a"),
+            outcome(failed, Failed(), scenario="moe", init="random", run_id="b"),
+            outcome(tmp_path / "c" / "summary.json", Failed(message="nproc: bad"), scenario="moe", init="pretrained",
+                    run_id="c")]
+    assert [r.failure_class for r in rows] == [None, "numerics", "infrastructure"]
+    assert rows[0].flagged == 1 and rows[1].flagged == 0  # a numerics finding fails, it is not "flagged"
     markdown = suite_markdown("cpu", rows)
     assert markdown.startswith("# nightly on cpu: 1 of 3 passed")
     assert "| moe | random | fail | numerics | 11.9400 | 0 | b |" in markdown
@@ -108,9 +108,9 @@ def test_a_cancelled_run_is_counted_apart_from_the_failed_ones(tmp_path):
     from prefect.exceptions import TerminationSignal
     from prefect.states import Cancelled, Failed
 
-    from flows.nightly import outcome, suite_markdown, suite_state
     from tasks.train import train
     from titanflow.record.summary import RunSummary
+    from titanflow.report.nightly import SuiteRow, outcome, suite_markdown, suite_state
     from titanflow.run.recorder import RunRecorder
 
     # a run cancelled in train after 2 logged steps (losses of tests/fixtures/run_folders/native-cpu-nan/metrics.csv)
@@ -120,24 +120,25 @@ def test_a_cancelled_run_is_counted_apart_from_the_failed_ones(tmp_path):
     record = RunRecorder(tmp_path / "c", RunSummary(run_id="c", scenario="moe", target="cpu", init="random", steps=9))
     with pytest.raises(TerminationSignal), record.task(train):
         raise TerminationSignal(signal.SIGTERM)
-    cancelled = outcome(record.write(), Cancelled())
-    assert (cancelled["verdict"], cancelled["failure_class"]) == ("cancelled", None)
-    assert cancelled["reason"].endswith("in train after 2 logged step(s)")
+    cancelled = outcome(record.write(), Cancelled(), scenario="moe", init="random", run_id="c")
+    assert (cancelled.verdict, cancelled.failure_class) == ("cancelled", None)
+    assert cancelled.reason.endswith("in train after 2 logged step(s)")
     # cancelled before writing a summary: its state says so
-    early = outcome(tmp_path / "d" / "summary.json", Cancelled(message="Flow run was cancelled."))
-    assert (early["verdict"], early["failure_class"]) == ("cancelled", None)
-    refused = outcome(tmp_path / "e" / "summary.json", Failed(message="nproc: bad"))
-    rows = [{"scenario": "moe", "init": "random", "run_id": "c", **cancelled},
-            {"scenario": "moe", "init": "pretrained", "run_id": "d", **early},
-            {"scenario": "native", "init": "random", "run_id": "p", "verdict": "pass", "failure_class": None,
-             "reason": "", "flagged": 0, "history_error": None}]
+    early = outcome(tmp_path / "d" / "summary.json", Cancelled(message="Flow run was cancelled."), scenario="moe",
+                    init="pretrained", run_id="d")
+    assert (early.verdict, early.failure_class) == ("cancelled", None)
+    refused = outcome(tmp_path / "e" / "summary.json", Failed(message="nproc: bad"), scenario="hf_backend",
+                      init="random", run_id="e")
+    rows = [cancelled, early,
+            SuiteRow(scenario="native", init="random", run_id="p", verdict="pass", failure_class=None, reason="",
+                     flagged=0, history_error=None)]
     markdown = suite_markdown("cpu", rows)
     assert markdown.startswith("# nightly on cpu: 1 of 3 passed, 0 failed, 2 cancelled\n")
     assert "| moe | random | cancelled |  | - | 0 | c |" in markdown
     assert "- **moe / random** cancelled, not failed: cancelled (SIGTERM" in markdown
     state = suite_state(rows)
     assert state.is_cancelled() and state.message == "1 of 3 scenario runs passed; 2 cancelled; 0 regressions flagged"
-    failed = suite_state([*rows, {"scenario": "hf_backend", "init": "random", "run_id": "e", **refused}])
+    failed = suite_state([*rows, refused])
     assert failed.is_failed()
     assert failed.message == "1 of 4 scenario runs failed (infrastructure); 2 cancelled; 0 flagged"
     assert suite_state(rows[2:]).is_completed()

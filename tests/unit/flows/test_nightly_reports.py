@@ -22,9 +22,10 @@ FAILED_LOSSES = NATIVE_CPU_RANDOM_LOSSES[:3] + [x + 0.05 for x in NATIVE_CPU_RAN
 def test_failed_run_compared_and_trends_published(prefect_server, tmp_path, monkeypatch):
     from prefect import flow
 
-    from flows.nightly import _report_task, suite_markdown
+    from flows.nightly import _report_task
     from tasks.compare import compare_last_pass
     from tasks.trends import trends
+    from titanflow.report.nightly import SuiteRow, suite_markdown
 
     monkeypatch.setenv("TITANFLOW_HISTORY", str(tmp_path / "history"))
     (tmp_path / "n4").mkdir()
@@ -57,8 +58,8 @@ def test_failed_run_compared_and_trends_published(prefect_server, tmp_path, monk
     trend = artifacts["trends-cpu"].data
     assert trend.startswith("# trends on cpu: the last 14 nights\n")
     assert "| native | random | k10 | 2026-12-04 | n4 | fail |" in trend and "fail: numerics" in trend
-    report = suite_markdown("cpu", [{"scenario": "native", "init": "random", "run_id": "n4", "verdict": "fail",
-                                     "failure_class": "numerics", "reason": "loss curve regression", "flagged": 0,
-                                     "compared": compared}])
+    report = suite_markdown("cpu", [SuiteRow(scenario="native", init="random", run_id="n4", verdict="fail",
+                                             failure_class="numerics", reason="loss curve regression", flagged=0,
+                                             compared=compared)])
     assert f"- **native / random** (numerics): loss curve regression\n  - against the last passing run: {compared}" \
         in report

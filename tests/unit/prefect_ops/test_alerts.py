@@ -153,8 +153,9 @@ def test_the_regression_event_is_emitted_only_for_a_nightly_that_flagged_and_did
 
 def test_the_nightly_concludes_with_the_suite_state_outside_a_flow_run_emitting_nothing():
     from flows.nightly import conclude
+    from titanflow.report.nightly import SuiteRow
 
-    rows = [{"verdict": "pass", "failure_class": None, "flagged": 2, "history_error": None}]
+    rows = [SuiteRow(scenario="native", init="random", run_id="r", verdict="pass", flagged=2)]
     state = conclude("cpu", rows)
     assert state.is_completed() and state.message == "1 of 1 scenario runs passed; 2 regressions flagged"
     assert alerts.emit_regression_alert("cpu", state, 2) is None  # no flow run here
