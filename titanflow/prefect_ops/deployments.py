@@ -6,11 +6,17 @@ weights for the scenario (titan_cfg.scenarios.ON_NODE); one ``qwen3-nightly`` de
 ``nightly-<target>`` (whose runs take the same weights); one ``qwen3-bisect`` deployment per target in
 :data:`BISECT_TARGETS`, ``bisect-<target>``, run on demand with the revisions as parameters. The YAML stays the file
 Prefect deploys (``prefect deploy`` reads it); :func:`check_prefect_yaml` says where it and
-the registries part, and ``make server`` refuses a file that does not hold them.
+the registries part, and ``make server`` refuses a file that does not hold them. Its ``deployments:`` list is written
+from the registries (:func:`write_prefect_yaml`; after adding a scenario, a target's work pool or an init:
+``python -m titanflow.prefect_ops.deployments``); the part above it, the pools' pull steps and schedules, is kept by
+hand: each pool ``<pool>`` has the anchors ``scenario_<pool>`` and ``nightly_<pool>`` there (``-`` as ``_``).
 """
 
 from __future__ import annotations
 
+import json
+import re
+import sys
 from pathlib import Path
 
 import yaml
@@ -67,3 +73,73 @@ def check_prefect_yaml(prefect_yaml: Path = PREFECT_YAML) -> list[str]:
     problems += [f"{name}: {key} is {found[name][key]!r}, expected {row[key]!r}"
                  for name, row in expected.items() if name in found for key in row if found[name][key] != row[key]]
     return problems
+
+
+#: The line that opens the part of prefect.yaml :func:`write_prefect_yaml` writes (to the end of the file).
+GENERATED = "deployments:  # written from the registries by `python -m titanflow.prefect_ops.deployments`: do not edit"
+
+#: A YAML scalar that needs no quotes in a flow mapping: letters, digits and ``_ . / -``, not starting with ``-``.
+_PLAIN = re.compile(r"[A-Za-z0-9_./][A-Za-z0-9_./-]*")
+
+
+def _flow_yaml(value) -> str:
+    """``value`` (a dict, list, str or number) as YAML flow style: ``{a: 1, b: x}``; strings quoted only when needed."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{key}: {_flow_yaml(item)}" for key, item in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_flow_yaml(item) for item in value) + "]"
+    if isinstance(value, str) and not _PLAIN.fullmatch(value):
+        return json.dumps(value)
+    return str(value)
+
+
+def _anchor(pool: str) -> str:
+    return pool.replace("-", "_")
+
+
+def deployment_lines() -> list[str]:
+    """The ``deployments:`` part of prefect.yaml that :func:`expected_deployments` calls for: per pool its scenario
+    deployments, then the nightlies, then the bisects, each row merging the pool's anchor of the hand-kept part."""
+    rows = expected_deployments()
+    lines = [GENERATED]
+    for pool, (target, _) in WORK_POOLS.items():
+        lines.append(f"  # qwen3-scenario on {pool} (target {target})")
+        for name, row in rows.items():
+            if row["work_pool"] == pool and row["flow"].startswith("flows/scenario.py"):
+                lines += [f"  - {{<<: *scenario_{_anchor(pool)}, name: {name}, parameters: {_flow_yaml(row['parameters'])},",
+                          f"     tags: {json.dumps(row['tags'])}}}"]
+        lines.append("")
+    lines.append("  # qwen3-nightly: the scenarios of one target, nightly")
+    for name, row in rows.items():
+        if row["flow"].startswith("flows/nightly.py"):
+            lines += [f"  - {{<<: *nightly_{_anchor(row['work_pool'])}, name: {name}, schedules: *nightly_cron,",
+                      f"     parameters: {_flow_yaml(row['parameters'])}, tags: {json.dumps(row['tags'])}}}"]
+    lines += ["", "  # qwen3-bisect: on demand; the probes' venvs for revisions with other dependencies are cpu-profile builds"]
+    for name, row in rows.items():
+        if row["flow"].startswith("flows/bisection.py"):
+            lines.append(f"  - {{<<: *bisect, name: {name}, work_pool: *{_anchor(row['work_pool'])}_pool, "
+                         f"parameters: {_flow_yaml(row['parameters'])}, tags: {json.dumps(row['tags'])}}}")
+    return lines
+
+
+def write_prefect_yaml(prefect_yaml: Path = PREFECT_YAML) -> bool:
+    """Rewrite the ``deployments:`` part of ``prefect_yaml`` (from its :data:`GENERATED` line to the end) from the
+    registries; True when the file changed.
+
+    Raises:
+        ValueError: the file has no :data:`GENERATED` line (the part to write is not marked).
+    """
+    text = prefect_yaml.read_text()
+    if GENERATED not in text:
+        raise ValueError(f"{prefect_yaml}: no line {GENERATED!r} opens its deployments; fix: restore it from the "
+                         "repository")
+    written = text[:text.index(GENERATED)] + "\n".join(deployment_lines()) + "\n"
+    if written == text:
+        return False
+    prefect_yaml.write_text(written)
+    return True
+
+
+if __name__ == "__main__":
+    changed = write_prefect_yaml(Path(sys.argv[1]) if len(sys.argv) > 1 else PREFECT_YAML)
+    print(f"{'wrote' if changed else 'unchanged:'} {sys.argv[1] if len(sys.argv) > 1 else PREFECT_YAML}")

@@ -127,3 +127,22 @@ def test_every_trn2_deployment_installs_the_trn2_profile_before_it_runs_and_no_c
         assert scripts == (["make setup-trn2"] if deployment["work_pool"]["name"] == "trn2" else []), \
             deployment["name"]
         assert "prefect.deployments.steps.set_working_directory" in steps[0]
+
+
+def test_the_deployments_of_prefect_yaml_are_written_from_the_registries(tmp_path):
+    """deployments/prefect.yaml's deployments: list is what `python -m titanflow.prefect_ops.deployments` writes from
+    the registries (a new scenario, pool or init is one command away); the writer mends a stale copy and keeps the
+    hand-kept part above it."""
+    from titanflow.prefect_ops.deployments import GENERATED, PREFECT_YAML, write_prefect_yaml
+
+    copy = tmp_path / "prefect.yaml"
+    copy.write_text(PREFECT_YAML.read_text())
+    assert write_prefect_yaml(copy) is False  # the committed file is already the writer's
+    head = PREFECT_YAML.read_text().split(GENERATED)[0]
+    copy.write_text(head + GENERATED + "\n  - {<<: *scenario_cpu, name: gone, parameters: {scenario: native}}\n")
+    assert check_prefect_yaml(copy) != []
+    assert write_prefect_yaml(copy) is True
+    assert check_prefect_yaml(copy) == [] and copy.read_text() == PREFECT_YAML.read_text()
+    copy.write_text(head)
+    with pytest.raises(ValueError, match="no line .* opens its deployments; fix: restore it"):
+        write_prefect_yaml(copy)
