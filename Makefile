@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 # The cpu profile's Python (profiles/cpu/.python-version; titanflow doctor reads the same file).
 CPU_PYTHON := $(shell cat profiles/cpu/.python-version)
 
-.PHONY: setup run test test-fast assets clean server stop chromium overlay-trn2 setup-trn2 slurm-packages slurm-up slurm-down
+.PHONY: setup run test test-fast goldens assets clean server stop chromium overlay-trn2 setup-trn2 slurm-packages slurm-up slurm-down
 
 # The cpu install profile (profiles/cpu). torch is installed first and alone, pinned to the CPU
 # build (2.13.0); the project and its extra `cpu` (torchtitan 0.3.0, transformers 5.23.0) then
@@ -37,6 +37,15 @@ test: setup overlay-trn2 chromium slurm-packages
 # Unit tests only (skips the end-to-end flow runs).
 test-fast: setup
 	$(BIN)/python -m pytest -q -n 2 --dist loadgroup --no-loadscope-reorder -m "not e2e" $(PYTEST_ARGS)
+
+# Every golden the tests compare with, made again from the registries, real renders and real runs (then commit the
+# diff it leaves): prefect.yaml's deployments list (titanflow.prefect_ops.deployments), the trn2 renders and the
+# Kubernetes pool template, and the cpu loss curves of every scenario x init (tests/e2e/test_scenarios.py: minutes).
+# After adding a scenario or a target, this is the one command to run.
+goldens: setup
+	$(BIN)/python -m titanflow.prefect_ops.deployments
+	TITANFLOW_UPDATE_GOLDEN=1 $(BIN)/python -m pytest -q tests/unit/launch/test_render.py \
+		tests/unit/kubernetes/test_kubernetes_template.py tests/e2e/test_scenarios.py
 
 # The trn2 profile's PyPI packages (profiles/trn2/requirements.txt: the walkthrough's transformers
 # 5.16.0) layered on the cpu venv: first on PYTHONPATH they replace its transformers 5.23.0, and

@@ -39,7 +39,7 @@ GOLDEN_DIR = GOLDEN_ROOT / "loss_curves"
 RENDER_DIR = GOLDEN_ROOT / "renders"
 
 #: How to record the goldens again (named in every "no golden" message).
-RECORD_COMMAND = "TITANFLOW_UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/e2e/test_scenarios.py"
+RECORD_COMMAND = "make goldens"
 
 
 class GoldenCurve(BaseModel):

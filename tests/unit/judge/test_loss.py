@@ -56,7 +56,7 @@ def test_pretrained_weights_that_were_not_loaded_fail_even_against_a_bad_golden(
 
 
 def test_pretrained_without_golden_says_how_to_record_one(tmp_path, shape):
-    with pytest.raises(FileNotFoundError, match="TITANFLOW_UPDATE_GOLDEN"):
+    with pytest.raises(FileNotFoundError, match="record one with make goldens"):
         judge([6.5], shape, ScenarioRun(init="pretrained"), golden_dir=tmp_path)
 
 
