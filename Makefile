@@ -60,7 +60,7 @@ $(OVERLAY_TRN2)/.installed: $(STAMP) profiles/trn2/requirements.txt profiles/trn
 
 overlay-trn2: $(OVERLAY_TRN2)/.installed
 
-# The trn2 profile on the node (README "On a trn2 node"): titanflow on top of the walkthrough's
+# The trn2 profile on the node (docs/install.md, "On a trn2 node"): titanflow on top of the walkthrough's
 # stack in the Neuron 2.33 DLAMI's venv, replacing none of it. PRINT=1 prints the commands only.
 setup-trn2:
 	bash profiles/trn2/setup.sh $(if $(PRINT),--print)

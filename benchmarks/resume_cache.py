@@ -1,4 +1,4 @@
-"""What resume and task caching save, side by side in one run (README "Resume" and "Caching").
+"""What resume and task caching save, side by side in one run (docs/resume-and-caching.md).
 
     .venv/bin/python benchmarks/resume_cache.py                  # every row, about 12 minutes on 2 cores
     .venv/bin/python benchmarks/resume_cache.py --only resume    # or --only cache

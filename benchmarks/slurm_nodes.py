@@ -1,4 +1,4 @@
-"""One node of two ranks against two nodes of one rank, side by side (README "Many nodes").
+"""One node of two ranks against two nodes of one rank, side by side (docs/many-nodes.md).
 
     .venv/bin/python benchmarks/slurm_nodes.py          # about 4 minutes on 2 cores; needs slurm-wlm and munge
 

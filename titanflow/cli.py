@@ -88,7 +88,7 @@ def _preflighted(args: argparse.Namespace, *, launch: bool):
 
 def print_summary(summary: RunSummary, run_dir: Path | None = None) -> None:
     """A short human table of a run's summary; with its folder ``run_dir``, the folder (summary.json, train.log and the
-    rest: README's Run folder), and for a failed run its failure class as the history records it
+    rest: docs/scenario-run.md, "The run folder"), and for a failed run its failure class as the history records it
     (titanflow.record.history.run_failure_class)."""
     rows = [("run", summary.run_id)] + ([("folder", str(run_dir))] if run_dir is not None else [])
     rows += [("verdict", summary.verdict)]

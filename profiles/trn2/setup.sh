@@ -4,7 +4,7 @@
 # torch-neuronx 2.14.0" (Ubuntu 24.04), in that DLAMI's own venv, replacing none of the stack.
 #
 #   make setup-trn2              # from the repository root, on the node
-#   make setup-trn2 PRINT=1      # print the commands instead (README "On a trn2 node" shows them)
+#   make setup-trn2 PRINT=1      # print the commands instead (docs/install.md, "On a trn2 node", shows them)
 #
 # Every pip install runs under `-c profiles/trn2/constraints.txt` (torch 2.14.0, torch-neuronx 2.14.3,
 # transformers 5.16.0), so none of them can move the stack; `pip check` and `titanflow doctor` close.

@@ -1,4 +1,4 @@
-"""The install profiles (profiles/, README "Install profiles"): `cpu` keeps today's exact stack and
+"""The install profiles (profiles/, docs/install.md): `cpu` keeps today's exact stack and
 can pull no other torch; `trn2` holds the walkthrough's pins, installs around the node's stack
 without replacing any of it, and its PyPI packages resolve for Python 3.12.
 
@@ -40,7 +40,7 @@ WALKTHROUGH_FORK = ("https://github.com/aws-neuron/torchtitan-neuron.git", "rele
 #: Every package of either stack: none may be a dependency of titanflow itself.
 STACK = {"torch", "torchtitan", "transformers", "torch-neuronx", "neuronx-cc", "nki", "nkilib"}
 
-#: The Neuron DLAMI's default user on Ubuntu; the README shows the commands with its home.
+#: The Neuron DLAMI's default user on Ubuntu; docs/install.md shows the commands with its home.
 NODE_HOME = "/home/ubuntu"
 
 
@@ -131,12 +131,12 @@ def test_setup_trn2_installs_every_package_under_the_trn2_constraints():
                          "/opt/aws_neuronx_venv_torch_neuronx_2_14_0/bin/titanflow doctor --target trn2"]
 
 
-def test_readme_gives_the_commands_make_setup_trn2_runs():
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("### On a trn2 node", 1)[1]
+def test_the_install_page_gives_the_commands_make_setup_trn2_runs():
+    readme = (ROOT / "docs" / "install.md").read_text()
+    section = readme.split("## On a trn2 node", 1)[1]
     block = re.search(r"```bash\n(.*?)```", section, re.DOTALL).group(1)
     commands = [line for line in block.splitlines() if line and not line.startswith("#")]
-    assert commands == _setup_trn2_print(), "README's trn2 commands differ from `make setup-trn2 PRINT=1`"
+    assert commands == _setup_trn2_print(), "docs/install.md's trn2 commands differ from `make setup-trn2 PRINT=1`"
 
 
 def test_setup_trn2_stops_before_any_install_on_another_python(tmp_path):

@@ -6,7 +6,7 @@
     ✓ compile_warmup      0.1 s
     ⠧ train ━╺━━━━━━━━━━━━━━━━━━━━━━ 2/40 steps · loss 11.9339 · 196 tokens/s          0:03:18 left 0:00:40
 
-(a 40-step native run on cpu at step 2; README.md shows a whole run), and then, as in every mode, the run's
+(a 40-step native run on cpu at step 2; docs/command-line.md, "What it prints", shows a whole run), and then, as in every mode, the run's
 summary table (titanflow.cli.print_summary) on stdout.
 
 What drives it, all in the ``titanflow run`` process, where the flow runs (titanflow.cli._run_flow):

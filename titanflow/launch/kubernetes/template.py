@@ -3,7 +3,7 @@
 
     prefect work-pool create trn2-eks --type kubernetes --base-job-template deployments/kubernetes/trn2-eks.json
 
-What the template holds (README "Many nodes"): a Kubernetes Indexed Job of ``nnodes`` pods, one per
+What the template holds (docs/many-nodes.md, "Kubernetes"): a Kubernetes Indexed Job of ``nnodes`` pods, one per
 trn2.48xlarge (a required pod anti-affinity on the host name, the instance type as node selector, the Neuron
 taint tolerated), each pod with the node's 16 Neuron devices (``aws.amazon.com/neuron``, the Neuron device
 plugin's resource) and its EFA interfaces (``vpc.amazonaws.com/efa``, the EFA device plugin's), the trn2-cluster
