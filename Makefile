@@ -45,7 +45,7 @@ test-fast: setup
 goldens: setup
 	$(BIN)/python -m titanflow.prefect_ops.deployments
 	TITANFLOW_UPDATE_GOLDEN=1 $(BIN)/python -m pytest -q tests/unit/launch/test_render.py \
-		tests/unit/kubernetes/test_kubernetes_template.py tests/e2e/test_scenarios.py
+		tests/unit/launch/test_kubernetes_template.py tests/e2e/test_scenarios.py
 
 # The trn2 profile's PyPI packages (profiles/trn2/requirements.txt: the walkthrough's transformers
 # 5.16.0) layered on the cpu venv: first on PYTHONPATH they replace its transformers 5.23.0, and

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from enum import StrEnum
 
-#: The logger on which the flow's RunRecorder.task (titanflow.record.summary) tells each task's start and end, one
+#: The logger on which the flow's RunRecorder.task (titanflow.run.recorder) tells each task's start and end, one
 #: INFO record each, carrying ``phase`` (the task's name), ``phase_state`` (started, then completed | cached |
 #: failed | cancelled) and, at the end, ``phase_s`` (the task's seconds, as in ``timings_s``). Not a Prefect
 #: logger: the records reach neither the Prefect API nor its console; at the default level (the root logger's

@@ -33,7 +33,7 @@ def _summary(name: str) -> RunSummary:
 
 
 def _train_failure(log: str, why: str = "torchrun exited 1") -> dict:
-    """The summary fields the train task + titanflow.record.summary write when torchrun fails with ``log``."""
+    """The summary fields the train task + titanflow.run.recorder write when torchrun fails with ``log``."""
     tail = "\n".join(log.splitlines()[-25:])
     return {"verdict": "fail", "failed_task": "train",
             "error": f"TrainingError: train: {why}; full log runs/x/train.log\n--- last lines ---\n{tail}"}
@@ -69,7 +69,7 @@ def test_training_watchdog_timeout_is_infrastructure():
 
 @pytest.mark.fault
 def test_a_cancelled_run_has_no_failure_class_even_when_its_log_shows_a_killed_rank():
-    # a Prefect cancel or Ctrl-C stops the ranks; titanflow.record.summary records verdict "cancelled"
+    # a Prefect cancel or Ctrl-C stops the ranks; titanflow.run.recorder records verdict "cancelled"
     text = _log("sigkill.log")
     assert matching_signature(text)[0] == "infrastructure"
     assert _fields({"verdict": "cancelled", "losses": [11.94, math.nan]}, text) is None

@@ -18,7 +18,7 @@ torchrun agents (titanflow.launch.kubernetes.launch, run with ``--scheduler kube
 gives each pod the job's uid (``batch.kubernetes.io/controller-uid``, the key of the launch records shared by the
 pods), its IP (pod 0's is the rendezvous endpoint) and its name (the node's name in the run's logs). Validated
 with the Prefect Kubernetes worker's own job configuration (prefect-kubernetes: the manifest a worker would
-submit) and the official Kubernetes client's models (tests/unit/kubernetes/test_kubernetes_template.py).
+submit) and the official Kubernetes client's models (tests/unit/launch/test_kubernetes_template.py).
 """
 
 from __future__ import annotations
