@@ -2,8 +2,8 @@
 
 A layer is one module here with an ``apply()`` that patches torchtitan (or transformers) in the
 process and returns the names of the patches it applied. The torchrun entry module
-(:mod:`titan_cfg.entry`) applies the layer named like the job's target (``cpu``; targets that
-run torchtitan as upstream intends, ``cuda``, or through their own fork, ``trn2``:
+(:mod:`titan_cfg.entry`) applies the layer named like the job's node type (titan_cfg.targets.Target.node:
+``cpu``; node types that run torchtitan as upstream intends, ``cuda``, or through their own fork, ``trn2``:
 torchtitan-neuron, need none), then the layers the scenario names (``Scenario.compat``).
 """
 

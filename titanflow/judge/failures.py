@@ -135,7 +135,8 @@ def classify_failure(*, verdict: str | None, failed_task: str | None, error: str
     A run failed when its ``verdict`` is "fail", a task failed, or a loss is not finite; a
     ``cancelled`` run did not fail (None), whatever it logged before it was stopped.
     Order: the root cause ``error`` names, when a signature of any class matches it, else input when it is a
-    rank's own refusal (:data:`RANK_REFUSAL`); then a
+    rank's own refusal (:data:`RANK_REFUSAL`); input when ``error`` is titanflow's own refusal of the run's input
+    (:data:`INPUT_REFUSAL`); then a
     signature of the infrastructure class in ``error`` or ``log_tail`` (the last lines
     of the training log; "" for a failure before training); a compile signature or the
     compile_warmup task; a non-finite loss; then the remaining signatures; then

@@ -29,10 +29,25 @@ from titanflow.paths import REPO_ROOT
 #: The deployments file, deployed from the repository root (entrypoints are relative to it).
 PREFECT_YAML = REPO_ROOT / "deployments" / "prefect.yaml"
 
-#: Work pool -> (the target its runs take, the parameters every run of it adds): each target's ``work_pools``
-#: (titan_cfg.targets).
-WORK_POOLS: dict[str, tuple[str, dict]] = {pool: (name, added) for name, target in TARGETS.items()
-                                           for pool, added in target().work_pools.items()}
+def work_pools() -> dict[str, tuple[str, dict]]:
+    """Work pool -> (the target its runs take, the parameters every run of it adds), from each target's
+    ``work_pools`` (titan_cfg.targets).
+
+    Raises:
+        ValueError: two targets name the same pool (a target copied with its pools), naming both and the fix.
+    """
+    pools: dict[str, tuple[str, dict]] = {}
+    for name, target in TARGETS.items():
+        for pool, added in target().work_pools.items():
+            if pool in pools:
+                raise ValueError(f"work_pools: targets {pools[pool][0]} and {name} both name the work pool {pool}; "
+                                 f"fix: give {name} its own pool, or work_pools={{}} for none")
+            pools[pool] = (name, added)
+    return pools
+
+
+#: Work pool -> (the target its runs take, the parameters every run of it adds): :func:`work_pools`.
+WORK_POOLS = work_pools()
 #: Work pools that are not of Prefect's ``process`` type: pool -> (type, its base job template file).
 POOL_TEMPLATES = {"trn2-eks": ("kubernetes", REPO_ROOT / "deployments" / "kubernetes" / "trn2-eks.json")}
 

@@ -146,3 +146,14 @@ def test_the_deployments_of_prefect_yaml_are_written_from_the_registries(tmp_pat
     copy.write_text(head)
     with pytest.raises(ValueError, match="no line .* opens its deployments; fix: restore it"):
         write_prefect_yaml(copy)
+
+
+def test_a_target_copied_with_its_work_pool_is_refused_naming_both(monkeypatch):
+    """A second target that keeps the cpu target's pool would take over its deployments without a word."""
+    from titan_cfg import targets
+    from titanflow.prefect_ops.deployments import work_pools
+
+    monkeypatch.setitem(targets.TARGETS, "cpu2", lambda: targets.cpu().model_copy(update={"name": "cpu2"}))
+    with pytest.raises(ValueError, match="work_pools: targets cpu and cpu2 both name the work pool cpu; fix: give "
+                                         "cpu2 its own pool, or work_pools={} for none"):
+        work_pools()
