@@ -82,6 +82,17 @@ def prefect_api():
         yield api_url
 
 
+#: The end-to-end tests' folder: every test in it is marked ``e2e`` (make test-fast leaves them out).
+E2E_DIR = Path(__file__).parent / "e2e"
+
+
+def pytest_configure(config):
+    """The suite's CPU budget, measured per test and printed at the end (tests/helpers/cpu_budget.py)."""
+    from helpers import cpu_budget
+
+    config.pluginmanager.register(cpu_budget, "titanflow-cpu-budget")
+
+
 #: Session fixtures that must exist once: every test using one runs on the same xdist worker.
 _SHARED_FIXTURE_GROUPS = {"deployed": "deployed-server", "slurm_cluster": "slurm-cluster",
                           "native_golden_run": "native-runs", "nightly_planted_lr": "native-runs"}
@@ -89,13 +100,18 @@ _SHARED_FIXTURE_GROUPS = {"deployed": "deployed-server", "slurm_cluster": "slurm
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """Groups for ``pytest -n 2 --dist loadgroup`` (make test): the tests of one shared session fixture
+    """Markers: ``e2e`` for every test under tests/e2e/, ``server`` for a test that uses a Prefect server fixture.
+    Groups for ``pytest -n 2 --dist loadgroup`` (make test): the tests of one shared session fixture
     (the deployed server, the Slurm cluster, the native golden and nightly runs) together on one worker, so each
     starts or trains once; every unit-test
     module together, so its module fixtures (a Prefect test server) start once; every other end-to-end
     test on its own, so the two workers share out the long runs. Each worker has its own session folder
     (this module runs once per worker): Prefect home, runs, history and servers are never shared."""
     for item in items:
+        if E2E_DIR in item.path.parents:  # end-to-end because of where it lives
+            item.add_marker(pytest.mark.e2e)
+        if "prefect_server" in item.fixturenames or "prefect_api" in item.fixturenames:
+            item.add_marker(pytest.mark.server)
         shared = [group for fixture, group in _SHARED_FIXTURE_GROUPS.items() if fixture in item.fixturenames]
         if shared:
             item.add_marker(pytest.mark.xdist_group(shared[0]))

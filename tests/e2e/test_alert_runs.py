@@ -13,10 +13,6 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-import pytest
-
-pytestmark = pytest.mark.e2e
-
 
 @contextlib.contextmanager
 def webhook_receiver() -> Iterator[tuple[str, list[dict]]]:

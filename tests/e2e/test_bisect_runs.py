@@ -24,7 +24,6 @@ from titanflow.bisect.verdict import Check
 from titanflow.paths import REPO_ROOT
 from titanflow.record.history import read_history
 
-pytestmark = pytest.mark.e2e
 
 TITANFLOW = Path(sys.executable).parent / "titanflow"
 PLANT_AT, COMMITS = 3, 4

@@ -21,7 +21,7 @@ from helpers.deployment_runs import PASS_RUN_ID, PASS_STEPS
 from titanflow.report.markdown import summary_markdown
 from titanflow.paths import REPO_ROOT
 
-pytestmark = [pytest.mark.e2e, pytest.mark.browser]
+pytestmark = pytest.mark.browser
 
 OUTPUT = Path(os.environ.get("TITANFLOW_TEST_OUTPUT", REPO_ROOT / "runs" / "test-output"))
 #: Headless Chromium without a display, GPU, network side traffic or first-run UI. The UI is a JS app:

@@ -6,10 +6,8 @@ import os
 import subprocess
 from pathlib import Path
 
-import pytest
 from helpers.terminal import TITANFLOW
 
-pytestmark = pytest.mark.e2e
 
 #: Where the two curves first part by more than the 0.02 nats of the golden_curve rule. Measured by this test (torch
 #: 2.13.0 CPU, torchtitan 0.3.0, 2 ranks, 2 warm-up steps): step 1 is the loss before any update, 11.94006 for both;

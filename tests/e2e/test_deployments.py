@@ -24,8 +24,6 @@ from titanflow.prefect_ops import server
 from titanflow.prefect_ops.deployments import WORK_POOLS
 from titanflow.record.summary import read_summary
 
-pytestmark = pytest.mark.e2e
-
 
 def _client(state):
     from prefect.client.orchestration import SyncPrefectClient

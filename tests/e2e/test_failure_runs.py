@@ -14,7 +14,7 @@ from helpers.run_processes import (
     train_run_count,
 )
 
-pytestmark = [pytest.mark.e2e, pytest.mark.fault]
+pytestmark = pytest.mark.fault
 
 
 def test_planted_nan_fails_as_numerics_once_while_a_timed_out_launch_is_retried_twice(tmp_path):

@@ -30,7 +30,7 @@ from helpers.run_processes import (
 from titanflow.launch.metrics import log_lines, parse_launch_line, parse_step_line
 from titanflow.launch.process import KILL_GRACE_S, KILL_WAIT_S
 
-pytestmark = [pytest.mark.e2e, pytest.mark.fault]
+pytestmark = pytest.mark.fault
 
 #: The launch timeout of the hung run (s): long enough for a launch to log its first 4 steps on two busy cores, and
 #: for each later launch to train its 4 steps and end. Measured with make test's other worker busy (2026-12-02,

@@ -22,7 +22,6 @@ import uuid
 from pathlib import Path
 
 import psutil
-import pytest
 from helpers.golden_curve import assert_golden_curve_of_one_node
 from helpers.run_processes import wait_until
 
@@ -30,7 +29,6 @@ from titan_cfg.targets import TARGETS
 from titanflow import paths
 from titanflow.launch.kubernetes.template import trn2_eks_job_template
 
-pytestmark = pytest.mark.e2e
 
 #: The golden workload's steps (as tests/e2e/test_slurm_runs.py), so the flow judges the curve against the golden.
 STEPS = 10

@@ -1,9 +1,5 @@
 """The qwen3-nightly suite end to end: a planted learning-rate regression fails the suite as numerics."""
 
-import pytest
-
-pytestmark = pytest.mark.e2e
-
 
 def test_nightly_fails_a_planted_learning_rate_regression_as_numerics(nightly_planted_lr):
     """lr 1.6e-3 instead of 8e-4 (tests/e2e/conftest.py ``nightly_planted_lr``): step 1 does not depend on lr, so the

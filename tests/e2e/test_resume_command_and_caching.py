@@ -19,7 +19,7 @@ from helpers.run_processes import logged_steps, run_processes, wait_until
 
 from titanflow.launch.metrics import log_lines, parse_launch_line, parse_step_line
 
-pytestmark = [pytest.mark.e2e, pytest.mark.fault]
+pytestmark = pytest.mark.fault
 
 TITANFLOW = Path(sys.executable).parent / "titanflow"
 #: A full-state save every 3 steps of the default 10-step run (3, 6, 9); the flow is killed once step 5 is

@@ -15,8 +15,6 @@ from helpers.scenario_runs import golden_run, run, summary_of
 from titan_cfg.scenarios import SCENARIOS
 from titanflow.judge.expected_loss import random_init_first_step_loss
 
-pytestmark = pytest.mark.e2e
-
 
 def test_native_cpu_random_init_passes_end_to_end(native_golden_run):
     summary, _ = native_golden_run  # no PREFECT_API_URL: the command's own temporary server

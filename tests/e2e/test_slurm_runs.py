@@ -30,7 +30,6 @@ from helpers.run_processes import rank_process, run_processes, wait_until
 from titanflow.launch.render import render
 from titanflow.params import ScenarioRun
 
-pytestmark = pytest.mark.e2e
 
 #: Steps of the two-node training: the golden workload's 10, so the flow itself judges the curve against the
 #: golden (same workload key: titanflow.record.history.world_size_asked), and every step is compared.

@@ -6,9 +6,6 @@ end-to-end test reads ``titanflow run`` through pipes: the Prefect log, as befor
 
 import re
 
-import pytest
-
-pytestmark = pytest.mark.e2e
 
 #: The start of a line of Prefect's console handler (logging.yml's ``standard`` format: ``12:01:02.345 | INFO    |``).
 PREFECT_LOG_LINE = re.compile(r"^\d\d:\d\d:\d\d\.\d{3} \| [A-Z]+ +\|", re.MULTILINE)

@@ -27,7 +27,6 @@ from titanflow.prefect_ops import server
 from titanflow.prefect_ops.local_server import api_healthy
 from titanflow.record.summary import read_summary
 
-pytestmark = pytest.mark.e2e
 
 TITANFLOW = Path(sys.executable).parent / "titanflow"
 PREFECT = Path(sys.executable).parent / "prefect"

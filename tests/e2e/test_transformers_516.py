@@ -20,7 +20,6 @@ from packaging.requirements import Requirement
 
 from titanflow.record.summary import read_summary
 
-pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parents[2]
 OVERLAY = Path(sys.prefix) / "overlays" / "trn2"
