@@ -273,6 +273,12 @@ def trn2_cluster() -> Target:
 TARGETS = {"cpu": cpu, "trn2": trn2, "cuda": cuda, "trn2-cluster": trn2_cluster}
 
 
+def node_of(target: str) -> str:
+    """The node type of ``target`` (:attr:`Target.node`), the key of the per-node tables (titan_cfg.scenarios.ON_NODE,
+    the golden loss curves); a name that is no target stands for itself."""
+    return TARGETS[target]().node if target in TARGETS else target
+
+
 def implied_scheduler(target: str, nnodes: int) -> Scheduler:
     """The scheduler of a job that names none: ``slurm`` on more than one node, else the target's."""
     scheduler = TARGETS[target]().scheduler

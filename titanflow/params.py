@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from titan_cfg import kernels
 from titan_cfg.job import ExportDtype, Init, ModelSpecSource
 from titan_cfg.scenarios import ON_NODE, SCENARIOS, on_node
-from titan_cfg.targets import TARGETS, Target, implied_scheduler
+from titan_cfg.targets import TARGETS, Target, implied_scheduler, node_of
 from titanflow import paths
 
 # Closed choices typed as such: the flows' signatures use them, so a deployment's parameter schema
@@ -423,7 +423,7 @@ def nightly_runs(target: str, scenarios: list[str] | None = None, inits: list[st
     for scenario, init in nightly_suite(scenarios, inits):
         given = {"scenario": scenario, "target": target, "init": init, **overrides}
         params = {k: v for k, v in given.items() if v is not None}
-        params |= on_node(scenario, TARGETS[target]().node if target in TARGETS else target).run_parameters  # trn2: the walkthrough's models
+        params |= on_node(scenario, node_of(target)).run_parameters  # trn2: the walkthrough's models
         runs.append((params, ScenarioRun(**params)))
     return runs
 

@@ -28,7 +28,7 @@ from pathlib import Path
 import pandas as pd
 from pydantic import BaseModel
 
-from titan_cfg.targets import TARGETS
+from titan_cfg.targets import node_of
 from titanflow.judge.environment import environment_key as environment_key_of
 from titanflow.paths import REPO_ROOT
 
@@ -76,8 +76,7 @@ def curve_path(scenario: str, target: str, init: str, golden_dir: Path = GOLDEN_
     """``<golden_dir>/<scenario>-<node>-<init>.curve.csv``, ``<node>`` the target's node type
     (titan_cfg.targets.Target.node: a target of cpu machines under another name shares cpu's curves; whether a curve
     applies to a run is then its workload's and numerics environment's say, :class:`GoldenCurve`)."""
-    node = TARGETS[target]().node if target in TARGETS else target
-    return Path(golden_dir) / f"{scenario}-{node}-{init}.curve.csv"
+    return Path(golden_dir) / f"{scenario}-{node_of(target)}-{init}.curve.csv"
 
 
 def write_curve(path: Path, losses: list[float], config_key: str, parameters: dict, note: str,

@@ -22,7 +22,7 @@ from pathlib import Path
 import yaml
 
 from titan_cfg.scenarios import SCENARIOS, on_node
-from titan_cfg.targets import TARGETS
+from titan_cfg.targets import TARGETS, node_of
 from titanflow.params import INITS
 from titanflow.paths import REPO_ROOT
 
@@ -66,7 +66,7 @@ def expected_deployments() -> dict[str, dict]:
                 rows[f"{scenario}-{pool}-{init}"] = {
                     "flow": "flows/scenario.py:qwen3_scenario", "work_pool": pool,
                     "parameters": {"scenario": scenario, "target": target, "init": init, **added,
-                                   **on_node(scenario, TARGETS[target]().node).run_parameters},
+                                   **on_node(scenario, node_of(target)).run_parameters},
                     "tags": [f"scenario:{scenario}", f"target:{target}", f"init:{init}"]}
         rows[f"nightly-{pool}"] = {"flow": "flows/nightly.py:qwen3_nightly", "work_pool": pool,
                                    "parameters": {"target": target, **added},

@@ -45,7 +45,7 @@ from packaging.version import InvalidVersion, Version
 
 from titan_cfg import kernels
 from titan_cfg.scenarios import SCENARIOS, on_node
-from titan_cfg.targets import TARGETS
+from titan_cfg.targets import TARGETS, node_of
 from titanflow import paths
 from titanflow.params import ScenarioRun, is_hub_id
 
@@ -253,16 +253,16 @@ def check_lnc(run: ScenarioRun) -> Check:
 def check_kernels(target: str) -> list[Check]:
     """Every implementation registered for ``target`` that needs a package or a device can run here (its
     modules import: for ``rope=neuron`` nkilib's kernel module itself)."""
-    checks = []
+    spec, checks = TARGETS[target](), []
     for op in kernels.OPS.values():
         for impl in op.implementations.values():
-            if TARGETS[target]().device not in impl.runs_on or not (impl.requires or impl.device):  # nothing missing
+            if spec.device not in impl.runs_on or not (impl.requires or impl.device):  # nothing to be missing
                 continue
             missing = impl.unavailable()
             modules = ", ".join(impl.requires)
             checks.append(Check(f"kernel {op.name}={impl.name}", missing is None, missing or f"{modules} import",
                                 SETUP_TRN2 + " (torch-neuronx, neuronx-cc with nki and nkilib)"
-                                if TARGETS[target]().profile == "trn2" else f"install {modules}"))
+                                if spec.profile == "trn2" else f"install {modules}"))
     return checks
 
 
@@ -438,7 +438,7 @@ def default_weights(target: str, scenario: str) -> str | None:
     """The weights the target's deployments train the scenario on (titan_cfg.scenarios.ON_NODE: on trn2 the
     walkthrough's Hub ids, found under $TITANFLOW_WEIGHTS_ROOT or in the HF cache; for moe the full Qwen3-30B-A3B the
     flow trims); None elsewhere (the embedded tiny model)."""
-    return on_node(scenario, TARGETS[target]().node).weights
+    return on_node(scenario, node_of(target)).weights
 
 
 def run_checks(run: ScenarioRun, weights: str | None, *, with_weights: bool = True) -> list[Check]:
