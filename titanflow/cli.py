@@ -586,7 +586,8 @@ def build_parser() -> argparse.ArgumentParser:
     bis.add_argument("--target", default="cpu", help="the probes' target (default: cpu)")
     bis.add_argument("--init", default="random", help="random | pretrained (default: random)")
     bis.add_argument("--steps", type=int, help="training steps of each probe (default: ScenarioRun's, 10: the "
-                                               "golden loss curves' workload, so the golden_curve rule applies)")
+                                               "golden loss curves' workload; fewer are judged by the golden_curve "
+                                               "rule over the leading steps they share with the golden)")
     bis.add_argument("--repo", help="the git checkout to bisect (default: the current folder's)")
     bis.add_argument("--runs-dir", help="parent of the bisect's folder (default: $TITANFLOW_RUNS or runs/)")
     bis.add_argument("--probe-timeout-s", type=float, help="seconds one probe may take (default: 7200)")

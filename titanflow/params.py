@@ -379,12 +379,18 @@ class ScenarioRun(BaseModel):
 
     @property
     def warmup_steps_resolved(self) -> int:
-        """Warm-up steps: as given, else min(2, steps)."""
-        return self.warmup_steps if self.warmup_steps is not None else min(2, self.steps)
+        """Warm-up steps: as given, else min(2, steps) (:func:`resolved_warmup_steps`)."""
+        return resolved_warmup_steps(self.steps, self.warmup_steps)
 
     def runs_root(self) -> Path:
         """Parent folder of this run's ``<run-id>/``."""
         return Path(self.runs_dir).resolve() if self.runs_dir else paths.runs_root()
+
+
+def resolved_warmup_steps(steps: int, warmup_steps: int | None) -> int:
+    """The linear lr warm-up a run of ``steps`` trains with: ``warmup_steps`` as given, else min(2, steps) (two
+    steps of warm-up keep the first updates of the tiny models small; torchtitan caps a warm-up to the steps)."""
+    return warmup_steps if warmup_steps is not None else min(2, steps)
 
 
 #: Weight inits a suite runs per scenario.

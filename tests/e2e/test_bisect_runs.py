@@ -1,9 +1,10 @@
 """titanflow bisect on the planted-lr regression: a scratch repository holding this repository's files (its working
 tree, committed as the good revision), then 4 commits, each a line of docs/chain.md except number 3, which raises
-the default learning rate of titanflow/params.py from 8e-4 to 3e-3. Every probe is a real 10-step native cpu
-run (the golden loss curve's workload, so the golden_curve rule judges it) of its revision's own code, in a worktree
-of its own, as a subflow run of the bisect on the session's Prefect server. Four trainings: the two endpoints, then
-the ceil(log2(4)) = 2 revisions git bisect asks for (each probe costs 45-60 s here: the chain is kept short). The probe table and the wall time are printed (``-s``)."""
+the default learning rate of titanflow/params.py from 8e-4 to 3e-3. Every probe is a real native cpu run of
+:data:`PROBE_STEPS` steps of its revision's own code, in a worktree of its own, as a subflow run of the bisect on the
+session's Prefect server, judged by the golden_curve rule over the steps it shares with the 10-step golden. Four
+trainings: the two endpoints, then the ceil(log2(4)) = 2 revisions git bisect asks for (the chain is kept short).
+The probe table and the wall time are printed (``-s``)."""
 
 from __future__ import annotations
 
@@ -24,10 +25,14 @@ from titanflow.bisect.verdict import Check
 from titanflow.paths import REPO_ROOT
 from titanflow.record.history import read_history
 
-
 TITANFLOW = Path(sys.executable).parent / "titanflow"
 PLANT_AT, COMMITS = 3, 4
 PLANT_MESSAGE = "Raise the default learning rate to 3e-3\n\nTrains faster on the tiny model."
+#: Steps each probe trains: the planted lr parts from the golden after the first update (0.029 nats at step 2), but
+#: by more than the golden_curve rule's band (0.2: the margin on a machine of other numerics) only at step 4 (0.295,
+#: helpers/bisect_runs.PLANTED_LR_LOSSES); 4 steps of the default warm-up share all 4 losses with the 10-step golden
+#: (titan_cfg.lr_schedule), so the rule judges every one.
+PROBE_STEPS = 4
 
 
 @pytest.fixture()
@@ -59,7 +64,7 @@ def test_the_planted_learning_rate_is_found_in_log2_n_probes(planted_repo, tmp_p
     repo, hashes = planted_repo
     start = time.monotonic()
     proc = subprocess.run([str(TITANFLOW), "bisect", "native", "--good", hashes[0], "--bad", hashes[-1],
-                           "--target", "cpu", "--init", "random", "--repo", str(repo),
+                           "--target", "cpu", "--init", "random", "--steps", str(PROBE_STEPS), "--repo", str(repo),
                            "--runs-dir", str(tmp_path / "bisects")], check=False, capture_output=True, text=True,
                           timeout=3600, env={**os.environ, "PREFECT_API_URL": prefect_api})
     wall_s = time.monotonic() - start
@@ -81,9 +86,10 @@ def test_the_planted_learning_rate_is_found_in_log2_n_probes(planted_repo, tmp_p
         planted = hashes.index(p.revision) >= PLANT_AT
         assert p.verdict == ("bad" if planted else "good"), p
         assert (p.failure_class, p.checks) == (("numerics", ["golden_curve losses"]) if planted else (None, []))
-        assert len(p.losses) == 10 and p.losses[0] == good_curve[0]  # step 1: the loss before any update
+        assert len(p.losses) == PROBE_STEPS and p.losses[0] == good_curve[0]  # step 1: the loss before any update
         # lr 3e-3 parts from 8e-4 after the first update, by more than the golden_curve rule's 0.02 nats
         assert abs(p.losses[1] - good_curve[1]) > 0.02 if planted else p.losses == good_curve
+        assert abs(p.losses[3] - good_curve[3]) > 0.2 if planted else True  # beyond the band too
         row = runs.loc[p.run_id]
         assert row.git_commit == p.revision and json.loads(row.parameters)["lr"] == (3e-3 if planted else 8e-4)
     assert f"# first bad commit: [{hashes[PLANT_AT]}]" in result.bisect_log

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 def assert_golden_curve_of_one_node(summary, layout: str, wall_s: float, steps: int) -> None:
     """Print ``summary``'s curve beside the golden's (``layout`` names the run's, e.g. "two pods x 1 rank"); assert
-    it equals the golden at torchtitan's 5 decimals where the numerics are the golden's (else the flow's own band
-    applies), and that the flow's own losses finding passed (the same workload key)."""
+    it equals the golden's first ``steps`` at torchtitan's 5 decimals where the numerics are the golden's (else the
+    flow's own band applies), and that the flow's own losses finding passed over all ``steps`` (the golden's workload:
+    its key, or its leading steps, titanflow.judge.goldens.GoldenCurve.shared_steps)."""
     from titanflow.judge.environment import environment_key
     from titanflow.judge.goldens import curve_path, read_curve
 
@@ -21,3 +22,4 @@ def assert_golden_curve_of_one_node(summary, layout: str, wall_s: float, steps: 
         print(f"numerics other than the golden's ({golden.environment}); held to golden_curve's band")
     (finding,) = [f for f in summary.findings if f.metric == "losses"]
     assert finding.status == "pass", finding.detail  # the flow judged it against the golden: the same workload
+    assert f"worst of {steps} steps" in finding.detail

@@ -61,15 +61,17 @@ def golden_run(runs_dir: Path, scenario: str, *options: str, init: str = "random
 def record_goldens(summary: RunSummary) -> None:
     """Write ``summary``'s loss curve as its scenario's golden (titanflow.judge.goldens)."""
     from titanflow.judge.goldens import curve_path, write_curve
+    from titanflow.judge.workload import CONFIG_KEY_FIELDS, warmup_steps_of
     from titanflow.record import history
 
     row = history.row_from_summary(Path(summary.export.export_dir).parent / "summary.json")
     scenario, init = summary.scenario, summary.init
-    parameters = {k: v for k, v in summary.parameters.items() if k in history.CONFIG_KEY_FIELDS}
+    parameters = {k: v for k, v in summary.parameters.items() if k in CONFIG_KEY_FIELDS}
     weights = "the pretrained tiny checkpoint of its model type (titanflow.run.pretrained)" \
         if init == "pretrained" else "the embedded tiny model"
     write_curve(curve_path(scenario, "cpu", init), summary.losses, row.config_key, parameters,
                 f"{scenario} on cpu, {init} init from {weights}, default parameters; per-step loss (nats) of rank 0,\n"
                 f"recorded by tests/e2e/test_scenarios.py with torch {row.torch_version}, torchtitan "
                 f"{row.torchtitan_version}, transformers {row.transformers_version}",
-                environment=summary.environment, weights_digest=summary.weights_digest)
+                environment=summary.environment, weights_digest=summary.weights_digest,
+                warmup_steps=warmup_steps_of(summary.parameters))

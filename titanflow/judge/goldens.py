@@ -2,7 +2,7 @@
 
 One plain-text file per (scenario, target, init), ``goldens/loss_curves/<scenario>-<target>-<init>.curve.csv``:
 ``#`` lines saying how and with which workload the curve was recorded (``config_key``, the hash of
-titanflow.record.history.CONFIG_KEY_FIELDS), in which numerics environment (``environment``:
+titanflow.judge.workload.CONFIG_KEY_FIELDS, and the ``warmup_steps`` it trained with), in which numerics environment (``environment``:
 titanflow.judge.environment) and, for pretrained init, from which checkpoint (``weights_digest``:
 titanflow.weights.digest), then ``step,loss`` rows. The goldens are those of the embedded weights
 (``weights`` None). Three readers use :func:`golden_for`:
@@ -10,7 +10,8 @@ titanflow.weights.digest), then ``step,loss`` rows. The goldens are those of the
 - the loss verdict (titanflow.judge.loss): step 1 is the pretrained first-step expectation, whatever
   the run's steps;
 - the ``golden_curve`` regression rule (titanflow.judge.regression): every step, only when the run
-  has the curve's workload (:meth:`GoldenCurve.same_workload`); within the rule's margin when the
+  has the curve's workload (:meth:`GoldenCurve.same_workload`), or the leading steps a shorter run of that workload
+  shares with it (:meth:`GoldenCurve.shared_steps`: a 4-step run of the default warm-up, all 4); within the rule's margin when the
   run also has the curve's environment and checkpoint (:meth:`GoldenCurve.same_numerics`), else
   within the band measured across environments;
 - the report's loss plot, under the same condition.
@@ -28,7 +29,9 @@ from pathlib import Path
 import pandas as pd
 from pydantic import BaseModel
 
+from titan_cfg.lr_schedule import shared_loss_steps
 from titan_cfg.targets import node_of
+from titanflow.judge import workload
 from titanflow.judge.environment import environment_key as environment_key_of
 from titanflow.paths import REPO_ROOT
 
@@ -46,13 +49,15 @@ RECORD_COMMAND = "make goldens"
 class GoldenCurve(BaseModel):
     """A recorded loss curve: ``losses`` {step: loss (nats)}, the ``config_key`` of its workload, the
     numerics ``environment`` it was recorded in and the ``weights_digest`` of the checkpoint it
-    started from (pretrained init; None for random init and for curves recorded before either)."""
+    started from (pretrained init; None for random init and for curves recorded before either); ``warmup_steps``
+    the warm-up it trained with (None for curves recorded before it was written)."""
 
     path: Path
     losses: dict[int, float]
     config_key: str | None
     environment: dict | None = None
     weights_digest: str | None = None
+    warmup_steps: int | None = None
 
     @property
     def first_step_loss(self) -> float:
@@ -62,6 +67,17 @@ class GoldenCurve(BaseModel):
     def same_workload(self, config_key: str | None) -> bool:
         """True when the curve was recorded with the workload ``config_key`` names."""
         return self.config_key == config_key
+
+    def shared_steps(self, parameters: dict) -> int:
+        """How many leading steps a run of ``parameters`` (a ScenarioRun's fields) shares with this curve when it has
+        the curve's workload but fewer steps: the losses its learning-rate schedule cannot yet tell from the curve's
+        (titan_cfg.lr_schedule.shared_loss_steps). 0 when the run is not such a run, or the curve does not say
+        the warm-up it trained with."""
+        steps = len(self.losses)
+        if self.warmup_steps is None or not 1 <= parameters.get("steps", 0) < steps \
+                or workload.config_key({**parameters, "steps": steps}) != self.config_key:
+            return 0
+        return shared_loss_steps(parameters["steps"], workload.warmup_steps_of(parameters), steps, self.warmup_steps)
 
     def same_numerics(self, environment_key: str | None, weights_digest: str | None) -> bool:
         """True when a run with this environment key (titanflow.judge.environment.environment_key) and
@@ -80,9 +96,10 @@ def curve_path(scenario: str, target: str, init: str, golden_dir: Path = GOLDEN_
 
 
 def write_curve(path: Path, losses: list[float], config_key: str, parameters: dict, note: str,
-                environment: dict | None = None, weights_digest: str | None = None) -> Path:
+                environment: dict | None = None, weights_digest: str | None = None,
+                warmup_steps: int | None = None) -> Path:
     """Write a golden curve: ``#`` lines (note, config_key, parameters and environment as JSON, the
-    weights digest), then ``step,loss`` rows.
+    weights digest, the warm-up steps), then ``step,loss`` rows.
 
     Raises:
         ValueError: an empty or non-finite curve (a golden must come from a healthy run).
@@ -94,6 +111,8 @@ def write_curve(path: Path, losses: list[float], config_key: str, parameters: di
         header.append(f"environment: {json.dumps(environment, sort_keys=True)}")
     if weights_digest is not None:
         header.append(f"weights_digest: {weights_digest}")
+    if warmup_steps is not None:
+        header.append(f"warmup_steps: {warmup_steps}")
     body = "".join(f"{step},{loss:.5f}\n" for step, loss in enumerate(losses, 1))
     path.write_text("".join(f"# {line}\n" for line in header) + "step,loss\n" + body)
     return path
@@ -120,7 +139,8 @@ def read_curve(path: Path) -> GoldenCurve:
     return GoldenCurve(path=path, losses={int(s): float(x) for s, x in zip(table.step, table.loss)},
                        config_key=fields.get("config_key"),
                        environment=json.loads(environment) if environment else None,
-                       weights_digest=fields.get("weights_digest"))
+                       weights_digest=fields.get("weights_digest"),
+                       warmup_steps=int(fields["warmup_steps"]) if "warmup_steps" in fields else None)
 
 
 def golden_for(scenario: str, target: str, init: str, weights: str | None,

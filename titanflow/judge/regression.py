@@ -159,9 +159,12 @@ class Finding(BaseModel):
 
 
 def _check_curve(rule: Rule, row: dict, golden_dir: Path) -> Finding:
-    """The golden_curve rule on one run: the worst step decides."""
+    """The golden_curve rule on one run: the worst step decides. A run of the golden's workload is compared over
+    every step it logged; a shorter run of that workload over the leading steps its schedule shares with the
+    golden's (titanflow.judge.goldens.GoldenCurve.shared_steps)."""
     losses = list(row.get("losses") or [])
-    weights = json.loads(row.get("parameters") or "{}").get("weights")
+    parameters = json.loads(row.get("parameters") or "{}")
+    weights = parameters.get("weights")
     name = curve_path(row["scenario"], row["target"], row["init"]).name
 
     def finding(status: Status, detail: str, value=None, baseline=None, passed=None) -> Finding:
@@ -174,11 +177,15 @@ def _check_curve(rule: Rule, row: dict, golden_dir: Path) -> Finding:
     if curve is None:
         return finding("no baseline", f"no golden curve {name}" if weights is None
                        else f"the goldens are of the embedded weights; this run trained {weights}")
+    compared, prefix = len(losses), ""
     if not curve.same_workload(row.get("config_key")):
-        return finding("no baseline", f"{name} was recorded with parameters {curve.config_key}, this run has "
-                       f"{row.get('config_key')}")
+        shared = curve.shared_steps(parameters)
+        if not shared:
+            return finding("no baseline", f"{name} was recorded with parameters {curve.config_key}, this run has "
+                           f"{row.get('config_key')}")
+        compared, prefix = min(compared, shared), f", the {shared} its {parameters['steps']} steps share with it"
     golden = curve.losses
-    steps = [s for s in range(1, len(losses) + 1) if s in golden]
+    steps = [s for s in range(1, compared + 1) if s in golden]
     if not steps:
         return finding("no baseline", f"{name} shares no step with the run")
     margin, elsewhere = rule.margin, ""
@@ -191,7 +198,7 @@ def _check_curve(rule: Rule, row: dict, golden_dir: Path) -> Finding:
     worst = max(steps, key=lambda s: gaps[s])
     passed = gaps[worst] <= margin
     detail = (f"step {worst}: |{losses[worst - 1]:.5f} - {golden[worst]:.5f}| = {gaps[worst]:.5f} "
-              f"{'<=' if passed else '>'} {margin} (worst of {len(steps)} steps vs {name}{elsewhere})")
+              f"{'<=' if passed else '>'} {margin} (worst of {len(steps)} steps vs {name}{prefix}{elsewhere})")
     return Finding(metric=rule.metric, value=losses[worst - 1], baseline=golden[worst], margin=margin, passed=passed,
                    status="pass" if passed else "fail", finding_class=rule.finding_class, detail=detail)
 

@@ -19,7 +19,6 @@ Columns: the fields of :class:`HistoryRow` (units in the names and descriptions)
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import subprocess
@@ -34,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from titan_cfg.job import JOB_FILE
 from titanflow import paths
 from titanflow.judge.environment import environment_key
+from titanflow.judge.workload import config_key
 from titanflow.launch.metrics import log_tail, logged_losses
 from titanflow.launch.resume import launches
 from titanflow.record.summary import RunSummary, classify, read_summary
@@ -47,15 +47,6 @@ LOCK_TIMEOUT_S = 120.0
 #: Packages whose versions each row records.
 VERSIONED_PACKAGES = ("torch", "torchtitan", "transformers", "prefect")
 
-#: Parameters (ScenarioRun fields) that define the workload: runs compare (golden curve, history
-#: medians) only with runs of the same scenario, target, init and these. The numerics knobs (lr,
-#: warmup_steps, seed) are left out on purpose: a changed learning rate is what the loss-curve rule
-#: must catch, not a reason to skip it; run_id, runs_dir, timeout_s, tolerances and export_dtype
-#: change neither the curve nor the speed of training. ``nproc`` stands for the world size the run asked
-#: for (:func:`world_size_asked`): how the ranks are spread over nodes does not change the curve (2 nodes x 1
-#: rank and 1 node x 2 ranks give the same losses, tests/e2e/test_slurm_runs.py).
-CONFIG_KEY_FIELDS = ("weights", "steps", "global_batch_size", "seq_len", "nproc", "compile")
-
 #: Lines of train.log given to the failure classifier.
 LOG_TAIL_LINES = 60
 
@@ -63,30 +54,6 @@ LOG_TAIL_LINES = 60
 def history_file(history_dir: Path | str | None = None, name: str = HISTORY_FILE) -> Path:
     """``<history_dir>/<name>`` (default ``runs.parquet``); ``None``: :func:`titanflow.paths.history_root`."""
     return (Path(history_dir).resolve() if history_dir else paths.history_root()) / name
-
-
-def world_size_asked(parameters: dict) -> int | None:
-    """The world size ``parameters`` ask for, None when it is the target's own (nothing asked, or nodes and ranks
-    per node that multiply to the target's world size): ``nnodes`` x ``nproc_per_node``, each the target's where
-    not given; ``nproc`` of summaries written before runs had nodes is the ranks of one node."""
-    from titanflow.params import ScenarioRun
-
-    nnodes, per_node = parameters.get("nnodes"), parameters.get("nproc_per_node", parameters.get("nproc"))
-    if nnodes is None and per_node is None:
-        return None
-    try:  # the target's own nodes and ranks, within the scenario's rank limit there
-        own = ScenarioRun(scenario=parameters.get("scenario") or "native", target=parameters.get("target") or "cpu")
-    except ValueError:  # a scenario or target this version does not know: the numbers as asked
-        return (nnodes or 1) * (per_node or 1)
-    asked = (nnodes or own.nnodes_resolved) * (per_node or own.nproc_per_node_resolved)
-    return None if asked == own.world_size else asked
-
-
-def config_key(parameters: dict) -> str:
-    """12 hex digits of sha256 over the :data:`CONFIG_KEY_FIELDS` of ``parameters`` (absent = None), ``nproc`` being
-    :func:`world_size_asked`."""
-    chosen = {name: parameters.get(name) for name in CONFIG_KEY_FIELDS} | {"nproc": world_size_asked(parameters)}
-    return hashlib.sha256(json.dumps(chosen, sort_keys=True).encode()).hexdigest()[:12]
 
 
 def package_versions() -> dict[str, str | None]:
@@ -169,7 +136,7 @@ class HistoryRow(BaseModel):
     scenario: str
     target: str
     init: str
-    config_key: str = Field(description="hash of the parameters that define the workload (CONFIG_KEY_FIELDS)")
+    config_key: str = Field(description="hash of the parameters that define the workload (titanflow.judge.workload)")
     parameters: str = Field(description="summary.json parameters, as sorted JSON")
     started_at: pd.Timestamp = Field(description="UTC; summary.json, else its mtime minus total_s")
     finished_at: pd.Timestamp = Field(description="UTC; summary.json, else its modification time")

@@ -22,7 +22,7 @@ its metrics.csv) is refused by :func:`compare` with :class:`NoCurveError`, namin
 missing, before anything is written.
 
 "Comparable" is the history's own notion (titanflow.judge.regression.baseline_runs): the same
-scenario, target, init and workload key (titanflow.record.history.config_key); :func:`last_passing`
+scenario, target, init and workload key (titanflow.judge.workload.config_key); :func:`last_passing`
 finds the last passing comparable run before a given one, which the nightly compares each failed run with.
 """
 

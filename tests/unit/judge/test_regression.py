@@ -236,3 +236,47 @@ def test_another_build_of_the_pretrained_checkpoint_is_other_numerics(tmp_path):
     assert curve.same_numerics(environment_key(RECORDED_ENV), "aaaa")
     assert not curve.same_numerics(environment_key(RECORDED_ENV), "bbbb")
     assert not curve.same_numerics(None, "aaaa")  # a run recorded before environments were kept
+
+
+def _prefix_case(tmp_path, steps: int, losses: list[float], **parameters) -> Finding:
+    """The golden_curve finding of a ``steps``-step native cpu run (its own ``parameters`` beside) against the
+    10-step golden of the default workload, recorded with its warm-up of 2 and its real workload key."""
+    from titanflow.judge.workload import config_key
+
+    golden = {"scenario": "native", "target": "cpu", "init": "random", "steps": 10}
+    write_curve(tmp_path / "native-cpu-random.curve.csv", NATIVE_CPU_RANDOM_LOSSES, config_key(golden), golden,
+                "test", environment=RECORDED_ENV, warmup_steps=2)
+    run = golden | {"steps": steps, "warmup_steps": None} | parameters
+    row = _row("short", 20, losses=losses, config_key=config_key(run), parameters=json.dumps(run))
+    return _by_metric(evaluate(row, pd.DataFrame(), golden_dir=tmp_path))["losses"]
+
+
+def test_a_shorter_run_of_the_golden_workload_is_compared_over_the_steps_its_schedule_shares(tmp_path):
+    """4 steps at the default warm-up of 2 share all 4 losses with the 10-step golden (titan_cfg.lr_schedule): the
+    golden's own first 4 pass; the planted lr 3e-3's first 4 (measured by the bisect's probes,
+    helpers/bisect_runs.py) fail at step 4 by 0.295 nats, more than the band of 0.2 as well."""
+    from helpers.bisect_runs import PLANTED_LR_LOSSES
+
+    same = _prefix_case(tmp_path, 4, NATIVE_CPU_RANDOM_LOSSES[:4])
+    assert same.status == "pass" and "worst of 4 steps" in same.detail
+    assert "the 4 its 4 steps share with it" in same.detail
+    planted = _prefix_case(tmp_path, 4, PLANTED_LR_LOSSES[:4])
+    assert planted.status == "fail" and "step 4" in planted.detail
+    assert planted.value - planted.baseline == pytest.approx(11.55792 - 11.85279) and abs(
+        planted.value - planted.baseline) > load_rules().rules[0].band
+
+
+def test_a_shorter_run_is_compared_only_where_its_schedule_is_the_goldens(tmp_path):
+    # a warm-up over its 4 steps: another learning rate from the first update on, so only the loss before it
+    warm = _prefix_case(tmp_path, 4, [NATIVE_CPU_RANDOM_LOSSES[0], 0.0, 0.0, 0.0], warmup_steps=4)
+    assert warm.status == "pass" and "worst of 1 steps" in warm.detail
+    # another batch is another workload, however many steps
+    other = _prefix_case(tmp_path, 4, NATIVE_CPU_RANDOM_LOSSES[:4], global_batch_size=8)
+    assert other.status == "no baseline"
+
+
+def test_a_curve_that_does_not_say_its_warm_up_compares_no_shorter_run(tmp_path):
+    from titanflow.judge.goldens import GoldenCurve
+
+    curve = GoldenCurve(path=tmp_path / "c.csv", losses=dict(enumerate(NATIVE_CPU_RANDOM_LOSSES, 1)), config_key="k")
+    assert curve.shared_steps({"scenario": "native", "target": "cpu", "steps": 4}) == 0

@@ -4,8 +4,8 @@ checks on them, and the workload key that does not care how the ranks are spread
 import pytest
 
 from titan_cfg.targets import TARGETS, Target
+from titanflow.judge.workload import config_key, world_size_asked
 from titanflow.params import ScenarioRun
-from titanflow.record.history import config_key, world_size_asked
 
 
 def test_world_size_is_nodes_times_ranks_per_node_and_many_nodes_run_on_slurm():

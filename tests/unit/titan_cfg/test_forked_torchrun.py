@@ -79,6 +79,7 @@ print(context.wait(timeout=30).failures[0].exitcode)
 """
 
 
+@pytest.mark.torchrun
 @pytest.mark.parametrize("mode, exitcode", [("restore", -signal.SIGTERM), ("inherit", 1)])
 def test_a_forked_rank_ends_on_sigterm_as_a_new_python_does(mode, exitcode, tmp_path):
     """torchrun's agent handles SIGTERM itself (raising an exception, run between bytecodes) before it forks: a rank

@@ -1,0 +1,19 @@
+"""titanflow.judge.workload: the workload key runs are compared by, and the warm-up a run trained with."""
+
+from titanflow.judge.workload import config_key, warmup_steps_of
+
+
+def test_config_key_follows_the_workload_not_the_numerics_knobs():
+    base = {"steps": 10, "lr": 8e-4, "seed": 0, "run_id": "a", "runs_dir": "/x", "timeout_s": 1800}
+    assert config_key(base) == config_key(base | {"run_id": "b", "runs_dir": "/y", "timeout_s": 9})
+    # a changed learning rate or seed must still be judged against the same golden curve
+    assert config_key(base) == config_key(base | {"lr": 1e-3, "seed": 1})
+    assert config_key(base) != config_key(base | {"steps": 3})
+    assert config_key(base) != config_key(base | {"global_batch_size": 8})
+
+
+def test_the_warm_up_is_as_given_else_the_default_for_the_steps():
+    # the default, min(2, steps) (titanflow.params.resolved_warmup_steps), is what the goldens were recorded with
+    assert [warmup_steps_of({"steps": n}) for n in (1, 2, 10)] == [1, 2, 2]
+    assert warmup_steps_of({"steps": 10, "warmup_steps": 5}) == 5 and warmup_steps_of({"steps": 10,
+                                                                                        "warmup_steps": 0}) == 0
