@@ -45,6 +45,29 @@ class Qwen3Shape(BaseModel):
     rms_norm_eps: float = Field(gt=0)
     tie_word_embeddings: bool
     max_position_embeddings: int = Field(gt=0)
+    attention_bias: bool = False
+
+    @property
+    def parameters(self) -> int:
+        """Parameters of the model as its checkpoint stores them (tied embeddings once), counted from the shape
+        without building it: the embedding, each decoder layer (:meth:`layer_parameters`), the final norm and an
+        untied lm_head. The modules are transformers' ``Qwen3ForCausalLM`` / ``Qwen3MoeForCausalLM``: Qwen3-4B's
+        config gives 4,022,468,096 (tests/unit/titan_cfg/test_model_spec.py holds it to transformers' own count)."""
+        embedding = self.vocab_size * self.hidden_size
+        layers = sum(self.layer_parameters(i) for i in range(self.num_hidden_layers))
+        return embedding + layers + self.hidden_size + (0 if self.tie_word_embeddings else embedding)
+
+    def attention_parameters(self) -> int:
+        """One layer's attention: q, k, v and o projections (biases when ``attention_bias``), q and k RMSNorms over
+        ``head_dim``, and the layer's two RMSNorms over ``hidden_size``."""
+        q, kv = self.num_attention_heads * self.head_dim, self.num_key_value_heads * self.head_dim
+        projections = self.hidden_size * (q + 2 * kv) + q * self.hidden_size
+        biases = (q + 2 * kv + self.hidden_size) if self.attention_bias else 0
+        return projections + biases + 2 * self.head_dim + 2 * self.hidden_size
+
+    def layer_parameters(self, index: int) -> int:
+        """Decoder layer ``index``'s parameters: attention and a gated MLP (gate, up, down: 3 x hidden x intermediate)."""
+        return self.attention_parameters() + 3 * self.hidden_size * self.intermediate_size
 
 
 class Qwen3MoeShape(Qwen3Shape):
@@ -61,6 +84,16 @@ class Qwen3MoeShape(Qwen3Shape):
     norm_topk_prob: bool
     decoder_sparse_step: int = 1
     mlp_only_layers: list[int] = []
+
+    def layer_parameters(self, index: int) -> int:
+        """Decoder layer ``index``'s parameters: attention, then routed experts (the router, hidden x experts, and
+        each expert's gated MLP of ``moe_intermediate_size``) where transformers makes the layer sparse, else the
+        dense MLP."""
+        sparse = index not in self.mlp_only_layers and (index + 1) % self.decoder_sparse_step == 0
+        if not sparse:
+            return super().layer_parameters(index)
+        experts = self.num_experts * 3 * self.hidden_size * self.moe_intermediate_size
+        return self.attention_parameters() + self.hidden_size * self.num_experts + experts
 
 
 #: config.json model_type -> the shape class that reads it.

@@ -43,6 +43,11 @@ PREFECT_DEFAULTS = {
     "DO_NOT_TRACK": "1",
 }
 
+#: The console script's own, set before anything imports Prefect (which reads them once): every command that talks to
+#: Prefect has an API (PREFECT_API_URL, or the temporary server it starts and stops), so a client that knows none
+#: fails instead of starting a server of Prefect's own, which would outlive the run.
+CONSOLE_PREFECT_DEFAULTS = {**PREFECT_DEFAULTS, "PREFECT_SERVER_ALLOW_EPHEMERAL_MODE": "false"}
+
 
 def _add_run_options(parser: argparse.ArgumentParser, *, resumable: bool = False) -> None:
     """One ``--option`` per ScenarioRun field (values are validated by pydantic, not argparse); ``resumable``:
@@ -399,16 +404,19 @@ def cmd_history(args: argparse.Namespace) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     """Print run B against run A (titanflow.record.run_compare) and write the PNG of both curves; 0 on
-    success, 1 when the history cannot be read, 2 when a run is not found or has no loss curve (nothing
-    written)."""
+    success, 2 when a run is not found or has no loss curve (nothing written). A history that cannot be read is
+    said, and the runs are read from their own folders (each holds its record and curve)."""
+    import pandas as pd
+
     from titanflow.record import history, run_compare
     from titanflow.report import compare as report
 
     try:
         runs = history.read_history(history_dir=args.history_dir)
     except history.HistoryError as err:
-        print(f"titanflow: {err}", file=sys.stderr)
-        return 1
+        print(f"titanflow: the history cannot be read, so the runs are read from their folders: {err}",
+              file=sys.stderr)
+        runs = pd.DataFrame()
     try:
         a, b = (run_compare.find_run(ref, runs, Path(args.runs_dir) if args.runs_dir else None)
                 for ref in (args.run_a, args.run_b))
@@ -642,10 +650,12 @@ def console() -> None:
     loaded they took 1.9 s of the 2.2 s between a run's flow ending and the command's exit (perf: gc_collect_main,
     2026-12-01). ``gc.freeze()`` moves those objects to the permanent generation the collections skip; the atexit
     handlers (Prefect's log and event drains, ``logging.shutdown``) and module teardown run as before. Not in
-    :func:`main`, which tests call in-process.
+    :func:`main`, which tests call in-process; nor are :data:`CONSOLE_PREFECT_DEFAULTS`, set here first.
     """
     import gc
 
+    for key, value in CONSOLE_PREFECT_DEFAULTS.items():
+        os.environ.setdefault(key, value)
     code = main()
     gc.freeze()
     sys.exit(code)

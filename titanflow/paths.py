@@ -7,7 +7,9 @@ moved with environment variables so CI and users can point them elsewhere.
 
 from __future__ import annotations
 
+import errno
 import os
+import shutil
 from pathlib import Path
 
 #: The repository root (this file lives in ``<root>/titanflow/``).
@@ -32,14 +34,87 @@ def history_root() -> Path:
     return Path(os.environ.get("TITANFLOW_HISTORY", REPO_ROOT / "history")).resolve()
 
 
-def write_atomic(path: Path, data: str | bytes) -> Path:
+#: errno values of a full file system: no space left (ENOSPC), a disk quota reached (EDQUOT).
+FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+
+#: A file of :data:`RESERVE_BYTES` a run folder keeps from its start (:func:`reserve_space`), given up the first time
+#: a record in that folder cannot be written for want of space: the run's record and curve are small, so a run whose
+#: disk filled up still writes what happened.
+RESERVE = ".space-reserve"
+RESERVE_BYTES = 2**20
+
+
+class DiskFull(OSError):
+    """A write failed because its file system is full (:data:`FULL_ERRNOS`); the message names what was being written,
+    the folder, the bytes free there and the fix."""
+
+
+def disk_full(err: OSError, path: Path, what: str) -> DiskFull:
+    """``err`` (errno in :data:`FULL_ERRNOS`) said as :class:`DiskFull`: ``disk full: <what> could not be written to
+    <path>: <folder> has <N> bytes free (errno <name>); fix: ...``."""
+    folder = next((p for p in (Path(path).parent, *Path(path).parents) if p.exists()), Path("/"))
+    try:
+        free = f"{shutil.disk_usage(folder).free:,} bytes free"
+    except OSError:
+        free = "its free space unreadable"
+    return DiskFull(err.errno, f"disk full: {what} could not be written to {path}: {folder} has {free} "
+                               f"({errno.errorcode.get(err.errno, err.errno)}); fix: free space there, or move the "
+                               f"runs folder (--runs-dir) or the history ($TITANFLOW_HISTORY) to a larger disk")
+
+
+def reserve_space(folder: Path) -> None:
+    """Keep :data:`RESERVE_BYTES` in ``folder`` (:data:`RESERVE`), unless it is there already; a full disk leaves none."""
+    reserve = Path(folder) / RESERVE
+    if reserve.exists():
+        return
+    try:
+        with open(reserve, "wb") as handle:
+            handle.write(os.urandom(RESERVE_BYTES))  # not zeros: a compressing file system would keep no room
+    except OSError as err:
+        reserve.unlink(missing_ok=True)
+        if err.errno not in FULL_ERRNOS:
+            raise
+
+
+def write_atomic(path: Path, data: str | bytes, what: str | None = None) -> Path:
     """Write ``data`` (text as UTF-8) to ``path`` through a hidden temporary sibling, flushed to disk,
     then ``os.replace``: a reader sees the old file or the new one, never half of it, and a crash
-    leaves at most the temporary file. Returns ``path``."""
+    leaves at most the temporary file; a failed write removes it. When the disk is full and ``path``'s folder keeps
+    a :data:`RESERVE`, the reserve is given up and the write tried once more. Returns ``path``.
+
+    Raises:
+        DiskFull: the file system is full (and no reserve made room): names ``what`` (default the file's name).
+        OSError: any other failure to write.
+    """
+    path = Path(path)
+    payload = data.encode("utf-8") if isinstance(data, str) else data
+    reserve = path.parent / RESERVE
+    try:
+        return _replace_with(path, payload)
+    except OSError as err:
+        if err.errno not in FULL_ERRNOS:
+            raise
+        if not reserve.exists():
+            raise disk_full(err, path, what or path.name) from err
+    reserve.unlink()  # room for this record; the reserve is not made again
+    try:
+        return _replace_with(path, payload)
+    except OSError as err:
+        if err.errno in FULL_ERRNOS:
+            raise disk_full(err, path, what or path.name) from err
+        raise
+
+
+def _replace_with(path: Path, payload: bytes) -> Path:
+    """:func:`write_atomic`'s one attempt; the temporary file removed when it fails."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as handle:
-        handle.write(data.encode("utf-8") if isinstance(data, str) else data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as handle:
+            handle.write(payload)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     return path

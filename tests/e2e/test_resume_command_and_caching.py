@@ -2,7 +2,8 @@
 
 - a run whose `titanflow run` process is SIGKILLed mid-training (a node reboot, an OOM kill of the flow) is
   continued by `titanflow run --resume <id>` in its own folder, and its loss curve is the uninterrupted golden;
-- an identical re-run answers pull_weights, torchtitan's config and compile_warmup from Prefect's cache.
+- an identical re-run answers pull_weights, torchtitan's config and compile_warmup from Prefect's cache;
+- a run stopped by SIGTERM and resumed twice talks to no Prefect server but its commands' own, and leaves none.
 """
 
 import json
@@ -14,10 +15,13 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 from helpers.run_processes import logged_steps, run_processes, wait_until
 
 from titanflow.launch.metrics import log_lines, parse_launch_line, parse_step_line
+from titanflow.launch.resume import launches
+from titanflow.record.summary import read_summary
 
 pytestmark = pytest.mark.fault
 
@@ -56,14 +60,13 @@ def test_a_run_killed_mid_training_is_continued_by_resume_and_its_curve_is_the_g
     """`titanflow run native --target cpu --checkpoint-interval 3` (the golden workload, 10 steps) is SIGKILLed once
     step 5 is logged: its ranks die with it, summary.json keeps the record written at the start (no verdict).
     `titanflow run --resume killed` continues it in the same folder: pull_weights, render_config and
-    compile_warmup answer from Prefect's cache, training resumes from step 3 (6 if the ranks, ended within
+    compile_warmup answer from Prefect's cache, training resumes from step 3 (6 or 9 if the ranks, ended within
     seconds of the kill, completed that save; launch 2 in train.log, whose launch 1 lines are kept), and the 10 losses equal goldens/loss_curves/native-cpu-random.curve.csv at
     torchtitan's 5 decimals where the numerics are the golden's. summary.json and the history row say resumed
     once, from step 3, after a run killed without a verdict."""
     from titanflow.judge.environment import environment_key
     from titanflow.judge.goldens import curve_path, read_curve
     from titanflow.record import history
-    from titanflow.record.summary import read_summary
     from titanflow.run.resume import newest_complete_step
 
     run_dir = tmp_path / "killed"
@@ -86,9 +89,10 @@ def test_a_run_killed_mid_training_is_continued_by_resume_and_its_curve_is_the_g
         log.close()
     record = read_summary(run_dir / "summary.json")
     assert record.verdict is None and record.train is None  # the record written at the start, nothing after
-    # step 3's save; a save of step 6 only if the ranks, ended by torchrun within seconds, got that far
+    # step 3's save, or a later one the ranks completed before the kill reached them (a busy machine polls the log
+    # late: step 9's was seen under load); never step 10, the end
     left = newest_complete_step(run_dir / "train" / "checkpoint")
-    assert left in (INTERVAL, 2 * INTERVAL)
+    assert left in (INTERVAL, 2 * INTERVAL, 3 * INTERVAL)
     assert _flow_run_state(prefect_api, record.flow_run_id).name == "Running"  # no worker saw it die
 
     started = time.monotonic()
@@ -142,7 +146,6 @@ def test_an_identical_rerun_answers_the_tasks_before_training_from_the_cache(tmp
     Cached; render_config runs (it writes the new run's own folder: job.json names it) and build_tiny_weights is
     not reached; the curve is the first run's. Wall times cold and warm are printed; render_config, which loses
     its torchtitan import (about 6 s), takes under half as long."""
-    from titanflow.record.summary import read_summary
 
     env = _env(prefect_api, PREFECT_RESULTS_LOCAL_STORAGE_PATH=str(tmp_path / "results"))
     runs, walls = tmp_path / "runs", []
@@ -183,7 +186,6 @@ def test_a_retried_flow_run_continues_its_own_run_folder(tmp_path, monkeypatch):
     import tasks.export
     from flows.scenario import qwen3_scenario
     from titanflow.export.assemble import ExportError
-    from titanflow.record.summary import read_summary
 
     real, calls = tasks.export.export_run, []
 
@@ -212,3 +214,57 @@ def test_a_retried_flow_run_continues_its_own_run_folder(tmp_path, monkeypatch):
     assert len(summary.losses) == 3 and summary.train.attempts == 1
     launches = [line for line in log_lines(tmp_path / "retried" / "train.log") if parse_launch_line(line)]
     assert len(launches) == 1
+
+
+def _own_processes(home: Path) -> list[psutil.Process]:
+    """Live processes whose environment names ``home`` as PREFECT_HOME: whatever the test's commands started."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.environ().get("PREFECT_HOME") == str(home) and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found
+
+
+def test_a_run_stopped_by_sigterm_and_resumed_twice_talks_only_to_its_own_servers(tmp_path):
+    """`titanflow run native --steps 4 --checkpoint-interval 1` with no PREFECT_API_URL (each command starts its own
+    temporary server), SIGTERMed once step 2 is logged; `--resume` SIGTERMed once its launch logs step 3; `--resume`
+    to the end. No output says Prefect started a server of its own ("Starting temporary server": a client that knew
+    no API URL, e.g. on a thread), and once each command has ended no process of the test's PREFECT_HOME is left: the
+    three temporary servers ended with their commands."""
+    home, runs = tmp_path / "home", tmp_path / "runs"
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"} | {"PREFECT_HOME": str(home)}
+    run_dir, outputs = runs / "R", []
+
+    def stopped_at(args: list[str], step: int, launch: int) -> None:
+        out = (tmp_path / f"launch-{launch}.out").open("w")
+        proc = subprocess.Popen([str(TITANFLOW), "run", *args, "--runs-dir", str(runs)], stdout=out,
+                                stderr=subprocess.STDOUT, env=env)
+        try:
+            wait_until(lambda: len(launches(run_dir / "train.log")) >= launch
+                       and any(row["step"] >= step for row in logged_steps(run_dir / "train.log")[-1:]), 600,
+                       f"step {step} of launch {launch}")
+            proc.send_signal(signal.SIGTERM)  # a Prefect cancel's signal, or a node told to stop
+            proc.wait(timeout=120)  # the run recorded cancelled (checked below), the command ended by the signal
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            out.close()
+        outputs.append((tmp_path / f"launch-{launch}.out").read_text())
+        wait_until(lambda: not _own_processes(home), 60, f"every process of command {launch} to end")
+
+    stopped_at(["native", "--target", "cpu", "--steps", "4", "--checkpoint-interval", "1", "--run-id", "R"], 2, 1)
+    stopped_at(["--resume", "R"], 3, 2)
+    last = subprocess.run([str(TITANFLOW), "run", "--resume", "R", "--runs-dir", str(runs)], capture_output=True,
+                          text=True, timeout=900, env=env)
+    outputs.append(last.stdout + last.stderr)
+    assert last.returncode == 0, outputs[-1][-3000:]
+    for i, output in enumerate(outputs, 1):
+        assert "Starting temporary server" not in output, f"command {i}: {output[-3000:]}"
+        assert "--- Logging error ---" not in output, f"command {i}: {output[-3000:]}"
+    wait_until(lambda: not _own_processes(home), 60, "every process of the last command to end")
+    summary = read_summary(run_dir / "summary.json")
+    assert (summary.verdict, summary.resumes, len(summary.losses)) == ("pass", 2, 4)
+    assert [cause for cause in (r.previous_verdict for r in summary.resumed)] == ["cancelled", "cancelled"]

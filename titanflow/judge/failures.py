@@ -12,7 +12,9 @@ checked in this order (the first that matches wins):
 | class | signals |
 |---|---|
 | ``input`` | the root cause is a checkpoint or input that does not load: a missing or unexpected key, a shape mismatch, a damaged safetensors file, a missing file; or a rank's own ``ValueError``, ``AssertionError`` or ``IndexError`` that no signature of any class explains (:data:`RANK_REFUSAL`: a configuration or data the trainer refuses) (never retried) |
-| ``infrastructure`` | launch failure, rendezvous / port in use, out of memory, SIGKILL / exit -9 / "Killed", the timeout watchdog |
+| ``disk_full`` | a write that found its file system full: ``No space left on device`` / errno 28 / ENOSPC, a disk quota (EDQUOT), titanflow's own ``disk full: <what> could not be written to <path>: ...`` (titanflow.paths.DiskFull) (never retried: the same run fills the same disk) |
+| ``out_of_memory`` | a rank the kernel's out-of-memory killer ended (titanflow.launch.oom adds ``killed by the kernel's out-of-memory killer`` to a SIGKILL's root cause), ``out of memory``, ``OutOfMemoryError``, ``Cannot allocate memory``, ``MemoryError`` (never retried: the same job meets the same limit) |
+| ``infrastructure`` | launch failure, rendezvous / port in use, SIGKILL / exit -9 / "Killed" of no known cause, the timeout watchdog |
 | ``compile`` | inductor / dynamo / neuronx-cc errors, the ``compile_warmup`` task failing |
 | ``numerics`` | a NaN or infinite loss, a first-step loss outside its band (``compare_loss`` verdict fail), loss regression findings |
 | ``export_validation`` | the ``export`` or ``validate`` task failing (parity, missing keys, structure) |
@@ -20,8 +22,9 @@ checked in this order (the first that matches wins):
 A cancelled run (verdict ``cancelled``: a Prefect cancel, Ctrl-C; titanflow.prefect_ops.stopped.cancel_cause)
 did not fail and has no class, whatever its log shows.
 
-Infrastructure comes first because it is the only class worth retrying and its
-signals (a killed rank, a taken port) explain whatever else the log shows.
+The machine's classes come first (a full disk, an exhausted memory, then infrastructure): their signals (a save
+that found no space, a rank the out-of-memory killer took, a taken port) explain whatever else the log shows, and
+infrastructure is the only class worth retrying.
 When no signal matches, the failed task decides (:data:`CLASS_OF_TASK`); a task
 missing there (a crash in the trainer with an unrecognised message, such as an
 import error) counts as a launch failure, i.e. infrastructure.
@@ -40,7 +43,8 @@ from titanflow.prefect_ops.stopped import cancel_cause
 from titanflow.task_names import TaskName
 
 #: Why a run failed; the order is the order of the checks on a root cause.
-FailureClass = Literal["input", "infrastructure", "compile", "numerics", "export_validation"]
+FailureClass = Literal["input", "disk_full", "out_of_memory", "infrastructure", "compile", "numerics",
+                       "export_validation"]
 
 #: Every failure class, in the order they are checked.
 FAILURE_CLASSES: tuple[str, ...] = get_args(FailureClass)
@@ -52,11 +56,17 @@ SIGNATURES: dict[str, list[str]] = {
         r"SafetensorError|HeaderTooLarge|safetensors_rust",
         r"^FileNotFoundError|^IsADirectoryError|^ConfigError",
     ],
+    "disk_full": [
+        r"No space left on device|\[Errno 28\]|\bENOSPC\b|Disk quota exceeded|\bEDQUOT\b|\bdisk full: ",
+    ],
+    "out_of_memory": [
+        r"killed by the kernel's out-of-memory killer",  # titanflow.launch.oom, on a SIGKILL's root cause
+        r"out of memory|OutOfMemoryError|can't allocate memory|Cannot allocate memory|MemoryError",
+    ],
     "infrastructure": [
         r"timed out after \d+ ?s",                    # titanflow.launch.process watchdog (TrainingError message)
         r"killed after the \d+ s timeout",            # the watchdog's own line in train.log
-        r"Signal 9 \(SIGKILL\)|exitcode\s*:\s*-9\b|exited -9\b|\bKilled\b",  # torchrun / OOM killer
-        r"out of memory|OutOfMemoryError|can't allocate memory|Cannot allocate memory|MemoryError",
+        r"Signal 9 \(SIGKILL\)|exitcode\s*:\s*-9\b|exited -9\b|\bKilled\b",  # torchrun; a kill of no known cause
         r"address already in use|EADDRINUSE|DistNetworkError|RendezvousError|rendezvous",
         r"Connection refused|connection reset by peer|NCCL error|Gloo connectFullMesh failed",
         r"No such file or directory: '[^']*torchrun'|command not found",
@@ -113,6 +123,9 @@ INPUT_REFUSAL = re.compile(r"^(?:ValueError|WeightsError|FileNotFoundError|Confi
 #: errors, or a broken install) keep the failed task's class.
 RANK_REFUSAL = re.compile(r"^(?:ValueError|AssertionError|IndexError)\b")
 
+#: The machine's classes: matched on a whole error and log tail before the run's own (compile, numerics, export).
+MACHINE_CLASSES: tuple[str, ...] = ("disk_full", "out_of_memory", "infrastructure")
+
 #: The classes matched on a whole error and log tail: ``input``'s signatures hold for a root cause only.
 TEXT_CLASSES: tuple[str, ...] = tuple(c for c in FAILURE_CLASSES if c != "input")
 
@@ -137,7 +150,7 @@ def classify_failure(*, verdict: str | None, failed_task: str | None, error: str
     Order: the root cause ``error`` names, when a signature of any class matches it, else input when it is a
     rank's own refusal (:data:`RANK_REFUSAL`); input when ``error`` is titanflow's own refusal of the run's input
     (:data:`INPUT_REFUSAL`); then a
-    signature of the infrastructure class in ``error`` or ``log_tail`` (the last lines
+    signature of a machine class (:data:`MACHINE_CLASSES`, in that order) in ``error`` or ``log_tail`` (the last lines
     of the training log; "" for a failure before training); a compile signature or the
     compile_warmup task; a non-finite loss; then the remaining signatures; then
     :data:`CLASS_OF_TASK`; a run that failed only its verdict (no task failed) is numerics
@@ -157,8 +170,8 @@ def classify_failure(*, verdict: str | None, failed_task: str | None, error: str
     if INPUT_REFUSAL.match(error or ""):
         return "input"
     found = matching_signature(f"{error or ''}\n{log_tail or ''}")
-    if found and found[0] == "infrastructure":
-        return "infrastructure"
+    if found and found[0] in MACHINE_CLASSES:
+        return found[0]
     if failed_task == TaskName.compile_warmup or (found and found[0] == "compile"):
         return "compile"
     if bad_steps:

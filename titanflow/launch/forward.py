@@ -17,6 +17,7 @@ way to say what was skipped; the lines here are not log records yet.
 
 from __future__ import annotations
 
+import contextvars
 import queue
 import threading
 import time
@@ -49,7 +50,10 @@ class LineForwarder:
         self.error: str | None = None  # the callback's first exception, if any
         self._call_started: float | None = None  # when the current call began (None: between calls)
         self._lock = threading.Lock()
-        self._thread = threading.Thread(target=self._forward, daemon=True)
+        # the callback runs in the caller's context: Prefect's settings (the run's own API) and its run context go with
+        # it, so a log record sent from this thread goes to the run's server, not to one Prefect would start for a
+        # thread that knows no API URL
+        self._thread = threading.Thread(target=contextvars.copy_context().run, args=(self._forward,), daemon=True)
         self._thread.start()
 
     def put(self, text: str) -> None:

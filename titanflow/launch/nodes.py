@@ -26,7 +26,8 @@ from pathlib import Path
 
 from titan_cfg.job import Job
 from titanflow.launch.forward import LineForwarder
-from titanflow.launch.node import exit_record, log_path as node_log_path, signal_handlers
+from titanflow.launch.node import exit_record, signal_handlers
+from titanflow.launch.node import log_path as node_log_path
 
 #: The folder under the job's dump folder (``runs/<id>/train/``) that holds each node's console and exit record.
 NODES_FOLDER = "nodes"

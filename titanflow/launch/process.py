@@ -169,20 +169,31 @@ def run_streaming(
 
 class _Output:
     """Where a launch's output goes, shared by the two pipe readers: the log file (every byte), and per line
-    the tail and, through titanflow.launch.forward, the callback (at most :data:`LINE_BYTES` each)."""
+    the tail and, through titanflow.launch.forward, the callback (at most :data:`LINE_BYTES` each). A log file that
+    cannot be written (a full disk) loses the bytes from then on, never the tail or the callback, which are told
+    how many bytes the log lacks and why when the launch ends (:meth:`close`)."""
 
     def __init__(self, log: BinaryIO, tail_lines: int, on_lines: Callable[[list[str]], None]):
         self._log = log
         self._tail: collections.deque[str] = collections.deque(maxlen=tail_lines)
         self._lock = threading.Lock()
         self._closed = False
+        self._log_error: OSError | None = None
+        self._unlogged_bytes = 0
         self._forwarder = LineForwarder(on_lines, note=lambda text: self.write(f"{text}\n".encode()))
 
     def write(self, *pieces: bytes) -> None:
         with self._lock:  # the pieces of one call reach the log together
             for piece in pieces:
-                if piece and not self._closed:
-                    self._log.write(piece)
+                if not piece or self._closed:
+                    continue
+                if self._log_error is None:
+                    try:
+                        self._log.write(piece)
+                        continue
+                    except OSError as err:  # the rest of the output is not written after a gap
+                        self._log_error = err
+                self._unlogged_bytes += len(piece)
 
     def line(self, text: str) -> None:
         with self._lock:
@@ -196,8 +207,11 @@ class _Output:
             return list(self._tail)
 
     def close(self) -> None:
-        """Let the callback take what is queued for it (titanflow.launch.forward.LineForwarder.close), then take no
-        more output."""
+        """Say what the log file lacks, if anything; let the callback take what is queued for it
+        (titanflow.launch.forward.LineForwarder.close), then take no more output."""
+        if self._log_error is not None:
+            self.line(f"titanflow: {self._unlogged_bytes:,} bytes of this launch's output are not in "
+                      f"{self._log.name}: {self._log_error}")
         self._forwarder.close()
         with self._lock:
             self._closed = True

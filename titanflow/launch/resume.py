@@ -76,6 +76,22 @@ def launches(train_log: Path) -> list[tuple[int, int | None]]:
     return [found for line in log_lines(train_log) if (found := parse_launch_line(line)) is not None]
 
 
+def remove_incomplete(folder: Path) -> list[str]:
+    """Remove every step folder of the checkpoint folder ``folder`` that is not a complete step checkpoint
+    (:func:`why_incomplete`); each removed one as ``checkpoint/step-N (why)``.
+
+    Raises:
+        OSError: a step folder could not be removed.
+    """
+    removed = []
+    for _, step_dir in sorted(step_folders(folder).items()):
+        why = why_incomplete(step_dir)
+        if why is not None:
+            shutil.rmtree(step_dir)
+            removed.append(f"{CHECKPOINT_FOLDER}/{step_dir.name} ({why})")
+    return removed
+
+
 def prepare(job: Job, train_log: Path) -> Resume:
     """Ready the checkpoint folder for the next launch of ``job``: remove what is not a complete step checkpoint
     (module docstring) and say where the launch starts. Numbers the launch after those in ``train_log``.
@@ -85,12 +101,7 @@ def prepare(job: Job, train_log: Path) -> Resume:
     """
     folder = checkpoint_folder(job)
     launch = len(launches(train_log)) + 1
-    removed = []
-    for step, step_dir in sorted(step_folders(folder).items()):
-        why = why_incomplete(step_dir)
-        if why is not None:
-            shutil.rmtree(step_dir)
-            removed.append(f"{CHECKPOINT_FOLDER}/{step_dir.name} ({why})")
+    removed = remove_incomplete(folder)
     complete = sorted(step_folders(folder))
     step = complete[-1] if complete else None
     if step is not None:

@@ -17,6 +17,10 @@ exits at once), so the peer's failure can come first or in the same second, wher
 first. An error that says only that a peer went away (:func:`lost_peer`) is therefore the root cause only when no
 failing rank has another: the other failures of torchrun's report (and of the error files) are read too. (torch
 2.13 reports one failure of forked ranks; titan_cfg.forked_torchrun makes it report every one.)
+
+A save or load of torch.distributed.checkpoint that fails raises ``CheckpointException`` on every rank, its message
+listing each rank's own traceback: the rank's error is then its own exception in that list (:func:`unwrapped`: a full
+disk, not the wrapper).
 """
 
 from __future__ import annotations
@@ -61,6 +65,27 @@ class RankError(BaseModel):
     source: str = Field(description="the file it was read from (error.json or stderr.log)")
 
 
+#: The start of one rank's traceback in torch.distributed.checkpoint's CheckpointException, whose message lists the
+#: failure of every rank of a save or load that failed (torch 2.13 ``CheckpointException.__str__``).
+_RANK_TRACEBACK = re.compile(r"^Traceback \(most recent call last\): \(RANK (\d+)\)$", re.MULTILINE)
+
+
+def unwrapped(message: str, rank: int) -> str:
+    """``message`` of rank ``rank``, or, when it is a CheckpointException listing the ranks' own failures, that rank's
+    own exception line, the wrapper named after it: ``OSError: [Errno 28] No space left on device (in
+    torch.distributed.checkpoint: CheckpointException ranks:dict_keys([0, 1]))``. A save that failed is said by
+    what failed it (a full disk), not by the wrapper every rank of the save raises."""
+    blocks = {int(m.group(1)): m.end() for m in _RANK_TRACEBACK.finditer(message)}
+    if rank not in blocks:
+        return message
+    later = [start for start in blocks.values() if start > blocks[rank]]
+    block = message[blocks[rank]:min(later) if later else len(message)]
+    lines = [m.group(1) for line in block.splitlines() if (m := _EXCEPTION.match(line.strip()))]
+    if not lines:
+        return message
+    return f"{lines[-1]} (in torch.distributed.checkpoint: {message.strip().splitlines()[0]})"
+
+
 def _bounded(text: str) -> str:
     text = text.strip()
     return text if len(text) <= MAX_MESSAGE_CHARS else text[:MAX_MESSAGE_CHARS] + " ... [cut]"
@@ -89,7 +114,7 @@ def _from_error_files(attempt: Path) -> RankError | None:
     if not found:
         return None
     _, _, rank, message, path = min(found)
-    return RankError(rank=rank, message=_bounded(message), source=str(path))
+    return RankError(rank=rank, message=_bounded(unwrapped(message, rank)), source=str(path))
 
 
 def _report_failures(launcher_log: str) -> list[tuple[str, str, str]]:
@@ -117,7 +142,8 @@ def _rank_error(attempt: Path, rank: str, local_rank: str, traceback: str) -> Ra
     folder = attempt / (local_rank or rank)
     written = _error_file(folder / "error.json")
     if written is not None:
-        return RankError(rank=int(folder.name), message=_bounded(written[1]), source=str(folder / "error.json"))
+        return RankError(rank=int(folder.name), message=_bounded(unwrapped(written[1], int(folder.name))),
+                         source=str(folder / "error.json"))
     if _SIGNAL.match(traceback.strip()):
         return RankError(rank=int(folder.name), message=_bounded(traceback), source="torchrun's launcher log")
     line = _last_exception_line(folder / "stderr.log")

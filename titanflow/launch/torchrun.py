@@ -11,7 +11,9 @@ launches, each step once, from the launch that trained it last (titanflow.launch
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -20,14 +22,21 @@ from pydantic import BaseModel, Field
 
 from titan_cfg.job import Job
 from titanflow import paths
+from titanflow.launch import oom
 from titanflow.launch.metrics import log_tail, non_finite_steps, run_curve
 from titanflow.launch.process import ProcessResult, run_streaming
 from titanflow.launch.render import RenderedJob
-from titanflow.launch.resume import Resume, prepare
+from titanflow.launch.resume import Resume, checkpoint_folder, prepare, remove_incomplete
 from titanflow.launch.root_cause import first_rank_error
 
 #: Lines of the launcher's log an error carries, and the characters kept of each.
 ERROR_TAIL_LINES, ERROR_LINE_CHARS = 25, 500
+
+#: Free bytes under which a failed launch's disk counts as full (:func:`_room_for_the_record`).
+FULL_BELOW_BYTES = 16 * 2**20
+
+#: A rank's error of a full file system (its checkpoint save, its logs): said with the space left in the run folder.
+DISK_FULL = re.compile(r"No space left on device|\[Errno 28\]|Disk quota exceeded")
 
 
 class TrainingError(RuntimeError):
@@ -36,11 +45,13 @@ class TrainingError(RuntimeError):
 
 
 def launch_error(what: str, why: str, result: ProcessResult, log_path: Path, ranks_dir: Path,
-                 nodes_job: Job | None = None) -> TrainingError:
+                 nodes_job: Job | None = None, since: oom.LaunchMark | None = None) -> TrainingError:
     """``<what>: <why>; root cause (rank N): <its exception>; full log <path>`` and the last
     :data:`ERROR_TAIL_LINES` lines of the launch, each at most :data:`ERROR_LINE_CHARS` characters. The root cause
     is read from torchrun's rank logs under ``ranks_dir`` and the launcher's log; for a job on Slurm or Kubernetes
-    (``nodes_job``) on the node that failed first (titanflow.launch.nodes.first_node_error)."""
+    (``nodes_job``) on the node that failed first (titanflow.launch.nodes.first_node_error). On this machine's own
+    ranks, a SIGKILL the kernel's out-of-memory killer sent since the launch started (``since``) is said as such
+    (titanflow.launch.oom), and a full disk with the space left in the run folder."""
     # a launch the watchdog ended has no rank error of its own: the ranks only report being stopped
     if result.timed_out:
         root = None
@@ -50,7 +61,12 @@ def launch_error(what: str, why: str, result: ProcessResult, log_path: Path, ran
         root = first_node_error(nodes_job)
     else:
         root = first_rank_error(ranks_dir, log_tail(log_path, 200) or "")
+        if root is not None and since is not None:
+            root = root.model_copy(update={"message": oom.explain(root.message, since, result.peak_rss_bytes)})
     cause = f"; root cause (rank {root.rank}): {root.message}" if root else ""
+    if any(DISK_FULL.search(line) for line in [cause, *result.tail]):
+        why += (f"; disk full: {log_path.parent} has {shutil.disk_usage(log_path.parent).free:,} bytes free (No space "
+                "left on device); fix: free space there, or pass --runs-dir on a larger disk")
     tail = "\n".join(line if len(line) <= ERROR_LINE_CHARS else line[:ERROR_LINE_CHARS] + " ... [cut]"
                      for line in result.tail[-ERROR_TAIL_LINES:])
     said = f"\n--- last lines ---\n{tail}" if tail else "; the launch printed nothing before it ended"
@@ -127,6 +143,22 @@ def launch(rendered: RenderedJob, *, timeout_s: float, log_name: str = "train.lo
     return result, log_path
 
 
+def _room_for_the_record(job: Job, log_path: Path, on_lines) -> None:
+    """After a launch that failed on a disk with less than :data:`FULL_BELOW_BYTES` free: remove the step checkpoint
+    it cut short (the next launch would: titanflow.launch.resume.prepare), so the run's curve and record can be
+    written, and say so in train.log and to ``on_lines``."""
+    free = shutil.disk_usage(log_path.parent).free
+    if free >= FULL_BELOW_BYTES:
+        return
+    removed = remove_incomplete(checkpoint_folder(job))
+    if removed:
+        line = (f"titanflow: the disk of {log_path.parent} is full ({free:,} bytes free): removed {', '.join(removed)} "
+                "to make room for the run's curve and record")
+        with contextlib.suppress(OSError), open(log_path, "a") as log:
+            log.write(line + "\n")
+        on_lines([line])
+
+
 def run_training(rendered: RenderedJob, *, timeout_s: float, on_lines=lambda _: None,
                  resume: Resume | None = None, hold_nodes=None) -> TrainResult:
     """Launch from the newest complete step checkpoint (``resume``, else :func:`titanflow.launch.resume.prepare`
@@ -154,15 +186,18 @@ def run_training(rendered: RenderedJob, *, timeout_s: float, on_lines=lambda _: 
     with open(log_path, "a") as log:
         log.write(resume.line + "\n")
     on_lines([resume.line])
+    since, result = oom.mark(), None
     try:
         result, log_path = launch(rendered, timeout_s=timeout_s, on_lines=on_lines, hold_nodes=hold_nodes)
     finally:  # interrupted or not, the steps that ran are kept; the log file has every line the launch printed
+        if result is None or result.returncode != 0:
+            _room_for_the_record(job, log_path, on_lines)
         table = run_curve(log_path)
-        table.to_csv(metrics_path, index=False)
+        paths.write_atomic(metrics_path, table.to_csv(index=False), what="the run's curve")
     if result.timed_out or result.returncode != 0 or table.empty:
         why = (f"timed out after {timeout_s:.0f} s" if result.timed_out
                else f"torchrun exited {result.returncode}" if result.returncode else "no training step was logged")
-        raise launch_error("train", why, result, log_path, ranks_dir(rendered), nodes_job)
+        raise launch_error("train", why, result, log_path, ranks_dir(rendered), nodes_job, since)
     missing = sorted(set(range(1, job.steps + 1)) - set(table.step))
     if missing:  # exit 0 with steps unlogged: the log lost output; a curve with holes is never judged
         raise launch_error("train", f"torchrun exited 0 but steps {_spans(missing)} of 1-{job.steps} were not "

@@ -17,7 +17,7 @@ One line per check, each failed one with its fix; exit 0 only when all pass. The
 | ``weights`` | the run's weights folder (``--weights``; default: the deployments', on trn2 the walkthrough's model) fits the run and is complete: titanflow.weights.fit.check_weights_folder (config.json, tokenizer, the index against the model) and titanflow.weights.check.check_checkpoint (every shard, header and tensor), whatever the init. The fix is the ``hf download`` command for the weights' Hub id (titanflow.weights.identity, else the scenario's in titan_cfg/published_expectations.toml) into the folder a run reads (titanflow.weights.resolve.download_command) |
 | ``dataset`` | the folder the target trains on (titanflow.launch.dataset: Botchan; trn2: the fork's c4_test) |
 | ``compile cache`` | ``<cache root>/compile`` writable |
-| ``disk`` | free space under the runs folder for the export: 2 x parameters x export dtype bytes (torchtitan's sharded save and the consolidated shards; the export hard-links the latter); parameters from the safetensors headers, or, before the weights are downloaded, estimated from config.json (the model built on the meta device), and then the download too: parameters x bytes of config.json's ``torch_dtype``, on the weights folder's disk |
+| ``disk`` | free space under the runs folder for what the run writes there: step checkpoints, the export and logs (titanflow.run.disk, the figure preflight refuses a run by); parameters from the safetensors headers, or, before the weights are downloaded, estimated from config.json (the model built on the meta device), and then the download too: parameters x bytes of config.json's ``torch_dtype``, on the weights folder's disk |
 
 A scenario run on trn2 runs the same checks first (titanflow.run.preflight, :func:`require_ready`), less
 the weights (checked there and at ``render_config``, after a Hub download); one on cuda runs
@@ -44,10 +44,12 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from titan_cfg import kernels
+from titan_cfg.model_spec import qwen3_shape
 from titan_cfg.scenarios import SCENARIOS, on_node
 from titan_cfg.targets import TARGETS, node_of
 from titanflow import paths
 from titanflow.params import ScenarioRun, is_hub_id
+from titanflow.run.disk import nearest_existing, run_bytes, trained_parameters
 
 #: The file of each install profile that names its Python (major.minor, as pyenv and uv read ``.python-version``):
 #: cpu 3.11 (the CI machines' torch 2.13.0 wheel; the Makefile reads it), trn2 3.12 (the walkthrough's; Neuron 2.33
@@ -63,10 +65,6 @@ NEURON_TOOLS = Path("/opt/aws/neuron/bin")
 
 #: The fix that installs the trn2 stack (profiles/trn2/setup.sh).
 SETUP_TRN2 = "make setup-trn2 (profiles/trn2/setup.sh) on the Neuron 2.33 DLAMI"
-
-#: Bytes per element of each export dtype.
-DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
-
 
 @dataclass(frozen=True)
 class Check:
@@ -397,25 +395,20 @@ def model_size(folder: Path) -> ModelSize:
     return ModelSize(parameters, "estimated from config.json", False, dtype, parameters * getattr(torch, dtype).itemsize)
 
 
-def export_bytes(folder: Path, export_dtype: str) -> int:
-    """Bytes the run's export needs on disk: 2 x parameters x bytes of ``export_dtype`` (module docstring),
-    parameters from :func:`model_size`."""
-    return 2 * model_size(folder).parameters * DTYPE_BYTES[export_dtype]
-
-
 def check_disk(run: ScenarioRun, folder: Path) -> Check:
-    """Free space under the runs folder (its nearest existing parent) for the export of ``folder``'s model and,
+    """Free space under the runs folder (its nearest existing parent) for what the run writes there
+    (titanflow.run.disk.run_bytes: step checkpoints, the export, logs; the figure preflight refuses a run by) and,
     when the weights are not downloaded yet, on the weights folder's disk for them too (one sum when both
     are on one file system)."""
     try:
         size = model_size(folder)
+        trained = trained_parameters(run, qwen3_shape(folder))
     except ValueError as err:
         return Check("disk", False, f"the weights cannot be sized: {err}", "complete the weights folder")
     gib = 2**30
-    root = run.runs_root()
-    existing = next(p for p in (root, *root.parents) if p.exists())
-    export = 2 * size.parameters * DTYPE_BYTES[run.export_dtype]
-    needs = {os.stat(existing).st_dev: [existing, export, f"the export needs {export / gib:.2f} GiB ({run.export_dtype})"]}
+    existing = nearest_existing(run.runs_root())
+    writes = run_bytes(run, trained)
+    needs = {os.stat(existing).st_dev: [existing, writes.total, f"the run writes up to {writes.describe()}"]}
     if not size.downloaded:
         download = f"the weights' download {size.weights_bytes / gib:.2f} GiB ({size.dtype}) into {folder}"
         same = needs.get(os.stat(folder).st_dev)

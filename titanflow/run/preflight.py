@@ -2,8 +2,9 @@
 
 Nothing here trains, builds or imports torch in this process: parameters, the target's runtime (titanflow doctor's
 checks on a Neuron node), the scheduler's own check (Slurm's ``sbatch --test-only``, pod 0 of a Kubernetes job), the
-runs folder, and whether the weights fit the run (titanflow.weights.fit: a local folder's config.json, a Hub id's copy
-on this machine, none while offline refused, or the embedded tiny model's fields, known before the flow builds it).
+runs folder, whether the weights fit the run (titanflow.weights.fit: a local folder's config.json, a Hub id's copy
+on this machine, none while offline refused, or the embedded tiny model's fields, known before the flow builds it),
+and whether what the run writes fits the space free under its runs folder (titanflow.run.disk).
 Each failure is a :class:`ValueError` whose message starts with the field to change.
 """
 
@@ -17,12 +18,14 @@ from pathlib import Path
 from titan_cfg.model_spec import config_shape
 from titan_cfg.scenarios import SCENARIOS, on_node
 from titanflow.params import ScenarioRun, check_runs_dir_writable, is_hub_id
+from titanflow.run.disk import check_space
 from titanflow.weights.fit import (
     check_hub_weights,
     check_shape_fits,
     check_trim_fits,
     check_weights_folder,
     embedded_config,
+    trained_config,
 )
 
 
@@ -135,4 +138,6 @@ def preflight(run: ScenarioRun, *, launch: bool = True) -> Path:
     else:  # render_config checks the folder whole once pull_weights has it
         check_hub_weights(run)
     check_trim_fits(run)
+    if launch and run.resume is None and (config := trained_config(run)) is not None:
+        check_space(run, config_shape(config, SCENARIOS[run.scenario].model_type))
     return run_dir

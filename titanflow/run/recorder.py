@@ -14,7 +14,7 @@ from pathlib import Path
 
 from titanflow.judge.verdict import final_verdict
 from titanflow.launch.metrics import logged_losses
-from titanflow.paths import write_atomic
+from titanflow.paths import RESERVE, reserve_space, write_atomic
 from titanflow.prefect_ops.stopped import cancel_cause
 from titanflow.record.summary import SUMMARY, Cancellation, RunSummary
 from titanflow.run.peak_rss import peak_rss_bytes, reset_peak_rss
@@ -44,6 +44,7 @@ class RunRecorder:
     def __init__(self, run_dir: Path, summary: RunSummary):
         self.run_dir = run_dir
         self.summary = summary.model_copy(update={"started_at": summary.started_at or _now()})
+        self._reserved = False
 
     @property
     def path(self) -> Path:
@@ -94,9 +95,21 @@ class RunRecorder:
 
     def write(self) -> Path:
         """Decide the verdict from the parts recorded so far (titanflow.judge.verdict), then write
-        ``run_dir/summary.json`` atomically; returns its path."""
+        ``run_dir/summary.json`` atomically; returns its path. The first write also keeps the run folder's space
+        reserve (titanflow.paths.reserve_space), which a full disk gives up for the record and the curve.
+
+        Raises:
+            titanflow.paths.DiskFull: the record cannot be written, its reserve spent.
+        """
+        if not self._reserved:
+            reserve_space(self.run_dir)
+            self._reserved = True
         cancelled = self.summary.cancelled.reason if self.summary.cancelled else None
         self.summary.verdict, self.summary.reason = final_verdict(self.summary.failed_task, self.summary.loss,
                                                                   self.summary.findings, cancelled)
         self.summary.finished_at = _now()
-        return write_atomic(self.path, self.summary.model_dump_json(indent=2) + "\n")
+        return write_atomic(self.path, self.summary.model_dump_json(indent=2) + "\n", what="the run record")
+
+    def release_reserve(self) -> None:
+        """The run is recorded: give its folder's space reserve back (titanflow.paths.RESERVE)."""
+        (self.run_dir / RESERVE).unlink(missing_ok=True)

@@ -160,4 +160,7 @@ def scenario_session(on_end: Callable[[RunRecorder], Path], **params) -> Iterato
         session.record.cancelled_by(err)
         raise
     finally:
-        session.summary_path = on_end(session.record)
+        try:
+            session.summary_path = on_end(session.record)
+        finally:
+            session.record.release_reserve()

@@ -16,7 +16,7 @@ from titanflow.assets.cache import build_once, sha256_file
 from titanflow.params import ScenarioRun
 from titanflow.weights.check import check_checkpoint, check_save_index
 from titanflow.weights.resolve import download_command, local_copy
-from titanflow.weights.trim import check_trim
+from titanflow.weights.trim import check_trim, trimmed_config
 
 
 def check_weights_folder(run: ScenarioRun, folder: Path, complete: bool = True) -> Qwen3Shape:
@@ -201,6 +201,15 @@ def trim_source_config(run: ScenarioRun) -> dict | None:
         return embedded_config(run)
     folder = local_copy(run.weights)
     return read_config(folder) if folder is not None else None
+
+
+def trained_config(run: ScenarioRun) -> dict | None:
+    """The config.json fields of the model the run trains, when they are on this machine without downloading or
+    building anything (as :func:`trim_source_config`), trimmed as the run's ``trim`` asks; None otherwise."""
+    config = trim_source_config(run)
+    if config is None or run.trim is None:
+        return config
+    return trimmed_config(config, run.trim, source="", source_id=None)
 
 
 def check_trim_fits(run: ScenarioRun) -> None:

@@ -40,17 +40,17 @@ def _train_failure(log: str, why: str = "torchrun exited 1") -> dict:
 
 
 @pytest.mark.fault
-@pytest.mark.parametrize("log, evidence", [
-    ("port_in_use.log", "address already in use"),
-    ("sigkill.log", "SIGKILL"),
-    ("cpu_oom.log", "can't allocate memory"),
+@pytest.mark.parametrize("log, evidence, cls", [
+    ("port_in_use.log", "address already in use", "infrastructure"),
+    ("sigkill.log", "SIGKILL", "infrastructure"),  # a kill of no known cause (titanflow.launch.oom found none)
+    ("cpu_oom.log", "can't allocate memory", "out_of_memory"),  # the same job meets the same limit again
 ])
-def test_launch_port_and_memory_failures_are_infrastructure_by_their_signature(log, evidence):
+def test_launch_port_and_memory_failures_are_classed_by_their_signature(log, evidence, cls):
     text = _log(log)
     found = matching_signature(text)
-    assert found is not None and found[0] == "infrastructure"
+    assert found is not None and found[0] == cls
     assert evidence.lower() in text.lower()
-    assert _fields(_train_failure(text), text) == "infrastructure"
+    assert _fields(_train_failure(text), text) == cls
 
 
 @pytest.mark.fault
@@ -159,3 +159,51 @@ def test_retry_condition_retries_only_infrastructure(log, retried):
 ])
 def test_a_refusal_of_the_runs_input_after_the_flow_started_is_input(task, error, cls):
     assert classify_failure(verdict="fail", failed_task=task, error=error, losses=None) == cls
+
+
+#: A rank's checkpoint save on a full disk, as torch's distributed checkpoint writer raises it (titanflow.launch
+#: .torchrun.launch_error adds the space left in the run folder).
+DISK_FULL_CAUSE = ("root cause (rank 0): OSError: [Errno 28] No space left on device (/runs/x has 4,096 bytes free; "
+                   "fix: free space there, or pass --runs-dir on a larger disk)")
+
+
+@pytest.mark.fault
+@pytest.mark.parametrize("task, error", [
+    ("train", f"TrainingError: train: torchrun exited 1; {DISK_FULL_CAUSE}; full log /runs/x/train.log"),
+    # the flow's own writes (titanflow.paths.DiskFull): the curve after training, the export, the run record
+    ("train", "DiskFull: [Errno 28] disk full: the run's curve could not be written to /runs/x/metrics.csv: /runs/x "
+              "has 0 bytes free (ENOSPC); fix: free space there, or move the runs folder"),
+    ("export", "DiskFull: [Errno 122] disk full: model-00001-of-00001.safetensors could not be written to /runs/x/"
+               "export: /runs/x has 0 bytes free (EDQUOT); fix: ..."),
+])
+def test_a_full_disk_is_its_own_class_and_never_retried(task, error):
+    assert _fields({"verdict": "fail", "failed_task": task, "error": error}) == "disk_full"
+
+    class _Failed:
+        name = task
+
+    state = Failed(data=RuntimeError(error.split(": ", 1)[1]))
+    assert retry_infrastructure_only(_Failed(), None, state) is False
+
+
+#: The kernel's record of an out-of-memory kill, as dmesg printed it on this machine for a process in a memory cgroup
+#: of 200 MiB (tests/unit/launch/test_oom.py has the whole line).
+KERNEL_OOM = ("[12636.707347] Memory cgroup out of memory: Killed process 7968 (python3) total-vm:426168kB, "
+              "anon-rss:204288kB, file-rss:6520kB, shmem-rss:0kB, UID:0 pgtables:468kB oom_score_adj:0")
+
+
+@pytest.mark.fault
+def test_a_rank_the_out_of_memory_killer_ended_is_out_of_memory_and_never_retried():
+    """torchrun's SIGKILL of rank 1, explained by the kernel's record of that pid (titanflow.launch.oom): class
+    out_of_memory, not retried; the same SIGKILL with no such record stays infrastructure and is retried."""
+    from titanflow.launch.oom import LaunchMark, explain
+
+    killed = "Signal 9 (SIGKILL) received by PID 7968"
+    since = LaunchMark(uptime_s=12600.0, cgroup_oom_kills=None)
+    cause = explain(killed, since, log=KERNEL_OOM, kills_now=None)
+    assert cause.startswith(f"{killed}: killed by the kernel's out-of-memory killer at a resident set of 0.19 GiB")
+    assert "fix: a smaller --global-batch-size or --seq-len, or more ranks" in cause
+    for message, cls, retried in [(cause, "out_of_memory", False), (killed, "infrastructure", True)]:
+        error = f"train: torchrun exited 1; root cause (rank 1): {message}; full log /runs/x/train.log"
+        assert _fields({"verdict": "fail", "failed_task": "train", "error": f"TrainingError: {error}"}) == cls
+        assert retry_infrastructure_only(_Task(), None, Failed(data=RuntimeError(error))) is retried

@@ -186,3 +186,21 @@ def test_a_run_by_its_folder_is_its_history_row_when_the_history_has_it(tmp_path
     runs = read_history(history_dir=tmp_path / "history")
     by_id, by_folder = find_run("native-a1", runs), find_run(str(folder), runs)
     assert by_folder == by_id and by_folder["source"] == "history" and by_folder["git_commit"] == "abc123"
+
+
+def test_an_unreadable_history_is_said_and_the_runs_are_read_from_their_folders(tmp_path, capsys):
+    """A history table that is not parquet: compare says so and compares the two run folders, which hold each run's
+    record and curve (exit 0); a run_id only the history could name is then not found (exit 2)."""
+    from titanflow.cli import main
+
+    broken = tmp_path / "history"
+    broken.mkdir()
+    (broken / "runs.parquet").write_bytes(b"not a parquet file")
+    png = tmp_path / "pair.png"
+    assert main(["compare", str(RANDOM_RUN), str(NAN_RUN), "--history-dir", str(broken), "--png", str(png)]) == 0
+    captured = capsys.readouterr()
+    assert captured.err.startswith("titanflow: the history cannot be read, so the runs are read from their folders: ")
+    assert captured.out.startswith("native-nan2 (fail) vs native-a1 (pass): curves part at step 3")
+    assert png.read_bytes().startswith(b"\x89PNG")
+    assert main(["compare", "base-native", str(NAN_RUN), "--history-dir", str(broken), "--runs-dir", str(tmp_path)]) == 2
+    assert "run: 'base-native' is neither a run_id of the history (0 run(s))" in capsys.readouterr().err

@@ -246,17 +246,23 @@ def test_compile_cache_writable(tmp_path, monkeypatch):
     assert not check.ok and check.fix == "export TITANFLOW_CACHE=<a writable folder>"
 
 
-def test_disk_for_the_export(tiny_assets, tmp_path, monkeypatch):
-    """The estimate is 2 x parameters x 4 bytes (float32 export); parameters counted here from the tensors."""
+def test_disk_for_what_the_run_writes(tiny_assets, tmp_path, monkeypatch):
+    """The figure is titanflow.run.disk's: 12 bytes a parameter for each step checkpoint kept (2 of the default run's
+    10 steps at the cpu target's interval, within keep_latest_k + 1 = 3), 2 x 4 for the float32 export, 128 MiB for logs
+    and the rest;
+    parameters counted here from the tensors."""
     from safetensors.torch import load_file
 
+    from titanflow.run import disk
+
     parameters = sum(t.numel() for f in tiny_assets.weights_dir.glob("*.safetensors") for t in load_file(f).values())
-    assert doctor.export_bytes(tiny_assets.weights_dir, "float32") == 2 * parameters * 4
     run = ScenarioRun(runs_dir=str(tmp_path / "runs"))
+    saves = 10 // run.checkpoint_interval_resolved
+    assert disk.run_bytes(run, parameters) == disk.RunBytes(12 * parameters * min(saves, 3), 8 * parameters, 2**27)
     assert doctor.check_disk(run, tiny_assets.weights_dir).ok
     monkeypatch.setattr(doctor.shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(10**12, 10**12 - 1, 1))
     full = doctor.check_disk(run, tiny_assets.weights_dir)
-    assert not full.ok and full.detail.startswith(f"0.0 GiB free at {tmp_path}")
+    assert not full.ok and full.detail.startswith(f"0.0 GiB free at {tmp_path}, the run writes up to ")
     assert full.detail.endswith(f"({parameters:,} parameters, counted from the safetensors headers)")
 
 
@@ -284,15 +290,19 @@ def test_disk_before_the_weights_are_downloaded_is_estimated_from_config_json(tm
     monkeypatch.setattr(doctor.shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(2**40, 2**39, 30 * 2**30))
     run = ScenarioRun(scenario="hf_backend", target="trn2", runs_dir=str(tmp_path / "runs"))
     check = doctor.check_disk(run, folder)
-    gib = 2**30
+    gib, saves = 2**30, 10 // run.checkpoint_interval_resolved
+    trained = parameters + 151_936 * 2560  # hf_backend unties the checkpoint's tied lm_head (vocab x hidden) for FSDP
+    checkpoints, export, logs = 12 * trained * min(saves, 3), 8 * trained, 2**27
+    writes = checkpoints + export + logs
     assert not check.ok and check.detail == (
-        f"30.0 GiB free at {tmp_path}, the export needs {8 * parameters / gib:.2f} GiB (float32) and the weights' "
-        f"download {2 * parameters / gib:.2f} GiB (bfloat16) into {folder}: {10 * parameters / gib:.2f} GiB in all "
+        f"30.0 GiB free at {tmp_path}, the run writes up to {writes / gib:.2f} GiB (step checkpoints "
+        f"{checkpoints / gib:.2f} GiB, export {export / gib:.2f} GiB, logs and the rest 0.12 GiB) and the weights' download "
+        f"{2 * parameters / gib:.2f} GiB (bfloat16) into {folder}: {(writes + 2 * parameters) / gib:.2f} GiB in all "
         "(4,022,468,096 parameters, estimated from config.json)")
-    assert f"{8 * parameters / gib:.2f}" == "29.97" and f"{10 * parameters / gib:.2f}" == "37.46"
+    assert f"{export / gib:.2f}" == "32.87"
     assert check.fix.endswith(", or download the weights to a larger one")
-    bf16 = ScenarioRun(scenario="hf_backend", target="trn2", runs_dir=str(tmp_path / "runs"), export_dtype="bfloat16")
-    assert doctor.check_disk(bf16, folder).ok  # 4 + 2 bytes a parameter: 22.48 GiB of the 30 free
+    monkeypatch.setattr(doctor.shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(2**40, 2**39, 2**39))
+    assert doctor.check_disk(run, folder).ok  # 512 GiB free
 
 
 def _doctor(*args: str) -> subprocess.CompletedProcess:

@@ -79,3 +79,20 @@ def test_contradicting_rope_bases_are_refused_not_resolved(tmp_path, instruct_25
     same = _folder_with(tmp_path / "same", instruct_2507_folder, rope_theta=5_000_000,
                         rope_parameters={"rope_type": "default", "rope_theta": 5_000_000})
     assert qwen3_shape(same).rope_theta == 5_000_000
+
+
+@pytest.mark.parametrize("folder", ["qwen3-4b-instruct-2507", "qwen3-30b-a3b", "qwen3-30b-a3b-trimmed"])
+def test_the_parameter_count_is_transformers_own(folder, tiny_assets):
+    """Counted from config.json alone (no torch), equal to transformers' model of that config built on the meta
+    device (tied embeddings once, as the checkpoint stores them). Qwen3-4B's 4,022,468,096 is its model card's
+    4.0B; Qwen3-30B-A3B's 30,532,122,624 its 30.5B."""
+    from helpers import FIXTURES
+    from titanflow.weights.check import meta_model
+
+    shape = qwen3_shape(FIXTURES / folder)
+    model = meta_model(FIXTURES / folder)
+    assert shape.parameters == model.num_parameters()
+    known = {"qwen3-4b-instruct-2507": 4_022_468_096, "qwen3-30b-a3b": 30_532_122_624}
+    assert shape.parameters == known.get(folder, shape.parameters)
+    tiny = tiny_assets.weights_dir  # the embedded tiny model: untied
+    assert qwen3_shape(tiny).parameters == meta_model(tiny).num_parameters()
