@@ -17,6 +17,8 @@ from typing import Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 
+from titan_cfg import upstream
+
 #: torchtitan 0.3.0's Qwen3 builders use this RMSNorm eps (models/qwen3/__init__.py `_EPS`).
 TORCHTITAN_QWEN3_EPS = 1e-6
 
@@ -200,7 +202,7 @@ def torchtitan_model_spec(shape: Qwen3Shape, *, flavor: str, max_seq_len: int):
 
     Built with torchtitan 0.3.0's own Qwen3 builders (``_build_qwen3_layers`` /
     ``_build_qwen3_moe_layers``, private but the only place that encodes its init
-    and layer layout), and the
+    and layer layout: titan_cfg.upstream), and the
     spec's callables (parallelize, state-dict adapter) taken from
     ``model_registry``, so training, init and HF conversion are upstream's.
     ``max_seq_len`` sets the RoPE cache length; the trainer resizes it to
@@ -209,33 +211,28 @@ def torchtitan_model_spec(shape: Qwen3Shape, *, flavor: str, max_seq_len: int):
     import dataclasses
 
     from torchtitan.models.common import CosSinRoPE, Embedding, Linear
-    from torchtitan.models.qwen3 import (
-        _EMBEDDING_INIT,
-        _EMBEDDING_SKIP_INIT,
-        _LINEAR_INIT,
-        _qwen3_norm,
-        model_registry,
-    )
+    from torchtitan.models.qwen3 import model_registry
     from torchtitan.models.qwen3.model import Qwen3Model
 
     tied = shape.tie_word_embeddings
+    embedding_init, embedding_skip_init, linear_init = upstream.qwen3_inits()
     model = Qwen3Model.Config(
         vocab_size=shape.vocab_size,
         dim=shape.hidden_size,
-        norm=_qwen3_norm(shape.hidden_size),
+        norm=upstream.qwen3_norm(shape.hidden_size),
         enable_weight_tying=tied,
         tok_embeddings=Embedding.Config(
             num_embeddings=shape.vocab_size,
             embedding_dim=shape.hidden_size,
             # Tied: the embedding is the lm_head matrix, initialised once as the head.
-            param_init=_EMBEDDING_SKIP_INIT if tied else _EMBEDDING_INIT,
+            param_init=embedding_skip_init if tied else embedding_init,
         ),
-        lm_head=Linear.Config(in_features=shape.hidden_size, out_features=shape.vocab_size, param_init=_LINEAR_INIT),
+        lm_head=Linear.Config(in_features=shape.hidden_size, out_features=shape.vocab_size, param_init=linear_init),
         layers=_layers(shape, rope=CosSinRoPE.Config(dim=shape.head_dim, max_seq_len=max_seq_len,
                                                      theta=shape.rope_theta)),
     )
-    upstream = model_registry("debugmodel_moe" if isinstance(shape, Qwen3MoeShape) else "debugmodel")
-    return dataclasses.replace(upstream, flavor=flavor, model=model)
+    registered = model_registry("debugmodel_moe" if isinstance(shape, Qwen3MoeShape) else "debugmodel")
+    return dataclasses.replace(registered, flavor=flavor, model=model)
 
 
 def _layers(shape: Qwen3Shape, rope) -> list:
@@ -246,13 +243,11 @@ def _layers(shape: Qwen3Shape, rope) -> list:
     ``Qwen3MoeForCausalLM`` has no such bias, so a trained bias would make the export route
     differently from the trained model; Qwen3 itself was trained with an auxiliary loss instead.
     """
-    from torchtitan.models.qwen3 import _build_qwen3_layers, _build_qwen3_moe_layers
-
     common = dict(n_layers=shape.num_hidden_layers, dim=shape.hidden_size, n_heads=shape.num_attention_heads,
                   n_kv_heads=shape.num_key_value_heads, head_dim=shape.head_dim, attn_backend="flex", rope=rope)
     if not isinstance(shape, Qwen3MoeShape):
-        return _build_qwen3_layers(hidden_dim=shape.intermediate_size, **common)
-    layers = _build_qwen3_moe_layers(moe_hidden_dim=shape.moe_intermediate_size, num_experts=shape.num_experts,
+        return upstream.qwen3_layers(hidden_dim=shape.intermediate_size, **common)
+    layers = upstream.qwen3_moe_layers(moe_hidden_dim=shape.moe_intermediate_size, num_experts=shape.num_experts,
                                      top_k=shape.num_experts_per_tok, moe_comm_backend="standard", **common)
     for layer in layers:
         layer.moe.load_balance_coeff = None

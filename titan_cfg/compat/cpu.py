@@ -24,6 +24,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from titan_cfg import upstream
+
 _APPLIED: list[str] = []
 
 
@@ -91,7 +93,7 @@ _CPU_MODULE_MISSING = ("get_device_name", "get_device_properties", "memory_stats
 
 def device_type_still_needed() -> bool:
     """True while torchtitan would choose the "cuda" device on a CPU-only torch."""
-    return torch._utils._get_available_device_type() is None
+    return upstream.available_device_type() is None
 
 
 def device_module_still_needed() -> bool:
@@ -141,12 +143,10 @@ def pg_timeouts_still_needed() -> bool:
 
 
 def _set_pg_timeouts_cpu(timeout: timedelta, parallel_dims) -> None:
-    from torch.distributed.distributed_c10d import _set_pg_timeout
-
     dist.barrier()
     groups = [mesh.get_group() for mesh in parallel_dims.get_all_one_dimensional_meshes().values()]
     for group in [*groups, None]:
-        _set_pg_timeout(timeout, group)
+        upstream.set_pg_timeout(timeout, group)
 
 
 def _patch_pg_timeouts() -> None:

@@ -9,6 +9,7 @@ One line per check, each failed one with its fix; exit 0 only when all pass. The
 |---|---|---|
 | ``python`` | ``profiles/cpu/.python-version``: 3.11 (the CPU torch 2.13.0 wheel, CI) | ``profiles/trn2/.python-version``: 3.12 (the walkthrough's; profiles/trn2/setup.sh reads the same file) |
 | ``package <name>`` | each pin of ``profiles/cpu/constraints.txt`` | each pin of ``profiles/trn2/constraints.txt`` |
+| ``upstream names`` | every private torch and torchtitan name titanflow uses resolves (titan_cfg.upstream, in a Python of its own) | the same |
 | ``torchtitan fork`` | - | the importable ``torchtitan`` is torchtitan-neuron 0.2.2+neuron.1 (release-2.33): where it lives, its version |
 | ``cuda devices`` | cuda: ``torch.cuda.is_available()`` and ``torch.cuda.device_count()`` >= ranks | - |
 | ``neuron devices`` | - | ``neuron-ls --json-output`` (else ``/dev/neuron*``): devices x 8 physical cores >= ranks x LNC |
@@ -43,7 +44,7 @@ from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from titan_cfg import kernels
+from titan_cfg import kernels, upstream
 from titan_cfg.model_spec import qwen3_shape
 from titan_cfg.scenarios import SCENARIOS, on_node
 from titan_cfg.targets import TARGETS, node_of
@@ -160,6 +161,25 @@ def check_fork() -> Check:
                                   else "not the fork (upstream torchtitan)")
     return Check("torchtitan fork", ok, f"torchtitan {version} at {where}: {what} (needs {FORK_VERSION}, "
                  f"{FORK_REF})", fix)
+
+
+def check_upstream(target: str) -> Check:
+    """The private torch and torchtitan names titanflow uses (titan_cfg.upstream) are in this install, resolved in a
+    Python of their own after ``target``'s compatibility layers, as a rank resolves them (the caller imports no
+    torch: a scenario run's preflight calls this on trn2)."""
+    probe = ("import json; from titan_cfg import compat; from titan_cfg.upstream import missing; "
+             f"compat.apply({target!r}); print(json.dumps(missing()))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300,
+                          cwd=paths.REPO_ROOT, check=False)
+    fix = ("install the torch and torchtitan of the target's profile, or adapt titan_cfg/upstream.py to this one "
+           f"(written against {', '.join(f'{k} {v}' for k, v in upstream.WRITTEN_AGAINST.items())})")
+    if done.returncode != 0:
+        return Check("upstream names", False, f"torch or torchtitan does not import: {done.stderr.strip()[-300:]}", fix)
+    lacking = json.loads(done.stdout.strip().splitlines()[-1])
+    why = sorted(set(lacking.values()))
+    detail = (f"lacks {', '.join(lacking)} ({'; '.join(why)})" if lacking
+              else f"all {len(upstream.PRIVATE_NAMES)} private torch and torchtitan names resolve")
+    return Check("upstream names", not lacking, detail, fix)
 
 
 def neuron_ls() -> Path | None:
@@ -439,7 +459,7 @@ def run_checks(run: ScenarioRun, weights: str | None, *, with_weights: bool = Tr
     ``weights``; ``with_weights=False`` leaves out the weights and the disk (sized from them). A target of many
     nodes is checked as one of its nodes (trn2-cluster as trn2: run it there, ``srun -N1 titanflow doctor``)."""
     target = run.target_spec.node
-    checks = [check_python(target), *check_packages(target)]
+    checks = [check_python(target), *check_packages(target), check_upstream(target)]
     if run.target_spec.device == "neuron":
         checks += [check_fork(), check_devices(run), check_lnc(run)]
     if run.target_spec.device == "cuda":
