@@ -454,12 +454,14 @@ def default_weights(target: str, scenario: str) -> str | None:
     return on_node(scenario, node_of(target)).weights
 
 
-def run_checks(run: ScenarioRun, weights: str | None, *, with_weights: bool = True) -> list[Check]:
+def run_checks(run: ScenarioRun, weights: str | None, *, with_weights: bool = True,
+               with_upstream: bool = True) -> list[Check]:
     """Every check of the module docstring for ``run`` (its target, scenario, init, ranks, runs folder) and
-    ``weights``; ``with_weights=False`` leaves out the weights and the disk (sized from them). A target of many
+    ``weights``; ``with_weights=False`` leaves out the weights and the disk (sized from them), ``with_upstream=False``
+    the upstream names (:func:`check_upstream`, a Python of its own: seconds). A target of many
     nodes is checked as one of its nodes (trn2-cluster as trn2: run it there, ``srun -N1 titanflow doctor``)."""
     target = run.target_spec.node
-    checks = [check_python(target), *check_packages(target), check_upstream(target)]
+    checks = [check_python(target), *check_packages(target)] + ([check_upstream(target)] if with_upstream else [])
     if run.target_spec.device == "neuron":
         checks += [check_fork(), check_devices(run), check_lnc(run)]
     if run.target_spec.device == "cuda":
@@ -480,7 +482,10 @@ def require_ready(run: ScenarioRun) -> None:
     Raises:
         ValueError: ``target: ...`` with one line per failed check and its fix.
     """
-    failed = [check for check in run_checks(run, run.weights, with_weights=False) if not check.ok]
+    # the upstream names are resolved in a Python of their own (seconds): only once everything else holds
+    failed = [check for check in run_checks(run, run.weights, with_weights=False, with_upstream=False) if not check.ok]
+    if not failed and not (upstream_names := check_upstream(run.target_spec.node)).ok:
+        failed = [upstream_names]
     if failed:
         raise ValueError(f"target: {run.target} is not ready on this machine (`titanflow doctor --target {run.target}` "
                          f"shows every check; `titanflow render {run.scenario} --target {run.target}` writes the job "
