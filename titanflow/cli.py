@@ -610,7 +610,8 @@ def build_parser() -> argparse.ArgumentParser:
     doc.add_argument("--weights", help="HF folder or Hub id (default: the target's deployments': on trn2 the "
                                        "walkthrough's models, else the embedded tiny model)")
     doc.add_argument("--nproc-per-node", "--nproc", dest="nproc", help="ranks per node (default: the target's)")  # validated by ScenarioRun
-    doc.add_argument("--runs-dir", help="parent of the runs' folders, where the export's disk is checked")
+    doc.add_argument("--runs-dir", help="parent of the runs' folders, whose disk is checked for what a run writes "
+                                         "there (step checkpoints, the export, logs)")
     trim = sub.add_parser("trim", help="write an MoE checkpoint trimmed to its first layers and experts",
                           description="Copy a Qwen3 MoE Hugging Face folder (or Hub id) keeping the first --layers "
                                       "layers, the first --experts experts of each with the router's rows to match, "

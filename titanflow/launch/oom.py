@@ -46,8 +46,12 @@ class LaunchMark:
 
 
 def uptime_s() -> float:
-    """Seconds since boot (``/proc/uptime``), the clock of the kernel log's stamps."""
-    return float(Path("/proc/uptime").read_text().split()[0])
+    """Seconds since boot (``/proc/uptime``), the clock of the kernel log's stamps; 0.0 where it cannot be read
+    (then any kill the kernel's log records counts as after the launch's start)."""
+    try:
+        return float(Path("/proc/uptime").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0.0
 
 
 def memory_cgroup() -> Path | None:

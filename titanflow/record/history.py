@@ -266,9 +266,10 @@ def _read_table(table: Path) -> pd.DataFrame:
         try:
             return pd.read_parquet(handle)
         except (OSError, ValueError) as err:  # pyarrow's ArrowInvalid is a ValueError
-            fix = ("titanflow history --set-aside" if table.name == HISTORY_FILE
+            where = "" if table.parent == paths.history_root() else f" --history-dir {table.parent}"
+            fix = (f"titanflow history --set-aside{where}" if table.name == HISTORY_FILE
                    else f"rename {table.name} to {table.name}.set-aside-<UTC time>")
-            raise HistoryError(f"history: {table} cannot be read ({err}); nothing was appended to it. "
+            raise HistoryError(f"history: {table} cannot be read ({err}); it is left as it is. "
                                f"Set it aside (kept, renamed) and start a new one: {fix}") from err
 
 

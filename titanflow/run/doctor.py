@@ -177,7 +177,8 @@ def check_upstream(target: str) -> Check:
         return Check("upstream names", False, f"torch or torchtitan does not import: {done.stderr.strip()[-300:]}", fix)
     lacking = json.loads(done.stdout.strip().splitlines()[-1])
     why = sorted(set(lacking.values()))
-    detail = (f"lacks {', '.join(lacking)} ({'; '.join(why)})" if lacking
+    detail = (f"lacks {', '.join(lacking)} ({'; '.join(why)}; resolved after the {target} target's compatibility "
+              "layers, as its ranks would)" if lacking
               else f"all {len(upstream.PRIVATE_NAMES)} private torch and torchtitan names resolve")
     return Check("upstream names", not lacking, detail, fix)
 
@@ -441,9 +442,10 @@ def check_disk(run: ScenarioRun, folder: Path) -> Check:
     for where, needed, what in needs.values():
         free = shutil.disk_usage(where).free
         ok = ok and free >= needed
-        lines.append(f"{free / gib:.1f} GiB free at {where}, {what}")
+        lines.append(f"{free / gib:.2f} GiB free at {where}, {what}")
     return Check("disk", ok, "; ".join(lines) + f" ({size.parameters:,} parameters, {size.source})",
-                 "free space there, or pass --runs-dir on a larger disk" + ("" if size.downloaded else
+                 "free space there, pass --runs-dir on a larger disk, or a larger --checkpoint-interval"
+                 + ("" if size.downloaded else
                                                                            ", or download the weights to a larger one"))
 
 

@@ -200,6 +200,8 @@ def test_an_unreadable_history_is_said_and_the_runs_are_read_from_their_folders(
     assert main(["compare", str(RANDOM_RUN), str(NAN_RUN), "--history-dir", str(broken), "--png", str(png)]) == 0
     captured = capsys.readouterr()
     assert captured.err.startswith("titanflow: the history cannot be read, so the runs are read from their folders: ")
+    # the fix names the history given, not the default one
+    assert f"start a new one: titanflow history --set-aside --history-dir {broken}" in captured.err
     assert captured.out.startswith("native-nan2 (fail) vs native-a1 (pass): curves part at step 3")
     assert png.read_bytes().startswith(b"\x89PNG")
     assert main(["compare", "base-native", str(NAN_RUN), "--history-dir", str(broken), "--runs-dir", str(tmp_path)]) == 2

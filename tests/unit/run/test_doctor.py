@@ -262,7 +262,7 @@ def test_disk_for_what_the_run_writes(tiny_assets, tmp_path, monkeypatch):
     assert doctor.check_disk(run, tiny_assets.weights_dir).ok
     monkeypatch.setattr(doctor.shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(10**12, 10**12 - 1, 1))
     full = doctor.check_disk(run, tiny_assets.weights_dir)
-    assert not full.ok and full.detail.startswith(f"0.0 GiB free at {tmp_path}, the run writes up to ")
+    assert not full.ok and full.detail.startswith(f"0.00 GiB free at {tmp_path}, the run writes up to ")
     assert full.detail.endswith(f"({parameters:,} parameters, counted from the safetensors headers)")
 
 
@@ -295,7 +295,7 @@ def test_disk_before_the_weights_are_downloaded_is_estimated_from_config_json(tm
     checkpoints, export, logs = 12 * trained * min(saves, 3), 8 * trained, 2**27
     writes = checkpoints + export + logs
     assert not check.ok and check.detail == (
-        f"30.0 GiB free at {tmp_path}, the run writes up to {writes / gib:.2f} GiB (step checkpoints "
+        f"30.00 GiB free at {tmp_path}, the run writes up to {writes / gib:.2f} GiB (step checkpoints "
         f"{checkpoints / gib:.2f} GiB, export {export / gib:.2f} GiB, logs and the rest 0.12 GiB) and the weights' download "
         f"{2 * parameters / gib:.2f} GiB (bfloat16) into {folder}: {(writes + 2 * parameters) / gib:.2f} GiB in all "
         "(4,022,468,096 parameters, estimated from config.json)")
