@@ -37,6 +37,10 @@ def history_root() -> Path:
 #: errno values of a full file system: no space left (ENOSPC), a disk quota reached (EDQUOT).
 FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 
+#: How a full file system reads in an error or a log: the OS's words for :data:`FULL_ERRNOS`, their names, and
+#: :class:`DiskFull`'s own start.
+DISK_FULL_TEXT = r"No space left on device|\[Errno 28\]|\bENOSPC\b|Disk quota exceeded|\bEDQUOT\b|\bdisk full: "
+
 #: A file of :data:`RESERVE_BYTES` a run folder keeps from its start (:func:`reserve_space`), given up the first time
 #: a record in that folder cannot be written for want of space: the run's record and curve are small, so a run whose
 #: disk filled up still writes what happened.

@@ -39,6 +39,7 @@ import re
 from typing import Literal, get_args
 
 from titanflow.launch.metrics import non_finite_steps
+from titanflow.paths import DISK_FULL_TEXT
 from titanflow.prefect_ops.stopped import cancel_cause
 from titanflow.task_names import TaskName
 
@@ -56,9 +57,7 @@ SIGNATURES: dict[str, list[str]] = {
         r"SafetensorError|HeaderTooLarge|safetensors_rust",
         r"^FileNotFoundError|^IsADirectoryError|^ConfigError",
     ],
-    "disk_full": [
-        r"No space left on device|\[Errno 28\]|\bENOSPC\b|Disk quota exceeded|\bEDQUOT\b|\bdisk full: ",
-    ],
+    "disk_full": [DISK_FULL_TEXT],  # titanflow.paths: the OS's words, the errno names, titanflow's own DiskFull
     "out_of_memory": [
         r"killed by the kernel's out-of-memory killer",  # titanflow.launch.oom, on a SIGKILL's root cause
         r"out of memory|OutOfMemoryError|can't allocate memory|Cannot allocate memory|MemoryError",

@@ -36,7 +36,7 @@ ERROR_TAIL_LINES, ERROR_LINE_CHARS = 25, 500
 FULL_BELOW_BYTES = 16 * 2**20
 
 #: A rank's error of a full file system (its checkpoint save, its logs): said with the space left in the run folder.
-DISK_FULL = re.compile(r"No space left on device|\[Errno 28\]|Disk quota exceeded")
+DISK_FULL = re.compile(paths.DISK_FULL_TEXT)
 
 
 class TrainingError(RuntimeError):
