@@ -53,10 +53,15 @@ class DiskFull(OSError):
     the folder, the bytes free there and the fix."""
 
 
+def nearest_existing(folder: Path) -> Path:
+    """``folder`` or its nearest parent that exists (where a folder not made yet will be)."""
+    return next(p for p in (folder, *folder.parents) if p.exists())
+
+
 def disk_full(err: OSError, path: Path, what: str) -> DiskFull:
     """``err`` (errno in :data:`FULL_ERRNOS`) said as :class:`DiskFull`: ``disk full: <what> could not be written to
     <path>: <folder> has <N> bytes free (errno <name>); fix: ...``."""
-    folder = next((p for p in (Path(path).parent, *Path(path).parents) if p.exists()), Path("/"))
+    folder = nearest_existing(Path(path).parent)
     try:
         free = f"{shutil.disk_usage(folder).free:,} bytes free"
     except OSError:

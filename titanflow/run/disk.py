@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import shutil
 from dataclasses import dataclass
-from pathlib import Path
 
 from titan_cfg.job import KEEP_LATEST_K
 from titan_cfg.model_spec import Qwen3Shape
 from titan_cfg.scenarios import SCENARIOS
 from titanflow.params import ScenarioRun
+from titanflow.paths import nearest_existing
 
 #: Bytes per parameter of one full-state checkpoint: float32 weights (4) and AdamW's exp_avg and exp_avg_sq (4 + 4).
 CHECKPOINT_BYTES_PER_PARAMETER = 12
@@ -67,11 +67,6 @@ def run_bytes(run: ScenarioRun, parameters: int) -> RunBytes:
     saves = run.steps // run.checkpoint_interval_resolved
     checkpoints = CHECKPOINT_BYTES_PER_PARAMETER * parameters * min(saves, KEEP_LATEST_K + 1)
     return RunBytes(checkpoints=checkpoints, export=2 * parameters * DTYPE_BYTES[run.export_dtype], other=OTHER_BYTES)
-
-
-def nearest_existing(folder: Path) -> Path:
-    """``folder`` or its nearest parent that exists (where a folder not made yet will be)."""
-    return next(p for p in (folder, *folder.parents) if p.exists())
 
 
 def check_space(run: ScenarioRun, shape: Qwen3Shape) -> None:

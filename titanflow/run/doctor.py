@@ -50,7 +50,8 @@ from titan_cfg.scenarios import SCENARIOS, on_node
 from titan_cfg.targets import TARGETS, node_of
 from titanflow import paths
 from titanflow.params import ScenarioRun, is_hub_id
-from titanflow.run.disk import nearest_existing, run_bytes, trained_parameters
+from titanflow.paths import nearest_existing
+from titanflow.run.disk import run_bytes, trained_parameters
 
 #: The file of each install profile that names its Python (major.minor, as pyenv and uv read ``.python-version``):
 #: cpu 3.11 (the CI machines' torch 2.13.0 wheel; the Makefile reads it), trn2 3.12 (the walkthrough's; Neuron 2.33
