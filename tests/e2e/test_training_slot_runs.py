@@ -1,6 +1,6 @@
 """The training slot with real runs: a server restarted mid-training (as a process supervisor would, with
-``prefect server start`` and nothing of titanflow's) loses no slot, and a run that waits for the slot says
-whom it waits for and records the wait apart from training.
+``prefect server start`` and nothing of titanflow's) loses no slot, nor the cancel of a later run; and a run that
+waits for the slot says whom it waits for and records the wait apart from training.
 
 Runs last among the e2e tests (file order): the restart replaces the session's deployment server.
 """
@@ -26,7 +26,6 @@ from titanflow.paths import REPO_ROOT
 from titanflow.prefect_ops import server
 from titanflow.prefect_ops.local_server import api_healthy
 from titanflow.record.summary import read_summary
-
 
 TITANFLOW = Path(sys.executable).parent / "titanflow"
 PREFECT = Path(sys.executable).parent / "prefect"
@@ -66,9 +65,40 @@ def _restart_server(state: server.ServerState) -> None:
     _wait_for("the restarted server answering", lambda: api_healthy(state.api_url, 1.0), 90)
 
 
+def _run_logs(client, flow_run_id) -> list[str]:
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+
+    return [log.message for log in client.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])))]
+
+
+def _held_slot(api_url: str, release: threading.Event) -> tuple[threading.Thread, threading.Event]:
+    """A thread that takes the training slot as run ``test-holder`` and keeps it until ``release``; its event is set once
+    it holds it."""
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    holding = threading.Event()
+
+    def hold():
+        with temporary_settings({PREFECT_API_URL: api_url}), training_slot(run_id="test-holder"):
+            holding.set()
+            release.wait(600)
+
+    thread = threading.Thread(target=contextvars.copy_context().run, args=(hold,))
+    thread.start()
+    return thread, holding
+
+
 @pytest.mark.fault
-def test_server_restart_mid_training_keeps_the_slot_and_frees_it_after(deployed, tmp_path):
+def test_server_restart_mid_training_keeps_the_slot_and_frees_it_after_and_a_cancel_still_reaches_a_run(deployed,
+                                                                                                       tmp_path):
+    """A 12-step deployment run trains through a server restart and frees the slot after. Then a run queued behind
+    the slot, which the test takes at once, is set Cancelling and ends Cancelled, recorded cancelled: within seconds
+    when the worker's own cancellation watch survived the restart, after the grace of the run's own watch
+    (titanflow.prefect_ops.cancel_watch) when it gave up (Prefect 3.9 logs "flow run cancellation will fail")."""
     from prefect.client.orchestration import SyncPrefectClient
+    from prefect.states import Cancelling
+
+    from titanflow.prefect_ops.cancel_watch import POLL_S, SUPERVISOR_GRACE_S
 
     run = run_deployment(deployed.api_url, PASS_DEPLOYMENT, "steps=12", "run_id=slot-restart",
                          f"runs_dir={tmp_path}", watch=False)
@@ -84,28 +114,47 @@ def test_server_restart_mid_training_keeps_the_slot_and_frees_it_after(deployed,
         assert limit.active_slots == 0  # released by the run itself, through the restarted server
     summary = read_summary(tmp_path / "slot-restart" / "summary.json")
     assert summary.verdict == "pass" and len(summary.losses) == 12
-    # the next run trains at once: no wait, nothing logged about one
-    after = _cli_run(tmp_path / "after", deployed.api_url, "--steps", "2")
-    assert after.returncode == 0, after.stdout[-3000:] + after.stderr[-3000:]
-    assert "waiting for the training slot" not in after.stderr  # the run log
-    (next_dir,) = (tmp_path / "after").iterdir()
-    assert read_summary(next_dir / "summary.json").slot_wait_s < 5
+
+    release = threading.Event()
+    holder, holding = _held_slot(deployed.api_url, release)
+    try:
+        assert holding.wait(10)  # free at once after the restart: no wait for a slot the server lost
+        queued = run_deployment(deployed.api_url, PASS_DEPLOYMENT, "steps=2", "run_id=queued",
+                                f"runs_dir={tmp_path}", watch=False)
+        assert queued.flow_run_id, queued.output[-3000:]
+        with SyncPrefectClient(deployed.api_url) as client:
+            _wait_for("the queued run to wait for the slot", lambda: any(
+                "held by run test-holder" in m for m in _run_logs(client, queued.flow_run_id)), 300)
+            asked = time.monotonic()
+            client.set_flow_run_state(queued.flow_run_id, Cancelling(message="cancelled by the test"))
+            state = _wait_for("the queued run to end", lambda: (s := client.read_flow_run(queued.flow_run_id).state)
+                              .is_final() and s, SUPERVISOR_GRACE_S + 60, every_s=1)
+            ended_s = time.monotonic() - asked
+            logs = _run_logs(client, queued.flow_run_id)
+    finally:
+        release.set()
+        holder.join()
+    # whether the worker's watch gave up is a race in Prefect (its first poll's retries against the server's return):
+    # measured both ways here; each way the run must end Cancelled, by its own watch once the worker's gave up
+    gave_up = "flow run cancellation will fail" in (Path(deployed.home) / "worker-cpu.log").read_text()
+    print(f"\nqueued run set Cancelling after the restart (the worker's watch {'gave up' if gave_up else 'survived'}): "
+          f"{state.name} {ended_s:.0f} s later")
+    assert state.is_cancelled() and ended_s < SUPERVISOR_GRACE_S + 2 * POLL_S + 20, (state, ended_s)
+    if gave_up:
+        assert ended_s >= SUPERVISOR_GRACE_S and any("and its worker has not stopped it" in m for m in logs), logs[-10:]
+    queued_summary = read_summary(tmp_path / "queued" / "summary.json")
+    assert queued_summary.verdict == "cancelled" and queued_summary.losses == []
+    assert queued_summary.cancelled.cause.startswith("cancelled (SIGTERM")
 
 
 def test_a_run_waiting_for_the_slot_names_the_holder_and_records_the_wait_apart(prefect_api, tmp_path):
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     hold_s = 25.0
-    holding = threading.Event()
-
-    def hold():
-        with temporary_settings({PREFECT_API_URL: prefect_api}), training_slot(run_id="test-holder"):
-            holding.set()
-            time.sleep(hold_s)
-
-    holder = threading.Thread(target=contextvars.copy_context().run, args=(hold,))
-    holder.start()
+    release = threading.Event()
+    holder, holding = _held_slot(prefect_api, release)
     assert holding.wait(60)
+    threading.Timer(hold_s, release.set).start()
     proc = _cli_run(tmp_path, prefect_api, "--steps", "2")
     holder.join()
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

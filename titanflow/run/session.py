@@ -13,7 +13,8 @@ and at the end, passed, failed or cancelled, hands the record to ``on_end`` (the
 Inside, a :class:`ScenarioSession` times each task into the record (:meth:`ScenarioSession.task`), names the tasks
 whose result Prefect's cache gave (:meth:`ScenarioSession.call`, titanflow.prefect_ops.caching), and holds this node's
 training slot (titanflow.launch.slot) from the first task that computes to training's end, the wait recorded apart
-from every task's time.
+from every task's time; and a cancel of the flow run reaches it also when its worker no longer watches
+(titanflow.prefect_ops.cancel_watch).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from titanflow import paths
 from titanflow.judge.environment import numerics_environment
 from titanflow.launch.slot import HeldSlot, training_slot
 from titanflow.params import ScenarioRun
+from titanflow.prefect_ops.cancel_watch import watching_for_cancel
 from titanflow.record.summary import RunSummary
 from titanflow.report.artifacts import artifact_key, waiting_progress
 from titanflow.run.preflight import preflight
@@ -154,7 +156,7 @@ def scenario_session(on_end: Callable[[RunRecorder], Path], **params) -> Iterato
     """
     session = _start({name: value for name, value in params.items() if value is not None})
     try:
-        with session._node:
+        with watching_for_cancel(), session._node:
             yield session
     except BaseException as err:
         session.record.cancelled_by(err)
