@@ -42,28 +42,57 @@ from titan_cfg.job import ExportDtype, Init, ModelSpecSource
 from titan_cfg.scenarios import SCENARIOS
 from titanflow.export.imports import import_ahead, modules_for
 from titanflow.params import ScenarioName, TargetName, Trim
+from titanflow.paths import DiskFull
 from titanflow.prefect_ops.stopped import cancelled_not_crashed
+from titanflow.record.history import history_file
 from titanflow.run.recorder import RunRecorder
 from titanflow.run.session import scenario_session
 from titanflow.task_names import TaskName
 from titanflow.weights.digest import weights_digest
 
 
+class RecordNotWritten(DiskFull):
+    """summary.json could not be written for a full disk; the message says the run's verdict and where its record is."""
+
+
+def write_record(record: RunRecorder) -> Path:
+    """``record.write()``; a run folder too full for summary.json even after its reserve (titanflow.paths.DiskFull):
+    the history row and the flow run's state carry the record instead.
+
+    Raises:
+        RecordNotWritten: summary.json could not be written; the message says the verdict and where the record went."""
+    try:
+        return record.write()
+    except DiskFull as err:
+        try:
+            append_history(str(record.path), record.summary)
+            kept = f"its record is in the history ({history_file()})"
+        except Exception as lost:  # noqa: BLE001 - said in the error raised, which is the run's outcome
+            kept = f"the history could not take its record either ({type(lost).__name__}: {lost})"
+        raise RecordNotWritten(err.errno, f"{err.strerror}; the run ended {record.summary.verdict}: "
+                                          f"{record.summary.reason}; {kept}, not {record.path}") from err
+
+
 def judge_against_history(record: RunRecorder) -> Path:
     """Write summary.json, compare the run with the history, append it, publish the report; returns
     the summary's path. A broken history store is recorded (``history_error``), logged and reported,
-    never allowed to hide the run's own outcome."""
-    summary_path = record.write()
+    never allowed to hide the run's own outcome.
+
+    Raises:
+        RecordNotWritten: summary.json could not be written (:func:`write_record`)."""
+    summary_path = write_record(record)
     comparison = None
     try:
         comparison = compare_history(str(summary_path))
         record.summary.findings = comparison.findings
-        summary_path = record.write()
+        summary_path = write_record(record)
         append_history(str(summary_path))
+    except RecordNotWritten:
+        raise
     except Exception as err:  # noqa: BLE001 - the history is secondary to the run's own result: said, not raised
         record.summary.history_error = f"{type(err).__name__}: {err}"
         get_run_logger().error("history: %s", record.summary.history_error)
-        summary_path = record.write()
+        summary_path = write_record(record)
     report(str(summary_path), None,  # None: the run folder's metrics.csv, also after a failed training
            golden=comparison.golden if comparison else None, history=comparison.previous if comparison else None,
            findings=comparison.findings if comparison else None)

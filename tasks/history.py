@@ -9,6 +9,7 @@ from prefect.logging import get_run_logger
 
 from titanflow.record import history
 from titanflow.record.comparison import HistoryComparison, compare_with_history
+from titanflow.record.summary import RunSummary
 from titanflow.task_names import TaskName
 
 
@@ -22,9 +23,10 @@ def compare_history(summary_path: str) -> HistoryComparison:
 
 
 @task(name=TaskName.append_history)
-def append_history(summary_path: str) -> str:
-    """Prefect task: append the run to the history table (titanflow.record.history); returns the table's path."""
-    history.append_run(summary_path)
+def append_history(summary_path: str, summary: RunSummary | None = None) -> str:
+    """Prefect task: append the run to the history table (titanflow.record.history); returns the table's path.
+    ``summary``: the run's record when its summary.json could not be written (a full disk)."""
+    history.append_run(summary_path, summary=summary)
     table = history.history_file()
     get_run_logger().info("history: appended %s to %s", Path(summary_path).parent.name, table)
     return str(table)

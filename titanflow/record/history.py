@@ -201,15 +201,15 @@ class HistoryRow(BaseModel):
 
 
 def row_from_summary(summary_path: Path | str, summary: RunSummary | None = None) -> HistoryRow:
-    """One history row from a run's ``summary.json`` (``summary``: the file as already read) and the
-    files next to it.
+    """One history row from a run's ``summary.json`` (``summary``: the record in hand, the file as already read or
+    one that could not be written: a full disk) and the files next to it.
 
     Raises:
-        FileNotFoundError: no summary at ``summary_path``.
+        FileNotFoundError: no summary at ``summary_path`` and none given.
         ValueError: the file is not a titanflow summary (pydantic's error names the fields).
     """
     summary_path = Path(summary_path).resolve()
-    if not summary_path.is_file():
+    if summary is None and not summary_path.is_file():
         raise FileNotFoundError(f"summary_path: {summary_path} does not exist; fix: pass runs/<run-id>/summary.json")
     try:
         summary = summary or read_summary(summary_path)
@@ -306,9 +306,11 @@ def append_rows(rows: list[dict], history_dir: Path | str | None = None, name: s
     return table
 
 
-def append_run(summary_path: Path | str, history_dir: Path | str | None = None) -> HistoryRow:
-    """Append the run of ``summary_path`` to the history (:func:`row_from_summary`, :func:`append_rows`); returns its row."""
-    row = row_from_summary(summary_path)
+def append_run(summary_path: Path | str, history_dir: Path | str | None = None,
+               summary: RunSummary | None = None) -> HistoryRow:
+    """Append the run of ``summary_path`` (``summary``: its record in hand, as :func:`row_from_summary`) to the history
+    (:func:`append_rows`); returns its row."""
+    row = row_from_summary(summary_path, summary)
     append_rows([row.as_record()], history_dir)
     return row
 

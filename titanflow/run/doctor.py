@@ -45,13 +45,13 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from titan_cfg import kernels, upstream
-from titan_cfg.model_spec import qwen3_shape
+from titan_cfg.model_spec import config_shape, read_config
 from titan_cfg.scenarios import SCENARIOS, on_node
 from titan_cfg.targets import TARGETS, node_of
 from titanflow import paths
 from titanflow.params import ScenarioRun, is_hub_id
-from titanflow.paths import nearest_existing
-from titanflow.run.disk import run_bytes, trained_parameters
+from titanflow.run.disk import Write, cache_writes, run_bytes, space_needs, trained_parameters
+from titanflow.weights.trim import trimmed_config
 
 #: The file of each install profile that names its Python (major.minor, as pyenv and uv read ``.python-version``):
 #: cpu 3.11 (the CI machines' torch 2.13.0 wheel; the Makefile reads it), trn2 3.12 (the walkthrough's; Neuron 2.33
@@ -418,36 +418,28 @@ def model_size(folder: Path) -> ModelSize:
 
 
 def check_disk(run: ScenarioRun, folder: Path) -> Check:
-    """Free space under the runs folder (its nearest existing parent) for what the run writes there
-    (titanflow.run.disk.run_bytes: step checkpoints, the export, logs; the figure preflight refuses a run by) and,
-    when the weights are not downloaded yet, on the weights folder's disk for them too (one sum when both
-    are on one file system)."""
+    """Free space for what the run writes (titanflow.run.disk, the figures preflight refuses a run by): under the runs
+    folder (step checkpoints, the export, logs), into the cache (a trim's checkpoint, a pretrained build) and, when
+    the weights are not downloaded yet, on the weights folder's disk for them too; summed where they share a file
+    system (titanflow.run.disk.space_needs)."""
     try:
         size = model_size(folder)
-        trained = trained_parameters(run, qwen3_shape(folder))
+        config = read_config(folder)
+        config = trimmed_config(config, run.trim, source="", source_id=None) if run.trim else config
+        trained = trained_parameters(run, config_shape(config, SCENARIOS[run.scenario].model_type))
     except ValueError as err:
         return Check("disk", False, f"the weights cannot be sized: {err}", "complete the weights folder")
-    gib = 2**30
-    existing = nearest_existing(run.runs_root())
     writes = run_bytes(run, trained)
-    needs = {os.stat(existing).st_dev: [existing, writes.total, f"the run writes up to {writes.describe()}"]}
+    planned = [Write(run.runs_root(), writes.total, f"the run writes up to {writes.describe()}"),
+               *cache_writes(run, config)]
     if not size.downloaded:
-        download = f"the weights' download {size.weights_bytes / gib:.2f} GiB ({size.dtype}) into {folder}"
-        same = needs.get(os.stat(folder).st_dev)
-        if same is None:
-            needs[os.stat(folder).st_dev] = [folder, size.weights_bytes, f"{download} needs"]
-        else:
-            same[1] += size.weights_bytes
-            same[2] += f" and {download}: {same[1] / gib:.2f} GiB in all"
-    lines, ok = [], True
-    for where, needed, what in needs.values():
-        free = shutil.disk_usage(where).free
-        ok = ok and free >= needed
-        lines.append(f"{free / gib:.2f} GiB free at {where}, {what}")
-    return Check("disk", ok, "; ".join(lines) + f" ({size.parameters:,} parameters, {size.source})",
+        planned.append(Write(folder, size.weights_bytes, f"the weights' download {size.weights_bytes / 2**30:.2f} GiB "
+                                                         f"({size.dtype}) into {folder}"))
+    needs = space_needs(planned)
+    return Check("disk", all(need.ok for need in needs),
+                 "; ".join(need.describe() for need in needs) + f" ({size.parameters:,} parameters, {size.source})",
                  "free space there, pass --runs-dir on a larger disk, or a larger --checkpoint-interval"
-                 + ("" if size.downloaded else
-                                                                           ", or download the weights to a larger one"))
+                 + ("" if size.downloaded else ", or download the weights to a larger one"))
 
 
 def default_weights(target: str, scenario: str) -> str | None:

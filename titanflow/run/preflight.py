@@ -139,5 +139,5 @@ def preflight(run: ScenarioRun, *, launch: bool = True) -> Path:
         check_hub_weights(run)
     check_trim_fits(run)
     if launch and run.resume is None and (config := trained_config(run)) is not None:
-        check_space(run, config_shape(config, SCENARIOS[run.scenario].model_type))
+        check_space(run, config)
     return run_dir

@@ -319,3 +319,16 @@ def ensure_trimmed(source: Path, trim: Trim, source_id: str | None, cache_root: 
     folder = Path(cache_root) / "trimmed" / f"{name}-{key}"
     return folder if folder.is_dir() else trim_moe(source, folder, trim, source_id,
                                                    weights_required=init == "pretrained")
+
+
+def cached_trim(cache_root: Path, trimmed: dict) -> Path | None:
+    """A folder of the cache's trims (:func:`ensure_trimmed`'s, under ``<cache_root>/trimmed/``) whose config.json
+    records the same trim of a source of the same sizes as ``trimmed`` (a config.json :func:`trimmed_config` made),
+    or None. Found by config.json alone, for a check before launch: ensure_trimmed's key also hashes the source's
+    weights, which that check does not read, so a trim of another checkpoint of the same sizes counts as found."""
+    wanted = trimmed[TRIM_KEY]
+    for config in sorted((Path(cache_root) / "trimmed").glob("*/config.json")):
+        found = json.loads(config.read_text()).get(TRIM_KEY) or {}
+        if (found.get("before"), found.get("after")) == (wanted["before"], wanted["after"]):
+            return config.parent
+    return None

@@ -3,7 +3,10 @@ them."""
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
+import tempfile
 
 import pytest
 
@@ -20,6 +23,10 @@ TINY_DENSE = 9_847_232
 
 def _shape(run: ScenarioRun):
     return config_shape(trained_config(run), None)
+
+
+def _moe_shape(config: dict):
+    return config_shape(config, "qwen3_moe")
 
 
 def test_the_default_cpu_runs_write_what_their_checkpoints_export_and_logs_need():
@@ -55,3 +62,94 @@ def test_a_runs_folder_too_small_is_refused_before_anything_is_written(tmp_path,
     # with room for it, the same run passes
     monkeypatch.setattr(disk.shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(2**40, 0, 2**40))
     assert preflight(run).parent == tmp_path / "runs"
+
+
+def qwen3_moe_parameters(config: dict) -> int:
+    """Parameters of an untied Qwen3 MoE checkpoint by hand from its config.json: the embedding and lm_head, per layer
+    q/k/v/o, q/k norms, the router, every expert's gated MLP and two norms, and the final norm (transformers'
+    Qwen3-MoE modelling, written out)."""
+    hidden, heads, kv, head_dim = (config[k] for k in ("hidden_size", "num_attention_heads", "num_key_value_heads",
+                                                       "head_dim"))
+    experts = config["num_experts"]
+    layer = (2 * hidden * heads * head_dim + 2 * hidden * kv * head_dim + 2 * head_dim
+             + hidden * experts + experts * 3 * hidden * config["moe_intermediate_size"] + 2 * hidden)
+    return 2 * config["vocab_size"] * hidden + config["num_hidden_layers"] * layer + hidden
+
+
+def test_a_trim_of_pretrained_weights_writes_its_checkpoint_into_the_cache_once(tmp_path, monkeypatch):
+    """Qwen3-30B-A3B's published config.json trimmed to the walkthrough's 4 layers, 64 experts, top-4: 1,906,330,624
+    parameters (by hand) in bfloat16 (its torch_dtype), 3.55 GiB into the cache; nothing once the cache holds a trim
+    of the same sizes (titanflow.weights.trim.cached_trim)."""
+    from helpers import FIXTURES
+
+    from titan_cfg.model_spec import read_config
+    from titanflow.params import Trim
+    from titanflow.weights.trim import trimmed_config
+
+    monkeypatch.setenv("TITANFLOW_CACHE", str(tmp_path / "cache"))
+    source = tmp_path / "qwen3-30b-a3b"
+    shutil.copytree(FIXTURES / "qwen3-30b-a3b", source)
+    trim = Trim(layers=4, experts=64, top_k=4)
+    config = trimmed_config(read_config(source), trim, source="", source_id=None)
+    parameters = qwen3_moe_parameters(config)
+    assert parameters == 1_906_330_624 and _moe_shape(config).parameters == parameters
+    run = ScenarioRun(scenario="moe", target="trn2", init="pretrained", weights=str(source), trim=trim,
+                      runs_dir=str(tmp_path / "runs"))
+    (write,) = disk.cache_writes(run, config)
+    assert (write.folder, write.size) == (tmp_path / "cache" / "trimmed", 2 * parameters)
+    assert write.what == f"the trimmed checkpoint 3.55 GiB (bfloat16) into the cache {tmp_path / 'cache'}"
+    # random init trims config.json alone: nothing sized
+    assert disk.cache_writes(run.model_copy(update={"init": "random"}), config) == []
+    # a trim made before (titanflow.weights.trim.trim_moe writes config.json with the trim record)
+    made = tmp_path / "cache" / "trimmed" / "Qwen--Qwen3-30B-A3B-0123456789ab"
+    made.mkdir(parents=True)
+    (made / "config.json").write_text(json.dumps(trimmed_config(read_config(source), trim, "Qwen/Qwen3-30B-A3B",
+                                                                "Qwen/Qwen3-30B-A3B")))
+    assert disk.cache_writes(run, config) == []
+    other = trimmed_config(read_config(source), Trim(layers=2, experts=64, top_k=4), source="", source_id=None)
+    assert [w.size for w in disk.cache_writes(run.model_copy(update={"trim": Trim(layers=2, experts=64, top_k=4)}),
+                                              other)] == [2 * qwen3_moe_parameters(other)]
+
+
+def test_the_pretrained_tiny_checkpoints_build_counts_until_it_is_in_the_cache(tmp_path, monkeypatch):
+    """A pretrained-init run on the embedded weights builds the tiny checkpoint first (titanflow.run.pretrained): its
+    pretraining run's writes (1 rank, its recipe's steps and checkpoints) and the float32 copy, on the runs folder's
+    file system summed with the run's own; refused with both named when they do not fit together."""
+    from titanflow.run.pretrained import RECIPES
+
+    monkeypatch.setenv("TITANFLOW_CACHE", str(tmp_path / "cache"))
+    run = ScenarioRun(scenario="native", target="cpu", init="pretrained", runs_dir=str(tmp_path / "runs"))
+    config = trained_config(run)
+    scenario, recipe = RECIPES["qwen3"]
+    pretraining = disk.run_bytes(ScenarioRun(scenario=scenario, target="cpu", nproc_per_node=1, **recipe), TINY_DENSE)
+    (write,) = disk.cache_writes(run, config)
+    assert write.size == pretraining.total + 4 * TINY_DENSE
+    own = disk.run_bytes(run, TINY_DENSE).total
+    (need,) = disk.space_needs([disk.Write(tmp_path / "runs", own, "the run's"), write])  # one file system: summed
+    assert need.needed == own + write.size and need.what.endswith(f": {need.needed / 2**30:.2f} GiB in all")
+    free = own + write.size // 2  # room for the run, not for the build too
+    monkeypatch.setattr(disk.shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(2**40, 2**40 - free, free))
+    with pytest.raises(ValueError, match=r"^runs_dir: .* and the pretrained tiny checkpoint's build .* in all; fix: "):
+        preflight(run)
+    built = tmp_path / "cache" / "assets" / "tiny-qwen3-pretrained-0123456789ab"
+    built.mkdir(parents=True)
+    (built / "config.json").write_text(json.dumps(config))
+    assert disk.cache_writes(run, config) == []
+    assert disk.cache_writes(ScenarioRun(scenario="moe", target="cpu", init="pretrained"), trained_config(
+        ScenarioRun(scenario="moe", target="cpu", init="pretrained")))  # the MoE's is another checkpoint
+
+
+def test_the_cache_alone_full_names_titanflow_cache(tmp_path, monkeypatch):
+    """The cache on a file system of its own (/dev/shm, a tmpfs) without room for the build: refused naming
+    TITANFLOW_CACHE and the fix, while the runs folder's has room."""
+    with tempfile.TemporaryDirectory(dir="/dev/shm") as cache:
+        assert os.stat(cache).st_dev != os.stat(tmp_path).st_dev
+        monkeypatch.setenv("TITANFLOW_CACHE", cache)
+        monkeypatch.setattr(disk.shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(
+            2**40, 0, 2**20 if str(path).startswith(cache) else 2**40))
+        run = ScenarioRun(scenario="native", target="cpu", init="pretrained", runs_dir=str(tmp_path / "runs"))
+        with pytest.raises(ValueError) as refused:
+            preflight(run)
+    assert str(refused.value).startswith(f"TITANFLOW_CACHE: {cache} has 0.00 GiB free and the pretrained tiny "
+                                         f"checkpoint's build ")
+    assert str(refused.value).endswith("fix: free space there, or export TITANFLOW_CACHE=<a folder on a larger disk>")
