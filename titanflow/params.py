@@ -7,6 +7,7 @@ fails in seconds rather than minutes into training.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -474,7 +475,10 @@ def check_writable(folder: Path, field: str, fix: str) -> None:
         with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-probe-"):
             pass
     except OSError as err:
-        raise ValueError(f"{field}: {folder} is not writable ({err.strerror or err}); fix: {fix}") from None
+        why = err.strerror or str(err)
+        if err.errno == errno.ENOENT and folder.is_dir():  # /proc, /sys: the folder is there, a new file is refused
+            why = f"the folder exists but its file system takes no new file: {why}"
+        raise ValueError(f"{field}: {folder} is not writable ({why}); fix: {fix}") from None
 
 
 def check_runs_dir_writable(root: Path) -> None:

@@ -51,6 +51,10 @@ def test_runs_dir_under_a_file_is_refused(tmp_path):
     # the runs folder named is itself a file: said so, not mkdir's "File exists" as "not writable"
     with pytest.raises(ValueError, match=rf"^runs_dir: {blocker} is a file, not a folder; "):
         check_runs_dir_writable(blocker)
+    # a folder of a file system that takes no new file (procfs answers the probe file with ENOENT): said so
+    with pytest.raises(ValueError, match=r"^runs_dir: /proc/sys is not writable \(the folder exists but its file "
+                                         r"system takes no new file: No such file or directory\); fix: "):
+        check_runs_dir_writable(Path("/proc/sys"))
 
 
 def test_hub_ids_and_paths_are_told_apart(tmp_path, monkeypatch):
