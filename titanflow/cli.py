@@ -27,6 +27,7 @@ import contextlib
 import importlib
 import os
 import shutil
+import signal
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -147,7 +148,8 @@ def print_summary(summary: RunSummary, run_dir: Path | None = None) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """Validate, run the flow, print the summary; 0 on pass, 1 on fail, 2 on bad input, 130 when the run was
-    interrupted (Ctrl-C) or cancelled (its verdict is cancelled)."""
+    interrupted (Ctrl-C) or cancelled (its verdict is cancelled), 143 when the command was sent SIGTERM (a ``kill``,
+    or its cancel watch answering a Prefect cancel)."""
     checked = _preflighted(args, launch=True)
     if checked is None:
         return 2
@@ -161,38 +163,40 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         with view or contextlib.nullcontext():  # the live row ends before the summary prints
             reached, state = _with_api(lambda: _run_flow(given, run_dir, view), imports=("flows.scenario",))
-    except KeyboardInterrupt:  # Ctrl-C before the flow started (the temporary server starting, imports)
-        reached, state = True, None
+    except (KeyboardInterrupt, Terminated) as stop:  # before the flow started (the temporary server starting, imports)
+        reached, state = True, stop
     if not reached:
         return 2
     from titanflow.record.summary import SUMMARY, read_summary
 
+    stopped = state is None or isinstance(state, BaseException)  # None: stopped before the flow gave a state
     summary_path = run_dir / SUMMARY
     if not summary_path.is_file():
-        if state is None:
-            return _interrupted_before_summary(run_dir)
+        if stopped:
+            return _interrupted_before_summary(run_dir, state)
         print(f"titanflow: the flow ended before writing a summary: {state.message}", file=sys.stderr)
         return 2
     summary = read_summary(summary_path)
     print_summary(summary, run_dir)
-    status = state.name if state is not None else "interrupted (Ctrl-C)"
+    status, stop_code = _stop_line(state) if stopped else (state.name, 130)
     cancelled = "; run cancelled, not failed" if summary.verdict == "cancelled" else ""
     history = f" (history not recorded: {summary.history_error})" if summary.history_error else ""
     print(f"prefect flow run {summary.flow_run_id}: {status}{cancelled}{history}")
-    if state is None or summary.verdict == "cancelled":
-        return 130  # the shell's code for Ctrl-C
+    if stopped or summary.verdict == "cancelled":
+        return stop_code  # the shell's code for the signal (a Prefect cancel in the UI: 130, as Ctrl-C)
     return 0 if summary.verdict == "pass" else 1
 
 
-def _interrupted_before_summary(run_dir: Path) -> int:
-    """Ctrl-C before the run wrote its summary (before its flow started, or in its first task): 130, as for every
-    interrupted run. A run folder left empty is removed, so its run id can be used again (``--resume`` has nothing
-    to continue in it); one with files is kept, and named."""
+def _interrupted_before_summary(run_dir: Path, stop: BaseException) -> int:
+    """Ctrl-C or SIGTERM before the run wrote its summary (before its flow started, or in its first task): 130 or
+    143, as for every run stopped so. A run folder left empty is removed, so its run id can be used again
+    (``--resume`` has nothing to continue in it); one with files is kept, and named."""
     if run_dir.is_dir() and not any(run_dir.iterdir()):
         run_dir.rmdir()
     kept = f"; what it wrote is kept in {run_dir}" if run_dir.is_dir() else "; nothing was written"
-    print(f"titanflow: interrupted before the run wrote its summary{kept}", file=sys.stderr)
-    return 130
+    line, code = _stop_line(stop)
+    print(f"titanflow: {line} before the run wrote its summary{kept}", file=sys.stderr)
+    return code
 
 
 def _with_api(call, imports: tuple[str, ...] = ()) -> tuple[bool, object]:
@@ -262,35 +266,47 @@ def cmd_nightly(args: argparse.Namespace) -> int:
 
 def _drained(call):
     """``call()``, then the Prefect logs and events it buffered are sent while the server is still up."""
-    from prefect.events.worker import EventsWorker
-    from prefect.logging.handlers import APILogWorker
+    from titanflow.prefect_ops.drain import send_buffered
 
     try:
         return call()
     finally:
-        APILogWorker.drain_all(timeout=10)
-        EventsWorker.drain_all(timeout=10)
+        send_buffered()
+
+
+class Terminated(BaseException):
+    """The ``titanflow`` command was sent SIGTERM (a Prefect cancel's signal, a ``kill``): raised by the handler
+    :func:`console` installs, which Prefect's own SIGTERM handling calls once the flow has recorded the stop (Prefect
+    3.9's ``capture_sigterm`` hands the signal on to the handler it found), so the command still prints the run's
+    record and exits 143 (128 + SIGTERM), as a shell reports a process the signal ended."""
+
+
+def _raise_terminated(signum, frame) -> None:
+    raise Terminated()
+
+
+def _stop_line(stop: BaseException | None) -> tuple[str, int]:
+    """How a command stopped from outside says so, and its exit code: Ctrl-C 130, SIGTERM 143."""
+    return ("terminated (SIGTERM)", 143) if isinstance(stop, Terminated) else ("interrupted (Ctrl-C)", 130)
 
 
 def _run_flow(given: dict, run_dir: Path, view: RunView | None = None):
     """Call the flow for ``run_dir``, its records shown by ``view`` (None: the Prefect log as configured);
-    returns its final Prefect state, or None after Ctrl-C (training is stopped, the summary records the run
-    as cancelled in the interrupted task, logs are kept)."""
-    from prefect.events.worker import EventsWorker
-    from prefect.logging.handlers import APILogWorker
-
+    returns its final Prefect state, or the stop (:class:`KeyboardInterrupt`, :class:`Terminated`) after Ctrl-C or
+    SIGTERM (training is stopped, the summary records the run as cancelled in the interrupted task, logs are
+    kept)."""
     from flows.scenario import qwen3_scenario
+    from titanflow.prefect_ops.drain import send_buffered
 
     with view.attached() if view else contextlib.nullcontext():
         try:
             return qwen3_scenario(**{**given, "run_id": run_dir.name}, return_state=True)
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, Terminated) as stop:
             if (run_dir / "train.log").is_file():
-                print(f"titanflow: interrupted; logs kept in {run_dir}", file=sys.stderr)
-            return None
+                print(f"titanflow: {_stop_line(stop)[0]}; logs kept in {run_dir}", file=sys.stderr)
+            return stop
         finally:  # send buffered logs and events while the server is still up
-            APILogWorker.drain_all(timeout=10)
-            EventsWorker.drain_all(timeout=10)
+            send_buffered()
 
 
 def cmd_render(args: argparse.Namespace) -> int:
@@ -629,18 +645,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``titanflow`` console script; 130 after a Ctrl-C that the command does not answer itself
-    (``run`` prints the run's own record): what a flow had run is recorded by the flow (its summaries, the
-    history), and its flow runs end Cancelled (titanflow.prefect_ops.stopped)."""
+    """Entry point of the ``titanflow`` console script; 130 after a Ctrl-C (143 after a SIGTERM) that the command does
+    not answer itself (``run`` prints the run's own record): what a flow had run is recorded by the flow (its
+    summaries, the history), and its flow runs end Cancelled (titanflow.prefect_ops.stopped)."""
     args = build_parser().parse_args(argv)
     command = {"run": cmd_run, "render": cmd_render, "assets": cmd_assets, "nightly": cmd_nightly,
                "history": cmd_history, "compare": cmd_compare, "trim": cmd_trim, "doctor": cmd_doctor,
                "bisect": cmd_bisect}[args.command]
     try:
         return command(args)
-    except KeyboardInterrupt:
-        print(f"titanflow: interrupted (Ctrl-C); titanflow {args.command} stopped", file=sys.stderr)
-        return 130
+    except (KeyboardInterrupt, Terminated) as stop:
+        line, code = _stop_line(stop)
+        print(f"titanflow: {line}; titanflow {args.command} stopped", file=sys.stderr)
+        return code
 
 
 def console() -> None:
@@ -657,6 +674,7 @@ def console() -> None:
 
     for key, value in CONSOLE_PREFECT_DEFAULTS.items():
         os.environ.setdefault(key, value)
+    signal.signal(signal.SIGTERM, _raise_terminated)  # the handler Prefect hands SIGTERM on to (:class:`Terminated`)
     code = main()
     gc.freeze()
     sys.exit(code)

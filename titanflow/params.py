@@ -7,6 +7,7 @@ fails in seconds rather than minutes into training.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -205,7 +206,8 @@ class ScenarioRun(BaseModel):
         + _each_target("kernels") + "; the scenarios': " + _each_scenario("kernels"))
     timeout_s: float = Field(1800, gt=0, le=MAX_TIMEOUT_S, description="seconds before a training launch is killed (each attempt: "
                              "an infrastructure failure is retried twice)")
-    runs_dir: str | None = Field(None, description="parent of runs/<run-id>; None: $TITANFLOW_RUNS or <repo>/runs")
+    runs_dir: str | None = Field(None, min_length=1, description="parent of runs/<run-id>; None: $TITANFLOW_RUNS or "
+                                                                 "<repo>/runs")
     run_id: str | None = Field(None, pattern=RUN_ID_PATTERN, max_length=RUN_ID_MAX, description="the run's folder name under runs_dir; "
                                 "None: <scenario>-<target>-<init>-<UTC time>-<4 hex>")
     resume: str | None = Field(None, pattern=RUN_ID_PATTERN, max_length=RUN_ID_MAX, description="the id of a failed, "
@@ -462,18 +464,23 @@ def check_writable(folder: Path, field: str, fix: str) -> None:
     """Fail before compute when ``folder`` cannot be created and written.
 
     Creates ``folder`` if needed and writes (then removes) one probe file; a
-    permission check alone is not enough (root passes every ``os.access``).
+    permission check alone is not enough (root passes every ``os.access``). The folders it made are removed again:
+    nothing is left of a run refused later.
 
     Raises:
         ValueError: ``<field>: <folder> is a file, not a folder; fix: <fix>``, or ``<field>: <folder> is not writable
             (<OS error>); fix: <fix>``.
     """
+    made = [p for p in (folder, *folder.parents) if not p.exists()]
     try:
         if folder.exists() and not folder.is_dir():  # mkdir would say "File exists", which reads as a folder there
             raise ValueError(f"{field}: {folder} is a file, not a folder; fix: {fix}")
         folder.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-probe-"):
             pass
+        for new in made:  # deepest first; one another process filled meanwhile is kept
+            with contextlib.suppress(OSError):
+                new.rmdir()
     except OSError as err:
         why = err.strerror or str(err)
         if err.errno == errno.ENOENT and folder.is_dir():  # /proc, /sys: the folder is there, a new file is refused

@@ -231,12 +231,13 @@ def _own_processes(home: Path) -> list[psutil.Process]:
 def test_a_run_stopped_by_sigterm_and_resumed_twice_talks_only_to_its_own_servers(tmp_path):
     """`titanflow run native --steps 4 --checkpoint-interval 1` with no PREFECT_API_URL (each command starts its own
     temporary server), SIGTERMed once step 2 is logged; `--resume` SIGTERMed once its launch logs step 3; `--resume`
-    to the end. No output says Prefect started a server of its own ("Starting temporary server": a client that knew
+    to the end. Each stopped command prints the run's record (verdict cancelled) and exits 143. No output says Prefect
+    started a server of its own ("Starting temporary server": a client that knew
     no API URL, e.g. on a thread), and once each command has ended no process of the test's PREFECT_HOME is left: the
     three temporary servers ended with their commands."""
     home, runs = tmp_path / "home", tmp_path / "runs"
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"} | {"PREFECT_HOME": str(home)}
-    run_dir, outputs = runs / "R", []
+    run_dir, outputs, codes = runs / "R", [], []
 
     def stopped_at(args: list[str], step: int, launch: int) -> None:
         out = (tmp_path / f"launch-{launch}.out").open("w")
@@ -247,7 +248,7 @@ def test_a_run_stopped_by_sigterm_and_resumed_twice_talks_only_to_its_own_server
                        and any(row["step"] >= step for row in logged_steps(run_dir / "train.log")[-1:]), 600,
                        f"step {step} of launch {launch}")
             proc.send_signal(signal.SIGTERM)  # a Prefect cancel's signal, or a node told to stop
-            proc.wait(timeout=120)  # the run recorded cancelled (checked below), the command ended by the signal
+            codes.append(proc.wait(timeout=120))  # the run recorded cancelled (checked below)
         finally:
             if proc.poll() is None:
                 proc.kill()
@@ -261,6 +262,9 @@ def test_a_run_stopped_by_sigterm_and_resumed_twice_talks_only_to_its_own_server
                           text=True, timeout=900, env=env)
     outputs.append(last.stdout + last.stderr)
     assert last.returncode == 0, outputs[-1][-3000:]
+    for i, output in enumerate(outputs[:2], 1):  # each stopped command printed the run's record, and exited 128 + 15
+        assert codes[i - 1] == 143 and re.search(r"^verdict +cancelled$", output, re.M), f"command {i}: {output[-3000:]}"
+        assert "terminated (SIGTERM); run cancelled, not failed" in output, f"command {i}: {output[-3000:]}"
     for i, output in enumerate(outputs, 1):
         assert "Starting temporary server" not in output, f"command {i}: {output[-3000:]}"
         assert "--- Logging error ---" not in output, f"command {i}: {output[-3000:]}"

@@ -51,9 +51,10 @@ def train_run_count(flow_run_id, wait_s: float = 30) -> int:
     asked until the train task run's last state is there (at most ``wait_s`` seconds)."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
-    from prefect.events.worker import EventsWorker
 
-    EventsWorker.drain_all()
+    from titanflow.prefect_ops.drain import send_buffered
+
+    send_buffered()
     found: list = []
 
     def recorded() -> bool:

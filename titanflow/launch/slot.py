@@ -36,6 +36,7 @@ import time
 from typing import Callable, Iterator
 from uuid import UUID
 
+import httpx
 from pydantic import BaseModel, Field
 
 #: Slots per node: trainings that may run at once on one machine.
@@ -56,8 +57,8 @@ _HTTP_LOCKED = 423
 #: The server's answer to a write that met another request's write in its SQLite database (between this request's
 #: read and its write: SQLITE_BUSY_SNAPSHOT, which SQLite's busy timeout does not wait out; Prefect answers it 503).
 _HTTP_BUSY = 503
-#: Seconds between two tries of a write the server answered :data:`_HTTP_BUSY`, and the number of quick tries before
-#: Prefect's own retries take over (:func:`_written`).
+#: Seconds between two tries of a request the server answered :data:`_HTTP_BUSY`, and the number of quick tries before
+#: Prefect's own retries take over (:class:`BusyRetries`).
 BUSY_RETRY_S = 0.05
 BUSY_TRIES = 40
 #: What the server answers a renewal of a lease it no longer has (expired and revoked, or lost).
@@ -100,11 +101,10 @@ def holder_variable(name: str) -> str:
 
 def ensure_limit(name: str, slots: int = SLOTS_PER_NODE) -> None:
     """Create the global concurrency limit ``name`` with ``slots`` if the Prefect API has none by that name."""
-    from prefect.client.orchestration import get_client
     from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
     from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound
 
-    with get_client(sync_client=True) as client:
+    with slot_client() as client:
         try:
             client.read_global_concurrency_limit_by_name(name)
         except ObjectNotFound:
@@ -112,12 +112,24 @@ def ensure_limit(name: str, slots: int = SLOTS_PER_NODE) -> None:
                 client.create_global_concurrency_limit(GlobalConcurrencyLimitCreate(name=name, limit=slots))
 
 
-def read_holder(name: str) -> SlotHolder | None:
-    """The recorded holder of limit ``name``, or None when none is recorded."""
-    from prefect.variables import Variable
+def read_holder(name: str, client=None) -> SlotHolder | None:
+    """The recorded holder of limit ``name``, or None when none is recorded (``client``: a Prefect sync client,
+    default :func:`slot_client`)."""
+    with contextlib.nullcontext(client) if client is not None else slot_client() as client:
+        variable = client.read_variable_by_name(holder_variable(name))
+    return SlotHolder.model_validate(variable.value) if variable is not None and variable.value else None
 
-    value = Variable.get(holder_variable(name), default=None)
-    return SlotHolder.model_validate(value) if value else None
+
+def _record(client, name: str, holder: SlotHolder) -> None:
+    """Record ``holder`` as the holder of limit ``name`` (the limit's Prefect Variable, made or overwritten)."""
+    from prefect.client.schemas.actions import VariableCreate, VariableUpdate
+    from prefect.exceptions import ObjectAlreadyExists
+
+    value = holder.model_dump(mode="json")
+    try:
+        client.create_variable(VariableCreate(name=holder_variable(name), value=value))
+    except ObjectAlreadyExists:
+        client.update_variable(VariableUpdate(name=holder_variable(name), value=value))
 
 
 def holder_ended(client, holder: SlotHolder) -> str | None:
@@ -139,75 +151,46 @@ def _status(err: Exception) -> int | None:
     return getattr(response, "status_code", None)
 
 
-#: Set in the thread of a :func:`_written` quick try: Prefect's sync client skips its sleep after a last attempt there.
-_quick_try = threading.local()
+class BusyRetries(httpx.BaseTransport):
+    """An httpx transport that sends a request again through ``inner`` (default: httpx's own) every
+    :data:`BUSY_RETRY_S`, at most :data:`BUSY_TRIES` times, while the Prefect server answers :data:`_HTTP_BUSY`; any
+    other answer, and the last, go to Prefect's client as they came. The slot's client is Prefect's own, given this
+    transport through ``get_client``'s documented ``httpx_settings``.
+
+    Why not Prefect's retries alone: its client waits 2 s before its first retry (2**n s, or the server's
+    Retry-After; one setting for every call), and sleeps so even after its last try, while the write conflict behind
+    the 503 is over within milliseconds. Measured on a running server (native, cpu, 2 steps, debug log of
+    ``prefect.client``): 3 runs of 4 waited 2.1-2.3 s for the slot and one 2.3 s more to give it back, each a single
+    503 of the slot's update or the holder record's delete. A transport of its own takes no proxy from the
+    environment (httpx mounts those on its default transport only): the Prefect API is reached directly."""
+
+    def __init__(self, inner: httpx.BaseTransport | None = None):
+        self.inner = inner or httpx.HTTPTransport()
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        for _ in range(BUSY_TRIES):
+            response = self.inner.handle_request(request)
+            if response.status_code != _HTTP_BUSY:
+                return response
+            response.close()
+            time.sleep(BUSY_RETRY_S)
+        return self.inner.handle_request(request)
+
+    def close(self) -> None:
+        self.inner.close()
 
 
-class _SleepUnlessLastTry:
-    """``prefect.client.base``'s ``time`` module, whose ``sleep`` does nothing in a thread making a quick try.
+def slot_client():
+    """Prefect's sync client for the slot's calls: the run's API settings, :class:`BusyRetries` as its transport."""
+    from prefect.client.orchestration import get_client
 
-    Prefect 3.9's sync client (``PrefectHttpxSyncClient._send_with_retry``) sleeps 2**tries s after a retryable
-    answer even when that was its last try: with ``PREFECT_CLIENT_MAX_RETRIES`` 0 a 503 is returned after 2 s asleep,
-    the very wait :func:`_written` asks without retries to avoid (benchmarks/overhead.py: 2.0-2.7 s of slot wait in 7
-    of 9 flow runs, each a single 503 of the acquisition; ``prefect.client`` logged "This is attempt 1/1" and the
-    sleep). No setting shortens it (the sleep is 2**tries s or the server's Retry-After), so the module's ``time``
-    is wrapped: only a thread inside :func:`_written`'s quick tries, where retries are off and that sleep is the last
-    thing before the answer, skips it; every other caller sleeps as Prefect intends."""
-
-    def __init__(self, real):
-        self._real = real
-
-    def __getattr__(self, name):
-        return getattr(self._real, name)
-
-    def sleep(self, seconds: float) -> None:
-        if not getattr(_quick_try, "active", False):
-            self._real.sleep(seconds)
-
-
-def _skip_sleep_after_last_try() -> None:
-    """Install :class:`_SleepUnlessLastTry` in ``prefect.client.base`` (once)."""
-    from prefect.client import base
-
-    if not isinstance(base.time, _SleepUnlessLastTry):
-        base.time = _SleepUnlessLastTry(base.time)
-
-
-def _written(call: Callable, *args, **kwargs):
-    """``call(*args, **kwargs)``, a write to the Prefect API, asked again every :data:`BUSY_RETRY_S` while the server
-    answers :data:`_HTTP_BUSY`, at most :data:`BUSY_TRIES` times; then, or when no answer came (a server restarting),
-    once more with Prefect's own retries. Why not those alone: Prefect's client waits 2 s before its first retry
-    (2**n s, one setting for every call), and the conflict is over within milliseconds. Measured on a running
-    server (native, cpu, 2 steps, debug log of ``prefect.client``): 3 runs of 4 waited 2.1-2.3 s for the slot and
-    one 2.3 s more to give it back, each a single 503 of the slot's update or the holder record's delete.
-
-    Raises:
-        httpx.HTTPStatusError: the server refused the write for another reason (423 Locked for a taken slot).
-    """
-    from prefect.settings import PREFECT_CLIENT_MAX_RETRIES, temporary_settings
-
-    _skip_sleep_after_last_try()
-    for _ in range(BUSY_TRIES):
-        try:
-            _quick_try.active = True
-            with temporary_settings({PREFECT_CLIENT_MAX_RETRIES: 0}):
-                return call(*args, **kwargs)
-        except Exception as err:  # noqa: BLE001 - only "busy" is asked again here
-            status = _status(err)
-            if status is None:
-                break
-            if status != _HTTP_BUSY:
-                raise
-        finally:
-            _quick_try.active = False
-        time.sleep(BUSY_RETRY_S)
-    return call(*args, **kwargs)
+    return get_client(sync_client=True, httpx_settings={"transport": BusyRetries()})
 
 
 def _lease_holder():
     """Prefect's lease holder for the current flow run (None outside one)."""
+    from prefect.client.schemas.objects import ConcurrencyLeaseHolder
     from prefect.context import FlowRunContext
-    from prefect.types._concurrency import ConcurrencyLeaseHolder
 
     context = FlowRunContext.get()
     if context is None or context.flow_run is None:
@@ -218,8 +201,8 @@ def _lease_holder():
 def _try_acquire(client, name: str, holder) -> UUID | None:
     """One attempt: the new lease's id, or None when the slot is taken (HTTP 423)."""
     try:
-        response = _written(client.increment_concurrency_slots_with_lease, [name], SLOTS_PER_NODE, "concurrency",
-                            LEASE_S, holder=holder)
+        response = client.increment_concurrency_slots_with_lease([name], SLOTS_PER_NODE, "concurrency", LEASE_S,
+                                                             holder=holder)
     except Exception as err:  # noqa: BLE001 - only "locked" is a normal answer; the rest is raised
         if _status(err) == _HTTP_LOCKED:
             return None
@@ -229,24 +212,26 @@ def _try_acquire(client, name: str, holder) -> UUID | None:
 
 def _free_if_ended(client, name: str, log: logging.Logger) -> bool:
     """Release the lease of the recorded holder when its flow run has ended; True if it did."""
-    holder = read_holder(name)
+    holder = read_holder(name, client)
     ended = holder_ended(client, holder) if holder else None
     if holder is None or ended is None:
         return False
-    _forget(name, holder.lease_id)  # first: once the slot is free, the next holder records itself
-    _written(client.release_concurrency_slots_with_lease, holder.lease_id)  # a lease already gone: a no-op
+    _forget(name, holder.lease_id, client)  # first: once the slot is free, the next holder records itself
+    client.release_concurrency_slots_with_lease(holder.lease_id)  # a lease already gone: a no-op
     log.warning("training slot %s: its holder %s has ended (%s); its slot is freed", name, holder.describe(), ended)
     return True
 
 
-def _forget(name: str, lease_id: UUID) -> None:
+def _forget(name: str, lease_id: UUID, client=None) -> None:
     """Remove the holder record of limit ``name`` if it still names ``lease_id`` (call it while the
-    slot is still held, so no next holder can have recorded itself in between)."""
-    from prefect.variables import Variable
+    slot is still held, so no next holder can have recorded itself in between); ``client``: as :func:`read_holder`."""
+    from prefect.exceptions import ObjectNotFound
 
-    held = read_holder(name)
-    if held is not None and held.lease_id == lease_id:
-        _written(Variable.unset, holder_variable(name))  # one already gone: False, no error
+    with contextlib.nullcontext(client) if client is not None else slot_client() as client:
+        held = read_holder(name, client)
+        if held is not None and held.lease_id == lease_id:
+            with contextlib.suppress(ObjectNotFound):  # one already gone
+                client.delete_variable_by_name(holder_variable(name))
 
 
 def _acquire(client, name: str, holder, log: logging.Logger, on_wait: Callable[[str], None]) -> tuple[UUID, float]:
@@ -265,7 +250,7 @@ def _acquire(client, name: str, holder, log: logging.Logger, on_wait: Callable[[
             continue
         now = time.monotonic()
         if now >= next_log:
-            held_by = read_holder(name)
+            held_by = read_holder(name, client)
             if held_by is None and not looked_again:  # a holder forgets its record just before it
                 looked_again = True                   # releases: look once more before saying so
                 time.sleep(RETRY_S)
@@ -286,7 +271,7 @@ class _Renewer:
     during a long outage) is re-acquired, and if another run took the slot meanwhile that is logged
     as an error: training goes on, which is the lesser harm for a long run."""
 
-    def __init__(self, slot: HeldSlot, record: Callable[[UUID], None], holder, log: logging.Logger):
+    def __init__(self, slot: HeldSlot, record: Callable[[object, UUID], None], holder, log: logging.Logger):
         self.slot, self.record, self.holder, self.log = slot, record, holder, log
         self.stopping = threading.Event()
         # the caller's context: its Prefect settings (API URL) and run logger reach the thread
@@ -294,11 +279,10 @@ class _Renewer:
                                        name=f"renew-{slot.name}", daemon=True)
 
     def run(self) -> None:
-        from prefect.client.orchestration import get_client
         from prefect.settings import PREFECT_CLIENT_MAX_RETRIES, temporary_settings
 
         failing = False
-        with get_client(sync_client=True) as client:
+        with slot_client() as client:
             while not self.stopping.wait(RENEW_EVERY_S):
                 try:
                     # one try per beat: the next beat is the retry. Prefect's own retries (2 + 4 + ... + 32 s) would
@@ -325,7 +309,7 @@ class _Renewer:
             self.log.error("training slot %s: the lease was lost and another run holds the slot now; this "
                            "training goes on beside it", self.slot.name)
             return
-        self.record(lease_id)  # first, so whoever sees the new lease id also finds it recorded
+        self.record(client, lease_id)  # first, so whoever sees the new lease id also finds it recorded
         self.slot.lease_id = lease_id
         self.log.warning("training slot %s: the lease was lost (server restart or outage) and re-acquired",
                          self.slot.name)
@@ -336,15 +320,15 @@ def _give_back(client, name: str, lease_id: UUID, log: logging.Logger) -> bool:
     server does not answer (or answers 5xx), for at most :data:`LEASE_S` (after that the lease has expired and the
     server frees the slot itself); True once released, False when refused (4xx) or out of time.
 
-    Why not Prefect's retries alone: a client that has not yet reached this server (``Variable``'s calls open a new
-    one each time) fails at once on a refused connection, so a training that ended while the server restarted left
-    its slot taken until the lease expired, and the next run waited for it."""
+    Why not Prefect's retries alone: they end within about a minute (2 + 4 + ... + 32 s), and a refused connection
+    fails some calls at once, so a training that ended while the server restarted left its slot taken until the lease
+    expired, and the next run waited for it."""
     deadline = time.monotonic() + LEASE_S
     failed = None
     while True:
         try:
-            _forget(name, lease_id)
-            _written(client.release_concurrency_slots_with_lease, lease_id)  # a lease already gone: a no-op
+            _forget(name, lease_id)  # a client of its own, as a restarted server needs
+            client.release_concurrency_slots_with_lease(lease_id)  # a lease already gone: a no-op
         except Exception as err:  # noqa: BLE001 - a slot left taken is freed by the lease's expiry at worst
             answered = _status(err)
             if answered is not None and answered < 500:  # refused: asking again gets the same answer
@@ -388,25 +372,21 @@ def training_slot(host: str | None = None, run_id: str | None = None,
     Raises:
         httpx.HTTPStatusError: the API refused the request for another reason than a taken slot.
     """
-    from prefect.client.orchestration import get_client
-    from prefect.variables import Variable
-
     name = limit_name(host)
     log = _logger()
     ensure_limit(name)
     lease_holder, flow_run = _lease_holder()
     since = datetime.datetime.now(datetime.UTC)
 
-    def record(lease_id: UUID) -> None:
-        _written(Variable.set, holder_variable(name), SlotHolder(
-            lease_id=lease_id, flow_run_id=flow_run.id if flow_run else None,
-            flow_run_name=flow_run.name if flow_run else None, run_id=run_id, host=socket.gethostname(),
-            since=since).model_dump(mode="json"), overwrite=True)
+    def record(client, lease_id: UUID) -> None:
+        _record(client, name, SlotHolder(lease_id=lease_id, flow_run_id=flow_run.id if flow_run else None,
+                                         flow_run_name=flow_run.name if flow_run else None, run_id=run_id,
+                                         host=socket.gethostname(), since=since))
 
-    with get_client(sync_client=True) as client:
+    with slot_client() as client:
         lease_id, waited = _acquire(client, name, lease_holder, log, on_wait)
         slot = HeldSlot(name=name, lease_id=lease_id, waited_s=round(waited, 3))
-        record(lease_id)
+        record(client, lease_id)
         renewer = _Renewer(slot, record, lease_holder, log)
         renewer.thread.start()
         try:
@@ -441,12 +421,11 @@ def release_stale_slots(api_url: str) -> list[str]:
     """At a server's start: free every ``titanflow-train-*`` slot held by a flow run that has ended;
     returns the limits freed. Slots of live runs are left alone (their leases survive a restart
     and are renewed), and so are slots without a recorded holder (their leases expire)."""
-    from prefect.client.orchestration import get_client
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     freed = []
     log = logging.getLogger(__name__)
-    with temporary_settings({PREFECT_API_URL: api_url}), get_client(sync_client=True) as client:
+    with temporary_settings({PREFECT_API_URL: api_url}), slot_client() as client:
         for limit in client.read_global_concurrency_limits(limit=200):
             if limit.name.startswith(PREFIX) and limit.active_slots and _free_if_ended(client, limit.name, log):
                 freed.append(limit.name)

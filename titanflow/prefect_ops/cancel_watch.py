@@ -40,6 +40,8 @@ SUPERVISOR_GRACE_S = 45.0
 log = logging.getLogger("titanflow.cancel_watch")
 
 _watching: contextvars.ContextVar[bool] = contextvars.ContextVar("titanflow_cancel_watch", default=False)
+#: Set once a watch of this process has sent it SIGTERM: the stop is then known to be a Prefect cancel.
+SENT_SIGTERM = threading.Event()
 
 
 def stop_after_s(state, deployment_id, cancelling_s: float) -> float | None:
@@ -105,5 +107,6 @@ def _watch(done: threading.Event) -> None:
                    if flow_run.deployment_id is not None else "no worker runs it")
             logger.warning("flow run %s has been Cancelling for %.0f s and %s: stopping this process as a worker would "
                            "(SIGTERM)", root, time.monotonic() - since, why)
+            SENT_SIGTERM.set()
             os.kill(os.getpid(), signal.SIGTERM)
             return

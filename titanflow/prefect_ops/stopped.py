@@ -23,15 +23,16 @@ import signal
 
 from prefect.exceptions import CancelledRun, TerminationSignal
 
+from titanflow.prefect_ops.cancel_watch import SENT_SIGTERM
+
 
 def cancel_cause(err: BaseException) -> str | None:
     """How ``err`` stopped the run from outside, or None when it is a failure of the run itself.
 
     Prefect's cancel: the worker (or runner) sends the flow-run process SIGTERM, which Prefect
     raises in the flow as ``prefect.exceptions.TerminationSignal``; Ctrl-C is ``KeyboardInterrupt``;
-    an asyncio cancellation is ``asyncio.CancelledError`` (Prefect's own
-    ``prefect._internal.concurrency.cancellation.CancelledError`` subclasses it); reading the result
-    of a cancelled run raises ``prefect.exceptions.CancelledRun``.
+    an asyncio cancellation is ``asyncio.CancelledError`` (Prefect's own cancellation error subclasses it); reading
+    the result of a cancelled run raises ``prefect.exceptions.CancelledRun``.
     """
     if isinstance(err, KeyboardInterrupt):
         return "interrupted (Ctrl-C)"
@@ -40,6 +41,8 @@ def cancel_cause(err: BaseException) -> str | None:
             name = signal.Signals(err.signal).name
         except ValueError:
             name = f"signal {err.signal}"
+        if SENT_SIGTERM.is_set():  # this process's cancel watch sent it (titanflow.prefect_ops.cancel_watch)
+            return f"cancelled ({name}: a Prefect cancel, the flow run set Cancelling on the server)"
         return f"cancelled ({name}: a Prefect cancel, or the process was told to stop)"
     if isinstance(err, asyncio.CancelledError):
         return "cancelled (asyncio cancellation)"
@@ -80,9 +83,10 @@ def _stopped_task_runs(client, flow_run_id) -> list:
         TaskRunFilterStateType,
     )
     from prefect.client.schemas.objects import StateType
-    from prefect.events.worker import EventsWorker
 
-    EventsWorker.drain_all(timeout=5)
+    from titanflow.prefect_ops.drain import send_buffered
+
+    send_buffered(timeout_s=5)
     stopped = [StateType.PENDING, StateType.SCHEDULED, StateType.RUNNING, StateType.CRASHED]
     return client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])),
                                  task_run_filter=TaskRunFilter(state=TaskRunFilterState(

@@ -78,13 +78,21 @@ def run_bytes(run: ScenarioRun, parameters: int) -> RunBytes:
     return RunBytes(checkpoints=checkpoints, export=2 * parameters * DTYPE_BYTES[run.export_dtype], other=OTHER_BYTES)
 
 
+#: The fix for a runs folder without room, and for a cache without room.
+RUNS_FIX = "free space there, pass --runs-dir on a larger disk, or run with a larger --checkpoint-interval (fewer " \
+           "step checkpoints)"
+CACHE_FIX = "free space there, or export TITANFLOW_CACHE=<a folder on a larger disk>"
+
+
 @dataclass(frozen=True)
 class Write:
-    """``size`` bytes the run writes under ``folder`` (made by then or not); ``what``: the words for them."""
+    """``size`` bytes the run writes under ``folder`` (made by then or not); ``what``: the words for them; ``fix``:
+    what makes room for them."""
 
     folder: Path
     size: int
     what: str
+    fix: str = RUNS_FIX
 
 
 @dataclass(frozen=True)
@@ -96,6 +104,7 @@ class SpaceNeed:
     needed: int
     free: int
     what: str
+    fix: str
 
     @property
     def ok(self) -> bool:
@@ -118,7 +127,8 @@ def space_needs(writes: list[Write]) -> list[SpaceNeed]:
     for where, group in groups.values():
         needed = sum(w.size for w in group)
         what = " and ".join(w.what for w in group) + (f": {needed / GIB:.2f} GiB in all" if len(group) > 1 else "")
-        needs.append(SpaceNeed(where, needed, shutil.disk_usage(where).free, what))
+        fix = "; or ".join(dict.fromkeys(w.fix for w in group))
+        needs.append(SpaceNeed(where, needed, shutil.disk_usage(where).free, what, fix))
     return needs
 
 
@@ -134,16 +144,16 @@ def cache_writes(run: ScenarioRun, config: dict) -> list[Write]:
     if run.trim is not None and run.init == "pretrained" and cached_trim(root, config) is None:
         dtype = config.get("torch_dtype") or config.get("dtype") or "float32"
         size = shape.parameters * DTYPE_BYTES.get(dtype, 4)
-        writes.append(Write(root / "trimmed", size, f"the trimmed checkpoint {size / GIB:.2f} GiB ({dtype}) into "
-                                                    f"the cache {root}"))
+        writes.append(Write(root / "trimmed", size, f"the run writes the trimmed checkpoint, {size / GIB:.2f} GiB ({dtype}), "
+                                                    f"into the cache {root}", CACHE_FIX))
     if run.weights is None and run.init == "pretrained" and not _pretrained_built(root, config.get("model_type")):
         from titanflow.run.pretrained import RECIPES  # its launch and export modules: only for a build to size
 
         scenario, recipe = RECIPES[config["model_type"]]
         pretraining = ScenarioRun(scenario=scenario, target="cpu", nproc_per_node=1, **recipe)
         size = run_bytes(pretraining, shape.parameters).total + 4 * shape.parameters
-        writes.append(Write(root / "assets", size, f"the pretrained tiny checkpoint's build {size / GIB:.2f} GiB into "
-                                                   f"the cache {root}"))
+        writes.append(Write(root / "assets", size, f"the run builds the pretrained tiny checkpoint, {size / GIB:.2f} GiB, into "
+                                                   f"the cache {root}", CACHE_FIX))
     return writes
 
 
@@ -167,11 +177,6 @@ def check_space(run: ScenarioRun, config: dict) -> None:
     needed = run_bytes(run, parameters)
     runs = Write(root, needed.total, f"the run writes up to {needed.describe()} for {parameters:,} parameters")
     for need in space_needs([runs, *cache_writes(run, config)]):
-        if need.ok:
-            continue
-        if need.what.startswith(runs.what):
-            raise ValueError(f"runs_dir: {root} has {need.free / GIB:.2f} GiB free and {need.what}; fix: free space "
-                             "there, pass --runs-dir on a larger disk, or a larger --checkpoint-interval (fewer step "
-                             "checkpoints)")
-        raise ValueError(f"TITANFLOW_CACHE: {need.where} has {need.free / GIB:.2f} GiB free and {need.what}; fix: free "
-                         "space there, or export TITANFLOW_CACHE=<a folder on a larger disk>")
+        if not need.ok:
+            field, where = ("runs_dir", root) if need.what.startswith(runs.what) else ("TITANFLOW_CACHE", need.where)
+            raise ValueError(f"{field}: {where} has {need.free / GIB:.2f} GiB free and {need.what}; fix: {need.fix}")

@@ -49,7 +49,7 @@ from titan_cfg.model_spec import config_shape, read_config
 from titan_cfg.scenarios import SCENARIOS, on_node
 from titan_cfg.targets import TARGETS, node_of
 from titanflow import paths
-from titanflow.params import ScenarioRun, is_hub_id
+from titanflow.params import ScenarioRun, check_runs_dir_writable, is_hub_id
 from titanflow.run.disk import Write, cache_writes, run_bytes, space_needs, trained_parameters
 from titanflow.weights.trim import trimmed_config
 
@@ -429,17 +429,23 @@ def check_disk(run: ScenarioRun, folder: Path) -> Check:
         trained = trained_parameters(run, config_shape(config, SCENARIOS[run.scenario].model_type))
     except ValueError as err:
         return Check("disk", False, f"the weights cannot be sized: {err}", "complete the weights folder")
+    try:
+        check_runs_dir_writable(run.runs_root())
+    except ValueError as err:
+        detail, _, fix = str(err).partition("; fix: ")
+        return Check("disk", False, detail, fix)
     writes = run_bytes(run, trained)
     planned = [Write(run.runs_root(), writes.total, f"the run writes up to {writes.describe()}"),
                *cache_writes(run, config)]
     if not size.downloaded:
         planned.append(Write(folder, size.weights_bytes, f"the weights' download {size.weights_bytes / 2**30:.2f} GiB "
-                                                         f"({size.dtype}) into {folder}"))
+                                                         f"({size.dtype}) into {folder}",
+                             "free space there, or download the weights to a larger disk"))
     needs = space_needs(planned)
-    return Check("disk", all(need.ok for need in needs),
+    short = [need.fix for need in needs if not need.ok]
+    return Check("disk", not short,
                  "; ".join(need.describe() for need in needs) + f" ({size.parameters:,} parameters, {size.source})",
-                 "free space there, pass --runs-dir on a larger disk, or a larger --checkpoint-interval"
-                 + ("" if size.downloaded else ", or download the weights to a larger one"))
+                 "; ".join(short) or needs[0].fix)
 
 
 def default_weights(target: str, scenario: str) -> str | None:
@@ -462,10 +468,15 @@ def run_checks(run: ScenarioRun, weights: str | None, *, with_weights: bool = Tr
     if run.target_spec.device == "cuda":
         checks.append(check_cuda(run))
     checks += check_kernels(target)
-    if with_weights:
+    cache = check_compile_cache()
+    folder = None
+    if with_weights and (cache.ok or weights is not None):
         weights_check, folder = check_weights(run, weights)
         checks.append(weights_check)
-    checks += [check_dataset(run), check_compile_cache()]
+    elif with_weights:  # the embedded tiny model is built into the cache
+        checks.append(Check("weights", False, "not checked: the embedded tiny model is built into the cache, which "
+                                              "is not writable", cache.fix))
+    checks += [check_dataset(run), cache]
     if with_weights and folder is not None:
         checks.append(check_disk(run, folder))
     return checks

@@ -17,7 +17,8 @@ from pathlib import Path
 
 from titan_cfg.model_spec import config_shape
 from titan_cfg.scenarios import SCENARIOS, on_node
-from titanflow.params import ScenarioRun, check_runs_dir_writable, is_hub_id
+from titanflow import paths
+from titanflow.params import ScenarioRun, check_runs_dir_writable, check_writable, is_hub_id
 from titanflow.run.disk import check_space
 from titanflow.weights.fit import (
     check_hub_weights,
@@ -124,6 +125,8 @@ def preflight(run: ScenarioRun, *, launch: bool = True) -> Path:
         check_this_machine(run)
     root = run.runs_root()
     check_runs_dir_writable(root)
+    check_writable(paths.cache_root(), "TITANFLOW_CACHE", "export TITANFLOW_CACHE=<a folder you can write> (the "
+                                                          "built assets, compile caches and trims live there)")
     run_dir = root / (run.resume or run.run_id or new_run_id(run))
     if run.resume is not None and not run_dir.is_dir():
         raise ValueError(f"resume: no run folder {run_dir}; fix: pass the id of a run under {root} (--runs-dir names "

@@ -93,9 +93,9 @@ def test_a_probe_runs_its_revision_in_its_worktree_as_a_subflow_run(prefect_serv
     assert (str(child.id), child.name, child.state.name) == (run.flow_run_id, found["pass"][:12], "Completed")
     # the run stands under the probe task (named by the revision) of the calling flow run, as the UI draws it
     (probe_task,) = stands_for.task_inputs["__parents__"]
-    from prefect.events.worker import EventsWorker
+    from titanflow.prefect_ops.drain import send_buffered
 
-    EventsWorker.drain_all()  # the probe task's own run is recorded from its events, sent in the background
+    send_buffered()  # the probe task's own run is recorded from its events, sent in the background
     with get_client(sync_client=True) as client:
         assert client.read_task_run(probe_task.id).name == f"probe-{found['pass'][:12]}"
     assert child.parameters == {**PARAMETERS, "run_id": run.run_id, "runs_dir": str(folder.runs)}

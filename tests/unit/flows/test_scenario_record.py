@@ -19,8 +19,9 @@ from titanflow.run.recorder import RunRecorder
 from titanflow.task_names import TaskName
 
 
-@pytest.mark.usefixtures("prefect_server")
-def test_a_record_the_full_run_folder_cannot_hold_goes_to_the_history_and_the_error(tmp_path, monkeypatch):
+def test_a_record_the_full_run_folder_cannot_hold_goes_to_the_history_and_the_error(prefect_api, tmp_path, monkeypatch):
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
     run_dir = tmp_path / "full"
     shutil.copytree(FIXTURES / "run_folders" / "native-cpu-random", run_dir)
     before = (run_dir / "summary.json").read_bytes()
@@ -35,7 +36,7 @@ def test_a_record_the_full_run_folder_cannot_hold_goes_to_the_history_and_the_er
 
     monkeypatch.setattr(recorder, "write_atomic", full)
     monkeypatch.setenv("TITANFLOW_HISTORY", str(tmp_path / "history"))
-    with pytest.raises(RecordNotWritten) as raised:
+    with temporary_settings({PREFECT_API_URL: prefect_api}), pytest.raises(RecordNotWritten) as raised:
         write_record(record)
     message = str(raised.value)
     assert message.startswith("[Errno 28] disk full: the run record could not be written to ")

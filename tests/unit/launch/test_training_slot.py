@@ -167,70 +167,38 @@ def _answer(status: int):
     return httpx.HTTPStatusError(f"HTTP {status}", request=request, response=httpx.Response(status, request=request))
 
 
-def test_a_write_the_server_answers_busy_is_asked_again_at_once_and_any_other_refusal_is_raised():
-    """A 503 (the server's SQLite write conflict) is tried again after BUSY_RETRY_S with Prefect's own retries off (they
-    would wait 2 s first); 423 (slot taken) is the caller's answer, raised at once; an error without an answer (server
-    down) goes to one call with Prefect's retries, which ride out a restart."""
-    import httpx
-    from prefect.settings import PREFECT_CLIENT_MAX_RETRIES
-
-    calls = []
-
-    def busy_twice():
-        calls.append(PREFECT_CLIENT_MAX_RETRIES.value())
-        if len(calls) <= 2:
-            raise _answer(503)
-        return "lease"
-
-    assert slots._written(busy_twice) == "lease" and calls == [0, 0, 0]
-
-    def locked():
-        calls.append(PREFECT_CLIENT_MAX_RETRIES.value())
-        raise _answer(423)
-
-    calls.clear()
-    with pytest.raises(httpx.HTTPStatusError, match="423"):
-        slots._written(locked)
-    assert calls == [0]
-
-    def down_then_up():
-        calls.append(PREFECT_CLIENT_MAX_RETRIES.value())
-        if len(calls) == 1:
-            raise httpx.ConnectError("connection refused")
-        return "released"
-
-    calls.clear()
-    with temporary_settings({PREFECT_CLIENT_MAX_RETRIES: 5}):
-        assert slots._written(down_then_up) == "released"
-    assert calls == [0, 5]
-
-
-def test_a_busy_answer_to_prefects_own_client_costs_no_2_s_sleep_in_a_quick_try(monkeypatch):
-    """Prefect 3.9's sync client sleeps 2**tries s after a 503 even on its last try (retries off: 2 s, then the 503
-    is returned): in :func:`slots._written`'s quick tries that sleep is skipped, so the write is asked again after
-    BUSY_RETRY_S; a caller outside them keeps Prefect's sleep. The client is Prefect's own, on an httpx mock
-    transport answering 503 once, then 200; every sleep is recorded, none slept."""
+def test_a_request_the_server_answers_busy_is_sent_again_at_once_and_any_other_answer_goes_through(monkeypatch):
+    """A 503 (the server's SQLite write conflict) is sent again after BUSY_RETRY_S by the slot's transport, below
+    Prefect's own client, which would sleep 2 s first (and after its last try too); 423 (slot taken) goes to the
+    caller at once; a server busy for all BUSY_TRIES leaves the 503 to Prefect's retries. The client is Prefect's
+    own, on an httpx mock server; every sleep is recorded, none slept."""
     import httpx
     from prefect.client.base import PrefectHttpxSyncClient
     from prefect.settings import PREFECT_CLIENT_MAX_RETRIES
 
-    answers = []
+    answers, planned = [], []
 
     def server(request):
-        answers.append(503 if not answers else 200)
+        answers.append(planned.pop(0) if planned else 200)
         return httpx.Response(answers[-1], json={"lease_id": "x"}, request=request)
 
     slept = []
     monkeypatch.setattr(time, "sleep", slept.append)  # the time module Prefect's client and slot.py both sleep with
-    client = PrefectHttpxSyncClient(transport=httpx.MockTransport(server), base_url="http://server/api")
-    assert slots._written(client.post, "/v2/concurrency_limits/increment-with-lease").status_code == 200
-    assert answers == [503, 200] and slept == [slots.BUSY_RETRY_S]
-    # outside the quick tries, Prefect's retry sleeps as it always did (about 2 s before its second try)
-    answers.clear()
-    slept.clear()
-    with temporary_settings({PREFECT_CLIENT_MAX_RETRIES: 1}):
+    client = PrefectHttpxSyncClient(transport=slots.BusyRetries(httpx.MockTransport(server)), base_url="http://server/api")
+    with temporary_settings({PREFECT_CLIENT_MAX_RETRIES: 0}):
+        planned[:] = [503, 503]
         assert client.post("/v2/concurrency_limits/increment-with-lease").status_code == 200
-    assert answers == [503, 200] and len(slept) == 1 and slept[0] >= 1
+        assert answers == [503, 503, 200] and slept == [slots.BUSY_RETRY_S] * 2
+        answers.clear(), slept.clear()
+        planned[:] = [423]
+        with pytest.raises(httpx.HTTPStatusError, match="423"):
+            client.post("/v2/concurrency_limits/increment-with-lease")
+        assert answers == [423] and slept == []
+        answers.clear()
+        planned[:] = [503] * (slots.BUSY_TRIES + 1)
+        with pytest.raises(httpx.HTTPStatusError, match="503"):  # Prefect's own retries (off here) take it from there
+            client.post("/v2/concurrency_limits/increment-with-lease")
+        assert len(answers) == slots.BUSY_TRIES + 1 and slept[:slots.BUSY_TRIES] == [slots.BUSY_RETRY_S] * slots.BUSY_TRIES
 
 
 @pytest.mark.fault

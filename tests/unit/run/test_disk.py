@@ -46,7 +46,7 @@ def test_the_default_cpu_runs_write_what_their_checkpoints_export_and_logs_need(
 
 def test_a_runs_folder_too_small_is_refused_before_anything_is_written(tmp_path, monkeypatch):
     """200 MiB free, against the 0.42 GiB the default native run writes: refused naming the folder, both figures and
-    the fix; no run folder made (the runs folder itself is made by the check that it is writable)."""
+    the fix; nothing made (the check that the runs folder is writable removes the folder it made to try)."""
     free = 200 * 2**20
     monkeypatch.setattr(disk.shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(2**30, 2**30 - free, free))
     run = ScenarioRun(scenario="native", target="cpu", runs_dir=str(tmp_path / "runs"))
@@ -57,7 +57,7 @@ def test_a_runs_folder_too_small_is_refused_before_anything_is_written(tmp_path,
     assert message.startswith(f"runs_dir: {tmp_path / 'runs'} has 0.20 GiB free and the run writes up to "
                               f"{needed.total / 2**30:.2f} GiB (step checkpoints 0.22 GiB, export 0.07 GiB, logs and "
                               f"the rest 0.12 GiB) for 9,847,232 parameters; fix: ")
-    assert "--runs-dir on a larger disk" in message and list((tmp_path / "runs").iterdir()) == []  # no run folder
+    assert "--runs-dir on a larger disk" in message and not (tmp_path / "runs").exists()  # nothing made
     assert preflight(run, launch=False).parent == tmp_path / "runs"  # a render writes no checkpoints: not held to it
     # with room for it, the same run passes
     monkeypatch.setattr(disk.shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(2**40, 0, 2**40))
@@ -97,7 +97,7 @@ def test_a_trim_of_pretrained_weights_writes_its_checkpoint_into_the_cache_once(
                       runs_dir=str(tmp_path / "runs"))
     (write,) = disk.cache_writes(run, config)
     assert (write.folder, write.size) == (tmp_path / "cache" / "trimmed", 2 * parameters)
-    assert write.what == f"the trimmed checkpoint 3.55 GiB (bfloat16) into the cache {tmp_path / 'cache'}"
+    assert write.what == f"the run writes the trimmed checkpoint, 3.55 GiB (bfloat16), into the cache {tmp_path / 'cache'}"
     # random init trims config.json alone: nothing sized
     assert disk.cache_writes(run.model_copy(update={"init": "random"}), config) == []
     # a trim made before (titanflow.weights.trim.trim_moe writes config.json with the trim record)
@@ -129,7 +129,9 @@ def test_the_pretrained_tiny_checkpoints_build_counts_until_it_is_in_the_cache(t
     assert need.needed == own + write.size and need.what.endswith(f": {need.needed / 2**30:.2f} GiB in all")
     free = own + write.size // 2  # room for the run, not for the build too
     monkeypatch.setattr(disk.shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(2**40, 2**40 - free, free))
-    with pytest.raises(ValueError, match=r"^runs_dir: .* and the pretrained tiny checkpoint's build .* in all; fix: "):
+    with pytest.raises(ValueError, match=r"^runs_dir: .* and the run builds the pretrained tiny checkpoint, 0.57 GiB, "
+                                         r"into the cache .*: 0.98 GiB in all; fix: free space there, pass --runs-dir .*; "
+                                         r"or free space there, or export TITANFLOW_CACHE="):
         preflight(run)
     built = tmp_path / "cache" / "assets" / "tiny-qwen3-pretrained-0123456789ab"
     built.mkdir(parents=True)
@@ -150,6 +152,6 @@ def test_the_cache_alone_full_names_titanflow_cache(tmp_path, monkeypatch):
         run = ScenarioRun(scenario="native", target="cpu", init="pretrained", runs_dir=str(tmp_path / "runs"))
         with pytest.raises(ValueError) as refused:
             preflight(run)
-    assert str(refused.value).startswith(f"TITANFLOW_CACHE: {cache} has 0.00 GiB free and the pretrained tiny "
-                                         f"checkpoint's build ")
+    assert str(refused.value).startswith(f"TITANFLOW_CACHE: {cache} has 0.00 GiB free and the run builds the "
+                                         f"pretrained tiny checkpoint, 0.57 GiB, into the cache {cache}; fix: ")
     assert str(refused.value).endswith("fix: free space there, or export TITANFLOW_CACHE=<a folder on a larger disk>")

@@ -300,7 +300,7 @@ def test_disk_before_the_weights_are_downloaded_is_estimated_from_config_json(tm
         f"{2 * parameters / gib:.2f} GiB (bfloat16) into {folder}: {(writes + 2 * parameters) / gib:.2f} GiB in all "
         "(4,022,468,096 parameters, estimated from config.json)")
     assert f"{export / gib:.2f}" == "32.87"
-    assert check.fix.endswith(", or download the weights to a larger one")
+    assert check.fix.endswith("; or free space there, or download the weights to a larger disk")  # both, one disk
     monkeypatch.setattr(doctor.shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(2**40, 2**39, 2**39))
     assert doctor.check_disk(run, folder).ok  # 512 GiB free
 

@@ -218,9 +218,10 @@ def _flow_run_logs(flow_run_id) -> list[str]:
     """Every log message the server stored for the flow run (after flushing this process's log batches)."""
     from prefect import get_client
     from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
-    from prefect.logging.handlers import APILogWorker
 
-    APILogWorker.drain_all(timeout=10)
+    from titanflow.prefect_ops.drain import send_buffered
+
+    send_buffered()
     with get_client(sync_client=True) as client:
         logs = client.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])))
     return [log.message for log in logs]
