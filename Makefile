@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 # The cpu profile's Python (profiles/cpu/.python-version; titanflow doctor reads the same file).
 CPU_PYTHON := $(shell cat profiles/cpu/.python-version)
 
-.PHONY: setup run test test-fast goldens assets clean server stop chromium overlay-trn2 setup-trn2 slurm-packages slurm-up slurm-down
+.PHONY: setup run test test-fast test-lowest setup-lowest goldens assets clean server stop chromium overlay-trn2 setup-trn2 slurm-packages slurm-up slurm-down
 
 # The cpu install profile (profiles/cpu). torch is installed first and alone, pinned to the CPU
 # build (2.13.0); the project and its extra `cpu` (torchtitan 0.3.0, transformers 5.23.0) then
@@ -31,8 +31,28 @@ run: assets
 # which the other worker fills (tests/conftest.py keeps each shared server or cluster on one worker).
 # In collection order (no reordering by group size): the long end-to-end runs first, the unit tests after.
 # PYTEST_ARGS adds options, e.g. make test PYTEST_ARGS=--durations=40.
-test: setup overlay-trn2 chromium slurm-packages
+test: setup overlay-trn2 chromium slurm-packages setup-lowest
 	$(BIN)/python -m pytest -q -n 2 --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS)
+	$(MAKE) --no-print-directory test-lowest
+
+# The lowest end of pyproject.toml's ranges (profiles/cpu-lowest: Prefect, prefect-kubernetes, pandas, pyarrow,
+# filelock, psutil, matplotlib at the lowest each admits) in a venv of its own, .venv-lowest, the same stack and the
+# same editable source otherwise. The lane runs there what those packages decide: the training slot, the cancels
+# (the watch, a deployment run's), the server restart, the deployments, the queued logs and events, the history table.
+LOWEST := .venv-lowest
+LOWEST_TESTS := tests/unit/launch/test_training_slot.py tests/unit/prefect_ops tests/unit/record \
+	tests/unit/flows/test_scenario_record.py tests/e2e/test_deployments.py tests/e2e/test_training_slot_runs.py \
+	"tests/e2e/test_failure_runs.py::test_a_deployment_run_cancelled_while_training_ends_its_ranks_and_is_recorded_cancelled"
+$(LOWEST)/.installed: pyproject.toml profiles/cpu-lowest/constraints.txt
+	test -x $(LOWEST)/bin/python || $(PYTHON) -m venv $(LOWEST)
+	$(LOWEST)/bin/pip install --quiet --disable-pip-version-check torch==2.13.0
+	$(LOWEST)/bin/pip install --quiet --disable-pip-version-check -c profiles/cpu-lowest/constraints.txt -e '.[cpu,test]'
+	touch $@
+
+setup-lowest: $(LOWEST)/.installed
+
+test-lowest: setup-lowest
+	$(LOWEST)/bin/python -m pytest -q -n 2 --dist loadgroup --no-loadscope-reorder $(LOWEST_TESTS) $(PYTEST_ARGS)
 
 # Unit tests only (skips the end-to-end flow runs).
 test-fast: setup

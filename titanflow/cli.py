@@ -32,6 +32,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from titanflow.terminated import Terminated, raise_terminated
+
 if TYPE_CHECKING:
     from titanflow.record.summary import RunSummary
     from titanflow.run.console import RunView
@@ -195,7 +197,7 @@ def _interrupted_before_summary(run_dir: Path, stop: BaseException) -> int:
         run_dir.rmdir()
     kept = f"; what it wrote is kept in {run_dir}" if run_dir.is_dir() else "; nothing was written"
     line, code = _stop_line(stop)
-    print(f"titanflow: {line} before the run wrote its summary{kept}", file=sys.stderr)
+    print(f"titanflow: {'interrupted' if code == 130 else line} before the run wrote its summary{kept}", file=sys.stderr)
     return code
 
 
@@ -274,19 +276,9 @@ def _drained(call):
         send_buffered()
 
 
-class Terminated(BaseException):
-    """The ``titanflow`` command was sent SIGTERM (a Prefect cancel's signal, a ``kill``): raised by the handler
-    :func:`console` installs, which Prefect's own SIGTERM handling calls once the flow has recorded the stop (Prefect
-    3.9's ``capture_sigterm`` hands the signal on to the handler it found), so the command still prints the run's
-    record and exits 143 (128 + SIGTERM), as a shell reports a process the signal ended."""
-
-
-def _raise_terminated(signum, frame) -> None:
-    raise Terminated()
-
-
 def _stop_line(stop: BaseException | None) -> tuple[str, int]:
-    """How a command stopped from outside says so, and its exit code: Ctrl-C 130, SIGTERM 143."""
+    """How a command stopped from outside says so, and its exit code: Ctrl-C 130, SIGTERM 143 (128 + SIGTERM, as a
+    shell reports a process the signal ended; titanflow.terminated: the command still prints the run's record)."""
     return ("terminated (SIGTERM)", 143) if isinstance(stop, Terminated) else ("interrupted (Ctrl-C)", 130)
 
 
@@ -295,18 +287,27 @@ def _run_flow(given: dict, run_dir: Path, view: RunView | None = None):
     returns its final Prefect state, or the stop (:class:`KeyboardInterrupt`, :class:`Terminated`) after Ctrl-C or
     SIGTERM (training is stopped, the summary records the run as cancelled in the interrupted task, logs are
     kept)."""
+    from prefect.exceptions import TerminationSignal
+
     from flows.scenario import qwen3_scenario
     from titanflow.prefect_ops.drain import send_buffered
 
     with view.attached() if view else contextlib.nullcontext():
         try:
             return qwen3_scenario(**{**given, "run_id": run_dir.name}, return_state=True)
+        except TerminationSignal:  # a Prefect that raises the SIGTERM out of the flow instead of handing it on
+            return _stopped(Terminated(), run_dir)
         except (KeyboardInterrupt, Terminated) as stop:
-            if (run_dir / "train.log").is_file():
-                print(f"titanflow: {_stop_line(stop)[0]}; logs kept in {run_dir}", file=sys.stderr)
-            return stop
+            return _stopped(stop, run_dir)
         finally:  # send buffered logs and events while the server is still up
             send_buffered()
+
+
+def _stopped(stop: BaseException, run_dir: Path) -> BaseException:
+    """Say where the logs of a run stopped from outside are; returns ``stop``."""
+    if (run_dir / "train.log").is_file():
+        print(f"titanflow: {_stop_line(stop)[0]}; logs kept in {run_dir}", file=sys.stderr)
+    return stop
 
 
 def cmd_render(args: argparse.Namespace) -> int:
@@ -674,7 +675,7 @@ def console() -> None:
 
     for key, value in CONSOLE_PREFECT_DEFAULTS.items():
         os.environ.setdefault(key, value)
-    signal.signal(signal.SIGTERM, _raise_terminated)  # the handler Prefect hands SIGTERM on to (:class:`Terminated`)
+    signal.signal(signal.SIGTERM, raise_terminated)  # the handler Prefect hands SIGTERM on to (titanflow.terminated)
     code = main()
     gc.freeze()
     sys.exit(code)

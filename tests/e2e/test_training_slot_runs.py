@@ -72,8 +72,8 @@ def _run_logs(client, flow_run_id) -> list[str]:
 
 
 def _held_slot(api_url: str, release: threading.Event) -> tuple[threading.Thread, threading.Event]:
-    """A thread that takes the training slot as run ``test-holder`` and keeps it until ``release``; its event is set once
-    it holds it."""
+    """A thread that takes the training slot as run ``test-holder`` and keeps it until ``release``; its event is set
+    once it holds it."""
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     holding = threading.Event()
@@ -134,14 +134,15 @@ def test_server_restart_mid_training_keeps_the_slot_and_frees_it_after_and_a_can
     finally:
         release.set()
         holder.join()
-    # whether the worker's watch gave up is a race in Prefect (its first poll's retries against the server's return):
-    # measured both ways here; each way the run must end Cancelled, by its own watch once the worker's gave up
-    gave_up = "flow run cancellation will fail" in (Path(deployed.home) / "worker-cpu.log").read_text()
-    print(f"\nqueued run set Cancelling after the restart (the worker's watch {'gave up' if gave_up else 'survived'}): "
-          f"{state.name} {ended_s:.0f} s later")
+    # whether the worker still listens is a race in Prefect: its watch gives up when its polls fail during the restart
+    # (its first poll's retries against the server's return) and comes back at the worker's next sync with the server;
+    # measured both ways here. Either way the run ends Cancelled: by its own watch, after the grace, when the worker
+    # did not stop it
+    by_watch = any("and its worker has not stopped it" in m for m in logs)
+    print(f"\nqueued run set Cancelling after the restart: {state.name} {ended_s:.0f} s later, stopped by "
+          f"{'its own cancel watch' if by_watch else 'the worker'}")
     assert state.is_cancelled() and ended_s < SUPERVISOR_GRACE_S + 2 * POLL_S + 20, (state, ended_s)
-    if gave_up:
-        assert ended_s >= SUPERVISOR_GRACE_S and any("and its worker has not stopped it" in m for m in logs), logs[-10:]
+    assert not by_watch or ended_s >= SUPERVISOR_GRACE_S, ended_s
     queued_summary = read_summary(tmp_path / "queued" / "summary.json")
     assert queued_summary.verdict == "cancelled" and queued_summary.losses == []
     assert queued_summary.cancelled.cause.startswith("cancelled (SIGTERM")

@@ -21,9 +21,10 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
+from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parents[2]
-CPU, TRN2 = ROOT / "profiles" / "cpu", ROOT / "profiles" / "trn2"
+CPU, TRN2, LOWEST = ROOT / "profiles" / "cpu", ROOT / "profiles" / "trn2", ROOT / "profiles" / "cpu-lowest"
 SETUP_TRN2 = TRN2 / "setup.sh"
 
 #: Today's cpu stack (CI): torch 2.13.0 (the CPU wheel on these machines), torchtitan 0.3.0,
@@ -69,8 +70,30 @@ def _setup_trn2_print(**env: str) -> list[str]:
 def test_cpu_profile_is_todays_stack_in_pyproject_and_constraints():
     constraints = _requirements(CPU / "constraints.txt")
     extra = {canonicalize_name(r.name): r for r in map(Requirement, _pyproject()["optional-dependencies"]["cpu"])}
-    assert {name: str(r.specifier) for name, r in constraints.items()} == CPU_STACK
+    assert {name: str(constraints[name].specifier) for name in CPU_STACK} == CPU_STACK
     assert {name: str(r.specifier) for name, r in extra.items()} == CPU_STACK
+    assert _requirements(LOWEST / "constraints.txt").keys() == constraints.keys()  # one stack, two ends
+
+
+#: The dependencies the package states as ranges, tested at both ends: profiles/cpu pins the newest end exactly,
+#: profiles/cpu-lowest the lowest (each range's lower bound).
+RANGED = {"prefect", "prefect-kubernetes", "pandas", "pyarrow", "filelock", "psutil", "matplotlib"}
+
+
+def test_the_package_states_ranges_and_the_two_profiles_pin_their_ends():
+    project = _pyproject()
+    stated = {canonicalize_name(r.name): r for r in map(Requirement, [*project["dependencies"],
+                                                                       *project["optional-dependencies"]["test"]])}
+    newest, lowest = _requirements(CPU / "constraints.txt"), _requirements(LOWEST / "constraints.txt")
+    for name in RANGED:
+        rng = stated[name].specifier
+        assert not any(spec.operator == "==" for spec in rng), f"{name}: pyproject.toml pins {rng}; state a range"
+        (bound,) = [spec.version for spec in rng if spec.operator == ">="]
+        new, low = (next(iter(pins[name].specifier)) for pins in (newest, lowest))
+        assert new.operator == low.operator == "==", name
+        assert rng.contains(new.version) and rng.contains(low.version), (name, str(rng), new.version, low.version)
+        assert low.version == bound, f"{name}: profiles/cpu-lowest pins {low.version}, the range starts at {bound}"
+        assert Version(low.version) < Version(new.version), name
 
 
 def test_pyproject_depends_on_no_part_of_either_stack_and_admits_both_pythons():

@@ -422,12 +422,28 @@ def wait_gone(pid: int, seconds: float) -> bool:
         time.sleep(0.2)
 
 
+def start_ticks(pid: int) -> int | None:
+    """When process ``pid`` started, in clock ticks after boot (``/proc/<pid>/stat``, field 22), or None where that
+    cannot be read (no such process, not Linux). Unlike psutil's ``create_time`` (those ticks plus the boot time the
+    kernel derives from the wall clock, which moves when the clock is set), it never changes for one process."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return int(stat.read().rsplit(")", 1)[1].split()[19])  # fields after "(comm)" start at field 3
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def alive(proc) -> psutil.Process | None:
-    """The recorded process (anything with ``pid`` and ``create_time``, psutil's start time) if it still runs (same
-    PID and start time), else None."""
+    """The recorded process (anything with ``pid`` and ``create_time``, psutil's start time, and optionally
+    ``start_ticks``, :func:`start_ticks`'s) if it still runs (same PID and start), else None. The start is told by its
+    ticks where both are known: a wall clock set since (measured: a server recorded at the start of a test session no
+    longer matched its ``create_time`` within 0.5 s by its end, so it was never stopped), else by ``create_time``."""
     try:
         found = psutil.Process(proc.pid)
-        if abs(found.create_time() - proc.create_time) < 0.5 and found.status() != psutil.STATUS_ZOMBIE:
+        recorded = getattr(proc, "start_ticks", None)
+        same = (recorded == start_ticks(proc.pid) if recorded is not None
+                else abs(found.create_time() - proc.create_time) < 0.5)
+        if same and found.status() != psutil.STATUS_ZOMBIE:
             return found
     except psutil.NoSuchProcess:
         pass

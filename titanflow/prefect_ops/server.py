@@ -35,7 +35,7 @@ from pathlib import Path
 import psutil
 import yaml
 
-from titanflow.launch.process import alive, stop_group
+from titanflow.launch.process import alive, start_ticks, stop_group
 from titanflow.launch.slot import release_stale_slots
 from titanflow.paths import REPO_ROOT, write_atomic
 from titanflow.prefect_ops.alerts import alert_setting, ensure_alerts
@@ -54,13 +54,15 @@ PREFECT_CLI = Path(sys.executable).parent / "prefect"
 
 @dataclass
 class Started:
-    """One process ``start`` launched: ``pid`` leads its own process group; ``create_time``
-    (seconds since the epoch, psutil's) tells it apart from a later process reusing the PID."""
+    """One process ``start`` launched: ``pid`` leads its own process group; ``start_ticks`` (clock ticks after boot,
+    titanflow.launch.process.start_ticks; None in a record of an older titanflow) or else ``create_time`` (seconds since
+    the epoch, psutil's) tells it apart from a later process reusing the PID."""
 
     role: str
     pid: int
     create_time: float
     log: str
+    start_ticks: int | None = None
 
 
 @dataclass
@@ -118,7 +120,7 @@ def _spawn(role: str, argv: list[str], log_path: Path, env: dict[str, str]) -> S
     with open(log_path, "ab") as log:
         popen = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                  cwd=REPO_ROOT, env=env, start_new_session=True)
-    return Started(role, popen.pid, psutil.Process(popen.pid).create_time(), str(log_path))
+    return Started(role, popen.pid, psutil.Process(popen.pid).create_time(), str(log_path), start_ticks(popen.pid))
 
 
 def _wait_for(what: str, ready, proc: Started, timeout_s: float) -> float:

@@ -24,21 +24,23 @@ import signal
 from prefect.exceptions import CancelledRun, TerminationSignal
 
 from titanflow.prefect_ops.cancel_watch import SENT_SIGTERM
+from titanflow.terminated import Terminated
 
 
 def cancel_cause(err: BaseException) -> str | None:
     """How ``err`` stopped the run from outside, or None when it is a failure of the run itself.
 
     Prefect's cancel: the worker (or runner) sends the flow-run process SIGTERM, which Prefect
-    raises in the flow as ``prefect.exceptions.TerminationSignal``; Ctrl-C is ``KeyboardInterrupt``;
+    raises in the flow as ``prefect.exceptions.TerminationSignal`` (and the ``titanflow`` command as
+    titanflow.terminated's ``Terminated`` once Prefect hands the signal on); Ctrl-C is ``KeyboardInterrupt``;
     an asyncio cancellation is ``asyncio.CancelledError`` (Prefect's own cancellation error subclasses it); reading
     the result of a cancelled run raises ``prefect.exceptions.CancelledRun``.
     """
     if isinstance(err, KeyboardInterrupt):
         return "interrupted (Ctrl-C)"
-    if isinstance(err, TerminationSignal):
+    if isinstance(err, (TerminationSignal, Terminated)):
         try:
-            name = signal.Signals(err.signal).name
+            name = signal.Signals(getattr(err, "signal", signal.SIGTERM)).name
         except ValueError:
             name = f"signal {err.signal}"
         if SENT_SIGTERM.is_set():  # this process's cancel watch sent it (titanflow.prefect_ops.cancel_watch)

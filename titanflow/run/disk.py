@@ -19,6 +19,7 @@ not fit.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from dataclasses import dataclass
@@ -144,22 +145,22 @@ def cache_writes(run: ScenarioRun, config: dict) -> list[Write]:
     if run.trim is not None and run.init == "pretrained" and cached_trim(root, config) is None:
         dtype = config.get("torch_dtype") or config.get("dtype") or "float32"
         size = shape.parameters * DTYPE_BYTES.get(dtype, 4)
-        writes.append(Write(root / "trimmed", size, f"the run writes the trimmed checkpoint, {size / GIB:.2f} GiB ({dtype}), "
-                                                    f"into the cache {root}", CACHE_FIX))
+        what = f"the run writes the trimmed checkpoint, {size / GIB:.2f} GiB ({dtype}), into the cache {root}"
+        writes.append(Write(root / "trimmed", size, what, CACHE_FIX))
     if run.weights is None and run.init == "pretrained" and not _pretrained_built(root, config.get("model_type")):
         from titanflow.run.pretrained import RECIPES  # its launch and export modules: only for a build to size
 
         scenario, recipe = RECIPES[config["model_type"]]
         pretraining = ScenarioRun(scenario=scenario, target="cpu", nproc_per_node=1, **recipe)
         size = run_bytes(pretraining, shape.parameters).total + 4 * shape.parameters
-        writes.append(Write(root / "assets", size, f"the run builds the pretrained tiny checkpoint, {size / GIB:.2f} GiB, into "
-                                                   f"the cache {root}", CACHE_FIX))
+        what = f"the run builds the pretrained tiny checkpoint, {size / GIB:.2f} GiB, into the cache {root}"
+        writes.append(Write(root / "assets", size, what, CACHE_FIX))
     return writes
 
 
 def _pretrained_built(root: Path, model_type: str | None) -> bool:
     """Whether the cache holds a pretrained tiny checkpoint of ``model_type`` (titanflow.run.pretrained's folders)."""
-    return any(f"\"model_type\": \"{model_type}\"" in config.read_text()
+    return any(json.loads(config.read_text()).get("model_type") == model_type
                for config in (root / "assets").glob("*-pretrained-*/config.json"))
 
 

@@ -338,3 +338,24 @@ def test_torchrun_and_its_ranks_die_with_a_runner_killed_by_sigkill(tmp_path):
         print(f"torchrun and both ranks gone {time.monotonic() - started:.1f} s after the runner's SIGKILL")
     finally:
         _end([*launcher, *ranks])
+
+
+def test_a_recorded_process_is_told_by_its_start_ticks_whatever_the_wall_clock_did():
+    """A server recorded at a session's start no longer matched psutil's create_time within 0.5 s at its end (the boot
+    time psutil adds comes from the wall clock): recorded with its start ticks, a process is found by those alone; a
+    PID another process took (other ticks) is not; a record without ticks falls back to create_time."""
+    import os
+    import types
+
+    import psutil
+
+    from titanflow.launch.process import alive, start_ticks
+
+    me = psutil.Process()
+    ticks = start_ticks(os.getpid())
+    assert isinstance(ticks, int) and ticks > 0
+    moved_clock = types.SimpleNamespace(pid=os.getpid(), create_time=me.create_time() + 5.0, start_ticks=ticks)
+    assert alive(moved_clock) is not None
+    assert alive(types.SimpleNamespace(pid=os.getpid(), create_time=me.create_time(), start_ticks=ticks + 1)) is None
+    assert alive(types.SimpleNamespace(pid=os.getpid(), create_time=me.create_time())) is not None  # an old record
+    assert alive(types.SimpleNamespace(pid=os.getpid(), create_time=me.create_time() + 5.0)) is None

@@ -198,7 +198,8 @@ def test_a_request_the_server_answers_busy_is_sent_again_at_once_and_any_other_a
         planned[:] = [503] * (slots.BUSY_TRIES + 1)
         with pytest.raises(httpx.HTTPStatusError, match="503"):  # Prefect's own retries (off here) take it from there
             client.post("/v2/concurrency_limits/increment-with-lease")
-        assert len(answers) == slots.BUSY_TRIES + 1 and slept[:slots.BUSY_TRIES] == [slots.BUSY_RETRY_S] * slots.BUSY_TRIES
+        tries = slots.BUSY_TRIES
+        assert len(answers) == tries + 1 and slept[:tries] == [slots.BUSY_RETRY_S] * tries
 
 
 @pytest.mark.fault

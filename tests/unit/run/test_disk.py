@@ -97,7 +97,8 @@ def test_a_trim_of_pretrained_weights_writes_its_checkpoint_into_the_cache_once(
                       runs_dir=str(tmp_path / "runs"))
     (write,) = disk.cache_writes(run, config)
     assert (write.folder, write.size) == (tmp_path / "cache" / "trimmed", 2 * parameters)
-    assert write.what == f"the run writes the trimmed checkpoint, 3.55 GiB (bfloat16), into the cache {tmp_path / 'cache'}"
+    cache = tmp_path / "cache"
+    assert write.what == f"the run writes the trimmed checkpoint, 3.55 GiB (bfloat16), into the cache {cache}"
     # random init trims config.json alone: nothing sized
     assert disk.cache_writes(run.model_copy(update={"init": "random"}), config) == []
     # a trim made before (titanflow.weights.trim.trim_moe writes config.json with the trim record)
@@ -130,7 +131,8 @@ def test_the_pretrained_tiny_checkpoints_build_counts_until_it_is_in_the_cache(t
     free = own + write.size // 2  # room for the run, not for the build too
     monkeypatch.setattr(disk.shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(2**40, 2**40 - free, free))
     with pytest.raises(ValueError, match=r"^runs_dir: .* and the run builds the pretrained tiny checkpoint, 0.57 GiB, "
-                                         r"into the cache .*: 0.98 GiB in all; fix: free space there, pass --runs-dir .*; "
+                                         r"into the cache .*: 0.98 GiB in all; fix: free space there, pass --runs-dir "
+                                         r".*; "
                                          r"or free space there, or export TITANFLOW_CACHE="):
         preflight(run)
     built = tmp_path / "cache" / "assets" / "tiny-qwen3-pretrained-0123456789ab"

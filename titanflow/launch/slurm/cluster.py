@@ -36,7 +36,7 @@ from pathlib import Path
 import psutil
 from pydantic import BaseModel, Field
 
-from titanflow.launch.process import alive
+from titanflow.launch.process import alive, start_ticks
 
 #: Where the cluster lives unless told otherwise.
 DEFAULT_DIR = Path(tempfile.gettempdir()) / "titanflow-slurm"
@@ -67,6 +67,8 @@ class Daemon(BaseModel):
     name: str = Field(description="munged, slurmctld, or slurmd-<node>")
     pid: int
     create_time: float = Field(description="psutil's start time of the process (s since the epoch)")
+    start_ticks: int | None = Field(None, description="its start in clock ticks after boot, which no clock change "
+                                                      "moves (titanflow.launch.process.start_ticks)")
 
 
 class Cluster(BaseModel):
@@ -154,7 +156,8 @@ def _start(name: str, argv: list[str], log: Path, preexec_fn=None, **popen) -> D
     with open(log, "ab") as out:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True, preexec_fn=preexec_fn, **popen)  # noqa: PLW1509
-    return Daemon(name=name, pid=proc.pid, create_time=psutil.Process(proc.pid).create_time())
+    return Daemon(name=name, pid=proc.pid, create_time=psutil.Process(proc.pid).create_time(),
+                  start_ticks=start_ticks(proc.pid))
 
 
 def up(folder: Path = DEFAULT_DIR, *, tie_to_caller: bool = False) -> Cluster:
