@@ -185,7 +185,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     history = f" (history not recorded: {summary.history_error})" if summary.history_error else ""
     print(f"prefect flow run {summary.flow_run_id}: {status}{cancelled}{history}")
     if stopped or summary.verdict == "cancelled":
-        return stop_code  # the shell's code for the signal (a Prefect cancel in the UI: 130, as Ctrl-C)
+        return stop_code  # the shell's code for the signal (a run its flow recorded cancelled otherwise: 130)
     return 0 if summary.verdict == "pass" else 1
 
 
@@ -197,7 +197,8 @@ def _interrupted_before_summary(run_dir: Path, stop: BaseException) -> int:
         run_dir.rmdir()
     kept = f"; what it wrote is kept in {run_dir}" if run_dir.is_dir() else "; nothing was written"
     line, code = _stop_line(stop)
-    print(f"titanflow: {'interrupted' if code == 130 else line} before the run wrote its summary{kept}", file=sys.stderr)
+    said = "interrupted" if code == 130 else line
+    print(f"titanflow: {said} before the run wrote its summary{kept}", file=sys.stderr)
     return code
 
 

@@ -200,3 +200,16 @@ def test_trn2_registry_packages_resolve_for_python_312(python312):
     pulled_stack = sorted(set(resolved) & (STACK - {"transformers"}))
     pulled_gpu = sorted(n for n in resolved if n.startswith("nvidia-") or n == "triton")
     assert pulled_stack == [] and pulled_gpu == [], "the registry install would replace the node's stack"
+
+
+def test_installing_titanflow_into_a_venv_of_either_end_changes_none_of_its_packages():
+    """``pip install -e .`` (no constraints, as a team would into its own venv) resolved by pip in dry-run mode in the
+    venv running this test: the cpu venv (the newest end) or .venv-lowest (the lowest, make test-lowest runs this file
+    too). pip would install titanflow alone: every range admits what is there."""
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--disable-pip-version-check", "-e",
+                           str(ROOT)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    (line,) = [line for line in proc.stdout.splitlines() if line.startswith("Would install")]
+    assert re.fullmatch(r"Would install titanflow-[0-9.]+", line), line
