@@ -93,9 +93,11 @@ def _launch(q_BNLH: Tensor, k_BNLH: Tensor, cos_B1LH: Tensor, sin_B1LH: Tensor, 
     q_in, k_in = q_BNLH.contiguous(), k_BNLH.contiguous()
     q_out, k_out = torch.empty_like(q_in), torch.empty_like(k_in)
     batch = q_in.shape[0]
-    KERNEL[(degree,)](q_in, k_in, q_out, k_out, cos=kernel_cos_sin(cos_B1LH, batch, q_in.dtype),
-                      sin=kernel_cos_sin(sin_B1LH, batch, q_in.dtype), backward=backward)
-    return q_out, k_out
+    # the tensors the launch returns: nkilib's kernel returns the outputs it wrote, and how torch-neuronx's wrapped
+    # launch hands them back (the buffers given, or its own) has not been seen on a device; these are right either way
+    q_rot, k_rot = KERNEL[(degree,)](q_in, k_in, q_out, k_out, cos=kernel_cos_sin(cos_B1LH, batch, q_in.dtype),
+                                     sin=kernel_cos_sin(sin_B1LH, batch, q_in.dtype), backward=backward)
+    return q_rot, k_rot
 
 
 @nki_op("titanflow::rope_hf_neuron", mutates_args={})

@@ -142,6 +142,22 @@ def test_the_lnc_degree_is_the_launch_grid(neuron, monkeypatch):
         neuron.rope_hf(q, k, cos, sin)
 
 
+def test_the_op_returns_what_the_launch_returns_not_the_buffers_it_handed_in(neuron, monkeypatch):
+    """A launch that hands its results back in tensors of its own (as torch-neuronx's wrapped launch may): the op
+    returns those, not the output buffers it allocated."""
+    q, k = torch.randn(1, 2, 256, 8), torch.randn(1, 1, 256, 8)
+    cos, sin = torch.randn(1, 1, 256, 8), torch.randn(1, 1, 256, 8)
+    own = (torch.full_like(q, 3.0), torch.full_like(k, 4.0))
+
+    class Launch:
+        def __getitem__(self, grid):
+            return lambda q_in, k_in, q_out, k_out, **kwargs: own
+
+    monkeypatch.setattr(neuron, "KERNEL", Launch())
+    q_rot, k_rot = neuron._launch(q, k, cos, sin, backward=False)
+    assert q_rot is own[0] and k_rot is own[1]
+
+
 def test_seq_len_rule_at_call_time(neuron):
     """128 x LNC=2 = 256: a 384-token sequence is refused by the op before the kernel is launched, with
     the registry's message (the stand-in kernel would refuse it too, less clearly)."""
