@@ -8,6 +8,7 @@ reader sees every value that differs from the scenario's upstream config here.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -18,6 +19,13 @@ if TYPE_CHECKING:
     from torchtitan.trainer import Trainer
 
 
+def _unused_load_warning(record: logging.LogRecord) -> bool:
+    """A logging filter: False for torchtitan's "initial_load_model_only=True has no effect without an
+    initial_load_path", which its config functions' default ``CheckpointManager.Config()`` logs as it is built;
+    :func:`build` sets both fields for the run (below), so the line would say nothing true of it."""
+    return "has no effect without an initial_load_path" not in record.getMessage()
+
+
 def build(job: Job) -> "Trainer.Config":
     """The complete torchtitan config for ``job`` (no tensors are created)."""
     from torchtitan.components.optimizer import default_adamw
@@ -26,7 +34,12 @@ def build(job: Job) -> "Trainer.Config":
 
     from titan_cfg import kernels
 
-    config = SCENARIOS[job.scenario].build(job)
+    root = logging.getLogger()  # torchtitan's logger (torchtitan.tools.logging)
+    root.addFilter(_unused_load_warning)
+    try:
+        config = SCENARIOS[job.scenario].build(job)
+    finally:
+        root.removeFilter(_unused_load_warning)
     kernels.apply(config, job.kernels)  # edits the model config: before build, parallelisation and load
 
     config.hf_assets_path = job.weights_dir  # tokenizer (and HF weights) folder
@@ -73,7 +86,7 @@ def build(job: Job) -> "Trainer.Config":
         export_dtype=job.export_dtype,
         initial_load_path=job.weights_dir if pretrained else None,
         initial_load_in_hf=pretrained,
-        initial_load_model_only=True,
+        initial_load_model_only=pretrained,  # True without a load path: torchtitan warns it has no effect
     )
     return config
 

@@ -55,6 +55,22 @@ def test_cpu_job_matches_the_weights_folder(tmp_path, tiny_assets):
     assert Job.read(Path(rendered.job_path)).export_step_dir == tmp_path / "run" / "train" / "checkpoint" / "step-3"
 
 
+def test_a_random_init_render_says_nothing_of_an_initial_load_it_does_not_make(tmp_path, tiny_assets, caplog):
+    """No initial load (random init): initial_load_model_only rendered False, and torchtitan's "initial_load_model_only
+    =True has no effect without an initial_load_path" (its config functions' default checkpoint config logs it as
+    it is built) is not in the log; a pretrained render loads model only, from the weights folder."""
+    caplog.set_level("WARNING")
+    rendered = render(ScenarioRun(steps=3), tiny_assets.weights_dir, tmp_path / "run")
+    checkpoint = _rendered_files(Path(rendered.job_path).parent)["trainer_config.json"]["checkpoint"]
+    assert (checkpoint["initial_load_path"], checkpoint["initial_load_model_only"]) == (None, False)
+    assert "initial_load_path" not in caplog.text
+    pretrained = render(ScenarioRun(steps=3, init="pretrained", weights=str(tiny_assets.weights_dir)),
+                        tiny_assets.weights_dir, tmp_path / "pretrained")
+    checkpoint = _rendered_files(Path(pretrained.job_path).parent)["trainer_config.json"]["checkpoint"]
+    assert (checkpoint["initial_load_path"], checkpoint["initial_load_model_only"]) == (
+        str(tiny_assets.weights_dir), True)
+
+
 def test_a_config_torchtitan_rejects_fails_the_render_naming_the_error(tmp_path, tiny_assets):
     """The config is built in the rendering process (titanflow.launch.render.build_config): an error of the build
     becomes a RenderError that names it. A job whose activation checkpointing is none of torchtitan's modes
