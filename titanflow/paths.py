@@ -20,18 +20,25 @@ SHIPPED_ASSETS = REPO_ROOT / "assets"
 
 
 def cache_root() -> Path:
-    """Root of the content-addressed caches: ``$TITANFLOW_CACHE`` or ``<repo>/.cache``."""
-    return Path(os.environ.get("TITANFLOW_CACHE", REPO_ROOT / ".cache")).resolve()
+    """Root of the content-addressed caches: ``$TITANFLOW_CACHE`` or, unset or empty, ``<repo>/.cache``."""
+    return _root("TITANFLOW_CACHE", REPO_ROOT / ".cache")
 
 
 def runs_root() -> Path:
-    """Default parent of ``<run-id>/`` folders: ``$TITANFLOW_RUNS`` or ``<repo>/runs``."""
-    return Path(os.environ.get("TITANFLOW_RUNS", REPO_ROOT / "runs")).resolve()
+    """Default parent of ``<run-id>/`` folders: ``$TITANFLOW_RUNS`` or, unset or empty, ``<repo>/runs``."""
+    return _root("TITANFLOW_RUNS", REPO_ROOT / "runs")
 
 
 def history_root() -> Path:
-    """Folder of the run-history table (titanflow.record.history): ``$TITANFLOW_HISTORY`` or ``<repo>/history``."""
-    return Path(os.environ.get("TITANFLOW_HISTORY", REPO_ROOT / "history")).resolve()
+    """Folder of the run-history table (titanflow.record.history): ``$TITANFLOW_HISTORY`` or, unset or empty,
+    ``<repo>/history``."""
+    return _root("TITANFLOW_HISTORY", REPO_ROOT / "history")
+
+
+def _root(variable: str, default: Path) -> Path:
+    """``$variable`` as an absolute folder, or ``default`` when it is unset or empty (``Path("")`` is the working
+    folder: an empty variable would put the caches, runs or history wherever the command was started)."""
+    return Path(os.environ.get(variable) or default).resolve()
 
 
 #: errno values of a full file system: no space left (ENOSPC), a disk quota reached (EDQUOT).

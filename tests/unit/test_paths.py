@@ -46,3 +46,18 @@ def test_a_full_disk_gives_up_the_reserve_once_then_says_what_could_not_be_writt
     assert "(ENOSPC); fix: free space there" in str(full.value)
     assert record.read_text() == "{}\n"  # the file that held data keeps it
     assert sorted(os.listdir(full_tmpfs)) == ["filler", "summary.json"]  # no temporary file left
+
+
+def test_an_empty_root_variable_means_the_default_not_the_working_folder(monkeypatch, tmp_path):
+    """TITANFLOW_CACHE, TITANFLOW_RUNS and TITANFLOW_HISTORY set to "" (``Path("")`` is the working folder): the
+    repository's own folders, as when they are unset; set, the folder named."""
+    from titanflow import paths
+
+    monkeypatch.chdir(tmp_path)
+    for variable, root, default in (("TITANFLOW_CACHE", paths.cache_root, ".cache"),
+                                    ("TITANFLOW_RUNS", paths.runs_root, "runs"),
+                                    ("TITANFLOW_HISTORY", paths.history_root, "history")):
+        monkeypatch.setenv(variable, "")
+        assert root() == paths.REPO_ROOT / default
+        monkeypatch.setenv(variable, str(tmp_path / "x"))
+        assert root() == tmp_path / "x"
