@@ -115,7 +115,7 @@ def ensure_limit(name: str, slots: int = SLOTS_PER_NODE) -> None:
 def read_holder(name: str, client=None) -> SlotHolder | None:
     """The recorded holder of limit ``name``, or None when none is recorded (``client``: a Prefect sync client,
     default :func:`slot_client`)."""
-    with contextlib.nullcontext(client) if client is not None else slot_client() as client:
+    with _given_or_own(client) as client:
         variable = client.read_variable_by_name(holder_variable(name))
     return SlotHolder.model_validate(variable.value) if variable is not None and variable.value else None
 
@@ -180,6 +180,11 @@ class BusyRetries(httpx.BaseTransport):
         self.inner.close()
 
 
+def _given_or_own(client):
+    """``client`` as a context that leaves it open, or a new :func:`slot_client` when it is None."""
+    return contextlib.nullcontext(client) if client is not None else slot_client()
+
+
 def slot_client():
     """Prefect's sync client for the slot's calls: the run's API settings, :class:`BusyRetries` as its transport."""
     from prefect.client.orchestration import get_client
@@ -227,7 +232,7 @@ def _forget(name: str, lease_id: UUID, client=None) -> None:
     slot is still held, so no next holder can have recorded itself in between); ``client``: as :func:`read_holder`."""
     from prefect.exceptions import ObjectNotFound
 
-    with contextlib.nullcontext(client) if client is not None else slot_client() as client:
+    with _given_or_own(client) as client:
         held = read_holder(name, client)
         if held is not None and held.lease_id == lease_id:
             with contextlib.suppress(ObjectNotFound):  # one already gone

@@ -8,7 +8,7 @@ One line per check, each failed one with its fix; exit 0 only when all pass. The
 | check | cpu, cuda | trn2 |
 |---|---|---|
 | ``python`` | ``profiles/cpu/.python-version``: 3.11 (the CPU torch 2.13.0 wheel, CI) | ``profiles/trn2/.python-version``: 3.12 (the walkthrough's; profiles/trn2/setup.sh reads the same file) |
-| ``package <name>`` | each pin of ``profiles/cpu/constraints.txt`` | each pin of ``profiles/trn2/constraints.txt`` |
+| ``package <name>`` | each pin of ``profiles/cpu/constraints.txt`` of the stack (:data:`STACK`: torch, torchtitan, transformers) | each pin of ``profiles/trn2/constraints.txt`` of the stack |
 | ``upstream names`` | every private torch and torchtitan name titanflow uses resolves (titan_cfg.upstream, in a Python of its own) | the same |
 | ``torchtitan fork`` | - | the importable ``torchtitan`` is torchtitan-neuron 0.2.2+neuron.1 (release-2.33): where it lives, its version |
 | ``cuda devices`` | cuda: ``torch.cuda.is_available()`` and ``torch.cuda.device_count()`` >= ranks | - |
