@@ -49,7 +49,9 @@ def main() -> None:
     from torchtitan.train import main as torchtitan_main
 
     probe.install(Path(job.weights_dir), Path(job.dump_folder), tied_checkpoint=job.tied)
-    first_batch.install(Path(job.dump_folder), document_mask=SCENARIOS[job.scenario].document_mask)
+    # attention=causal trains the packed row as one sequence (titan_cfg.packed_row): no document mask whatever the model
+    document_mask = SCENARIOS[job.scenario].document_mask and job.kernels.get("attention") != "causal"
+    first_batch.install(Path(job.dump_folder), document_mask=document_mask)
 
     torchtitan_main()
     # Python's collections at exit walk every object torch and torchtitan left alive; frozen, they skip them

@@ -37,8 +37,9 @@ CHECKPOINT_FOLDER = "checkpoint"
 #: save): the newest may be a save cut short, so the one before it must still be there. The final step's HF
 #: export is not counted (torchtitan purges only after interval saves).
 KEEP_LATEST_K = 2
-#: Where the native model spec comes from: the weights folder's config.json (default), or the walkthrough's
-#: ``model_registry("4B", attn_backend="sdpa")`` inside ``qwen3_32b()`` (titan_cfg.scenarios.native).
+#: The run's mode: "config", titanflow's defaults (the native spec from the weights folder's config.json), or
+#: "walkthrough", every setting as the AWS walkthrough's config functions state it (the native spec as
+#: ``model_registry("4B", attn_backend="sdpa")`` builds it, and titan_cfg.scenarios.WALKTHROUGH).
 ModelSpecSource = Literal["config", "walkthrough"]
 
 
@@ -92,10 +93,12 @@ class Job(BaseModel):
     spmd_backend: str | None
     compile_backend: str | None
     activation_checkpoint: Literal["none", "full", "selective"]
+    # the MoE's expert-bias load balancing (titan_cfg.model_spec._layers): None (off) but in the walkthrough mode
+    load_balance_coeff: float | None = None
     mixed_precision_param: Literal["float32", "bfloat16"]
     weights_id: str | None = None  # which published weights the folder holds, if known (titanflow.weights.identity)
     published: PublishedFirstStep | None = None  # the published first-step loss for this job, if any
-    model_spec: ModelSpecSource = "config"  # native: spec from config.json, or as the walkthrough builds it
+    model_spec: ModelSpecSource = "config"  # config (titanflow's defaults) or walkthrough (titan_cfg.scenarios.WALKTHROUGH)
     files_only: bool = False  # `titanflow render`: written to be read, not run; weights checked for config.json only
 
     @model_validator(mode="before")

@@ -196,7 +196,7 @@ def _check_moe_routing(shape: Qwen3MoeShape) -> None:
                           f"num_experts {shape.num_experts}; fix: give the model's own config.json")
 
 
-def torchtitan_model_spec(shape: Qwen3Shape, *, flavor: str, max_seq_len: int):
+def torchtitan_model_spec(shape: Qwen3Shape, *, flavor: str, max_seq_len: int, load_balance_coeff: float | None = None):
     """torchtitan ``ModelSpec`` for ``shape`` (dense or MoE), with torchtitan's own kernels
     (flex attention, CosSinRoPE; :mod:`titan_cfg.kernels` swaps them).
 
@@ -206,7 +206,7 @@ def torchtitan_model_spec(shape: Qwen3Shape, *, flavor: str, max_seq_len: int):
     spec's callables (parallelize, state-dict adapter) taken from
     ``model_registry``, so training, init and HF conversion are upstream's.
     ``max_seq_len`` sets the RoPE cache length; the trainer resizes it to
-    ``training.seq_len``.
+    ``training.seq_len``. ``load_balance_coeff``: the MoE's expert-bias load balancing (:func:`_layers`; None: off).
     """
     import dataclasses
 
@@ -229,19 +229,21 @@ def torchtitan_model_spec(shape: Qwen3Shape, *, flavor: str, max_seq_len: int):
         ),
         lm_head=Linear.Config(in_features=shape.hidden_size, out_features=shape.vocab_size, param_init=linear_init),
         layers=_layers(shape, rope=CosSinRoPE.Config(dim=shape.head_dim, max_seq_len=max_seq_len,
-                                                     theta=shape.rope_theta)),
+                                                     theta=shape.rope_theta), load_balance_coeff=load_balance_coeff),
     )
     registered = model_registry("debugmodel_moe" if isinstance(shape, Qwen3MoeShape) else "debugmodel")
     return dataclasses.replace(registered, flavor=flavor, model=model)
 
 
-def _layers(shape: Qwen3Shape, rope) -> list:
-    """torchtitan's per-layer configs: dense, or MoE with the expert-bias load balancing off.
+def _layers(shape: Qwen3Shape, rope, load_balance_coeff: float | None = None) -> list:
+    """torchtitan's per-layer configs: dense, or MoE with the expert-bias load balancing ``load_balance_coeff``.
 
     torchtitan's MoE defaults to auxiliary-loss-free balancing (``load_balance_coeff=1e-3``): a
     per-expert bias, updated every step, that shifts which experts are chosen. transformers'
-    ``Qwen3MoeForCausalLM`` has no such bias, so a trained bias would make the export route
-    differently from the trained model; Qwen3 itself was trained with an auxiliary loss instead.
+    ``Qwen3MoeForCausalLM`` has no such bias, so a trained bias makes the export route
+    differently from the trained model; Qwen3 itself was trained with an auxiliary loss instead. So it is off
+    (None) unless the run asks for it (the walkthrough mode keeps upstream's default:
+    titan_cfg.scenarios.WALKTHROUGH).
     """
     common = dict(n_layers=shape.num_hidden_layers, dim=shape.hidden_size, n_heads=shape.num_attention_heads,
                   n_kv_heads=shape.num_key_value_heads, head_dim=shape.head_dim, attn_backend="flex", rope=rope)
@@ -250,5 +252,5 @@ def _layers(shape: Qwen3Shape, rope) -> list:
     layers = upstream.qwen3_moe_layers(moe_hidden_dim=shape.moe_intermediate_size, num_experts=shape.num_experts,
                                      top_k=shape.num_experts_per_tok, moe_comm_backend="standard", **common)
     for layer in layers:
-        layer.moe.load_balance_coeff = None
+        layer.moe.load_balance_coeff = load_balance_coeff
     return layers

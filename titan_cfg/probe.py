@@ -16,6 +16,12 @@ padding after the probe's tokens changes none of their logits. Rank 0 writes
 layer in ascending order. The validate task runs the exported model in
 transformers on the same ids and compares.
 
+An MoE trained with expert-bias load balancing (``load_balance_coeff``, the walkthrough mode) routes with a
+per-expert bias that a Hugging Face Qwen3-MoE checkpoint has no tensor for, so its export routes without it.
+Then the probe runs a second forward with the bias set aside: ``logits`` and ``router_topk`` are those (what the
+export must reproduce), and ``router_topk_with_expert_bias`` [moe layers, L, top_k] keeps the trained model's own
+routing, so the report says how much of it the export gives up.
+
 It also saves ``<dump_folder>/untied_lm_head.safetensors`` when the trained
 model's lm_head is no longer the embedding although the checkpoint was tied:
 torchtitan's transformers backend unties them "for FSDP compatibility" and
@@ -92,16 +98,15 @@ def _save_probe_logits(trainer, tokenizer_dir: Path, out_path: Path, tied_checkp
     inputs, _, extra = trainer.post_dataloading_process({"input": batch_ids, "positions": positions}, batch_ids)
     skip_lm_head = getattr(model, "_skip_lm_head", False)
     model._skip_lm_head = False  # chunked losses apply lm_head inside the loss; the probe needs logits
-    routes, hooks = _record_routes(model, length)
+    biased = _expert_bias_modules(model)
+    biased_routes = None
     try:
-        logits = model(inputs, **extra)
+        if biased:  # the trained routing first, then the forward the export must reproduce (module docstring)
+            biased_routes = _forward_routes(model, inputs, extra, length)[1]
+        with _without_expert_bias(biased):
+            logits, routes = _forward_routes(model, inputs, extra, length)
     finally:
         model._skip_lm_head = skip_lm_head
-        for hook in hooks:
-            hook.remove()
-    if hasattr(logits, "full_tensor"):
-        logits = logits.full_tensor()
-    logits = first_row_logits(logits, length)
     head, embedding = model.lm_head, model.tok_embeddings
     untied_head = None
     if head is not None and embedding is not None and head.weight is not embedding.weight and tied_checkpoint:
@@ -110,12 +115,50 @@ def _save_probe_logits(trainer, tokenizer_dir: Path, out_path: Path, tied_checkp
         probe = {"input_ids": ids.cpu(), "logits": logits}
         if routes:
             probe["router_topk"] = torch.stack(routes)
+        if biased_routes:
+            probe["router_topk_with_expert_bias"] = torch.stack(biased_routes)
         torch.save(probe, out_path)
         if untied_head is not None:
             from safetensors.torch import save_file
 
             save_file({"lm_head.weight": untied_head.detach().float().cpu().contiguous()},
                       out_path.with_name(UNTIED_HEAD_FILE))
+
+
+def _forward_routes(model, inputs, extra: dict, length: int):
+    """One forward of the probe batch: (row 0's logits [1, length, vocab] float32, each MoE layer's routes)."""
+    routes, hooks = _record_routes(model, length)
+    try:
+        logits = model(inputs, **extra)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    if hasattr(logits, "full_tensor"):
+        logits = logits.full_tensor()
+    return first_row_logits(logits, length), routes
+
+
+def _expert_bias_modules(model) -> list:
+    """The modules of ``model`` that route with a load-balancing bias (torchtitan's MoE ``expert_bias_E`` buffer,
+    present when ``load_balance_coeff`` is set)."""
+    return [m for m in model.modules() if getattr(m, "expert_bias_E", None) is not None]
+
+
+class _without_expert_bias:
+    """Within the block, every module of ``modules`` routes without its ``expert_bias_E`` (set to None, as
+    torchtitan's MoE has it without load balancing); the buffers are put back after."""
+
+    def __init__(self, modules: list):
+        self.modules, self.kept = modules, []
+
+    def __enter__(self):
+        self.kept = [m.expert_bias_E for m in self.modules]
+        for m in self.modules:
+            m.expert_bias_E = None
+
+    def __exit__(self, *_exc):
+        for m, bias in zip(self.modules, self.kept):
+            m.expert_bias_E = bias
 
 
 def first_row_logits(logits, length: int):

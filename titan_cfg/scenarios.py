@@ -27,7 +27,8 @@ def _native_qwen3(job: Job, upstream: "Callable[[], Trainer.Config]") -> "Traine
     shape = job.shape
     config = upstream()
     config.model_spec = torchtitan_model_spec(
-        shape, flavor=f"hf:{Path(job.weights_dir).name}", max_seq_len=shape.max_position_embeddings
+        shape, flavor=f"hf:{Path(job.weights_dir).name}", max_seq_len=shape.max_position_embeddings,
+        load_balance_coeff=job.load_balance_coeff,
     )
     config.loss.loss_fn.global_vocab_size = shape.vocab_size
     if job.spmd_backend:  # the target's choice for torchtitan's own models (cpu: partial_dtensor)
@@ -46,10 +47,11 @@ def walkthrough_spec(job: Job):
     The torchtitan-neuron fork accepts ``attn_backend="sdpa"``; torchtitan 0.3.0 refuses it for language
     models ("sdpa is no longer supported for language models", models/common/config_utils.py), so there
     the flavor is built with its default backend. Either way the attention that runs is the kernel
-    registry's (titan_cfg.kernels: ``attention=sdpa``, the trn2 default), installed after this.
+    registry's (titan_cfg.kernels: ``attention=causal`` in this mode), installed after this.
 
-    Raises:
-        ValueError: the weights folder is not Qwen3-4B-shaped (its tensors would not load into the flavor).
+    Weights of another shape than the flavor's (the embedded tiny model on cpu) cannot load into it: their spec
+    is built from config.json as in the default mode, with the flavor's rope_theta and context, the two settings
+    the flavor fixes beyond the shape.
     """
     from torchtitan.models.qwen3 import model_registry
 
@@ -60,12 +62,13 @@ def walkthrough_spec(job: Job):
             raise
         spec = model_registry(WALKTHROUGH_FLAVOR)
     model, shape = spec.model, job.shape
-    built = (model.dim, model.vocab_size, len(model.layers))
-    if built != (shape.hidden_size, shape.vocab_size, shape.num_hidden_layers):
-        raise ValueError(f"model_spec: walkthrough builds the {WALKTHROUGH_FLAVOR} flavor (dim, vocab, layers) "
-                         f"{built}, but {job.weights_dir} holds {(shape.hidden_size, shape.vocab_size, shape.num_hidden_layers)}; "
-                         "fix: pass --model-spec config for these weights")
-    return spec
+    if (model.dim, model.vocab_size, len(model.layers)) == (shape.hidden_size, shape.vocab_size,
+                                                            shape.num_hidden_layers):
+        return spec
+    rope = model.layers[0].attention.rope
+    flavored = shape.model_copy(update={"rope_theta": rope.theta})
+    return torchtitan_model_spec(flavored, flavor=f"{WALKTHROUGH_FLAVOR}-rope:{Path(job.weights_dir).name}",
+                                 max_seq_len=rope.max_seq_len, load_balance_coeff=job.load_balance_coeff)
 
 
 def native(job: Job) -> "Trainer.Config":
@@ -75,26 +78,25 @@ def native(job: Job) -> "Trainer.Config":
     The walkthrough swaps ``model_registry("4B", attn_backend="sdpa")`` into ``qwen3_32b()``; by default
     (``job.model_spec`` "config") the spec is built from the weights folder's config.json instead, which
     keeps Instruct-2507's rope_theta 5e6 (the "4B" flavor hard-codes 1e6). ``model_spec`` "walkthrough"
-    reproduces the walkthrough's swap (:func:`walkthrough_spec`), nothing else changed. The
-    32B-specific ``hf_assets_path`` and ``export_dtype="float16"`` that
-    ``qwen3_32b()`` carries are replaced in :func:`titan_cfg.trainer_config.build`.
+    reproduces the walkthrough's swap (:func:`walkthrough_spec`); the rest of that mode (:data:`WALKTHROUGH`) is
+    resolved with the run's parameters. The 32B-specific ``hf_assets_path`` that ``qwen3_32b()`` carries is
+    replaced in :func:`titan_cfg.trainer_config.build`.
     """
     from torchtitan.models.qwen3.config_registry import qwen3_32b
 
+    config = _native_qwen3(job, qwen3_32b)
     if job.model_spec == "walkthrough":
-        config = qwen3_32b()
         config.model_spec = walkthrough_spec(job)
-        return config
-    return _native_qwen3(job, qwen3_32b)
+    return config
 
 
 def moe(job: Job) -> "Trainer.Config":
     """torchtitan's native Qwen3 MoE (walkthrough scenario 3): ``qwen3_30b_a3b()`` with the
     checkpoint's spec swapped in, tensor parallel 1 and no expert parallel (as upstream's
     function sets them). The walkthrough trims Qwen3-30B-A3B to 4 layers, 64 experts, top-4
-    in the checkpoint's config.json; the expert-bias load balancing is off (see
-    ``titan_cfg.model_spec._layers``). The 30B's ``hf_assets_path`` and float16 export are
-    replaced in :func:`titan_cfg.trainer_config.build`.
+    in the checkpoint's config.json; the expert-bias load balancing is the job's ``load_balance_coeff`` (off by
+    default, upstream's 1e-3 under ``model_spec`` "walkthrough": ``titan_cfg.model_spec._layers``). The 30B's
+    ``hf_assets_path`` is replaced in :func:`titan_cfg.trainer_config.build`.
     """
     from torchtitan.models.qwen3.config_registry import qwen3_30b_a3b
 
@@ -119,6 +121,37 @@ def hf_backend(job: Job) -> "Trainer.Config":
     config.debug.print_config = False
     # The backend accepts only spmd_backend="spmd_types" (its own check), whatever the target prefers.
     return config
+
+
+@dataclass(frozen=True)
+class Walkthrough:
+    """What the walkthrough's config function of a scenario sets where titanflow's default mode sets otherwise:
+    the values ``model_spec`` "walkthrough" trains with (each one a run may still override). Read from torchtitan
+    0.3.0's functions (``qwen3_32b()``, ``qwen3_30b_a3b()`` in models/qwen3/config_registry.py,
+    ``transformers_modeling_backend_full()`` in experiments/transformers_modeling_backend/config_registry.py;
+    tests/unit/titan_cfg/test_walkthrough.py holds them to those functions).
+
+    ``warmup_steps``: the function's linear warm-up, which torchtitan caps to the run's steps (600 over a 10-step
+    run is a warm-up of all 10); ``export_dtype``: its checkpoint's HF export dtype; ``activation_checkpoint``:
+    "full" (FullAC) or "selective" (SelectiveAC); ``load_balance_coeff``: the MoE's expert-bias load balancing
+    (torchtitan's MoE default; None for a dense model); ``attention``: the attention implementation
+    (titan_cfg.kernels), "causal": the packed row as one sequence, as the walkthrough's fork trains it.
+    """
+
+    warmup_steps: int
+    export_dtype: str
+    activation_checkpoint: str
+    load_balance_coeff: float | None = None
+    attention: str = "causal"
+
+
+#: Every scenario's walkthrough mode (:class:`Walkthrough`).
+WALKTHROUGH: dict[str, Walkthrough] = {
+    "native": Walkthrough(warmup_steps=600, export_dtype="float16", activation_checkpoint="full"),
+    "moe": Walkthrough(warmup_steps=600, export_dtype="float16", activation_checkpoint="full",
+                       load_balance_coeff=1e-3),
+    "hf_backend": Walkthrough(warmup_steps=2, export_dtype="float32", activation_checkpoint="selective"),
+}
 
 
 @dataclass(frozen=True)

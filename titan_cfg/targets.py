@@ -198,7 +198,9 @@ def trn2() -> Target:
         max_nproc_per_node=64,  # 16 chips x 8 physical cores / LNC 2
         global_batch_size=64,
         seq_len=4096,
-        kernels={"rope": "reference", "attention": "sdpa"},  # walkthrough: model_registry("4B", attn_backend="sdpa")
+        # attention causal over the packed row, as the walkthrough's fork runs model_registry("4B", attn_backend="sdpa"):
+        # no mask, so torch-neuronx's fused SDPA kernel applies (titan_cfg.kernels.attention)
+        kernels={"rope": "reference", "attention": "causal"},
         compile_backend="neuron",
         dataset="c4_test",  # the walkthrough trains on torchtitan's own c4_test split
         checkpoint_interval=TRN2_CHECKPOINT_INTERVAL,

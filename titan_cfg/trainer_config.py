@@ -40,12 +40,12 @@ def build(job: Job) -> "Trainer.Config":
         config = SCENARIOS[job.scenario].build(job)
     finally:
         root.removeFilter(_unused_load_warning)
-    kernels.apply(config, job.kernels)  # edits the model config: before build, parallelisation and load
-
     config.hf_assets_path = job.weights_dir  # tokenizer (and HF weights) folder
     config.dump_folder = job.dump_folder
     # "c4_test" names torchtitan's loader for that layout; the text is job.dataset, at dataset_path
     config.dataloader = HuggingFaceTextDataLoader.Config(dataset="c4_test", dataset_path=job.dataset_path)
+    # edits the model config (before build, parallelisation and load); attention=causal also the dataloader
+    kernels.apply(config, job.kernels)
     config.training = dataclasses.replace(
         config.training,
         steps=job.steps,

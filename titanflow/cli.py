@@ -125,6 +125,9 @@ def print_summary(summary: RunSummary, run_dir: Path | None = None) -> None:
     parity = summary.validation.parity if summary.validation else None
     if parity is not None:
         router = f", router agreement {parity.router_agreement:.4f}" if parity.router_agreement is not None else ""
+        if parity.expert_bias_router_agreement is not None:  # a load-balancing bias the export cannot hold
+            router += (f" (without the trained expert bias; with it the trained model routes "
+                       f"{parity.expert_bias_router_agreement:.4f} of them alike)")
         rows += [("parity", f"KL {parity.kl:.2e} nats/token, top-1 agreement {parity.top1_agreement:.4f} over "
                             f"{parity.tokens} tokens{router}")]
     rows += [(f"  {k} (s)", f"{v:.1f}") for k, v in summary.timings_s.items()]

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from titan_cfg import kernels
 from titan_cfg.job import ExportDtype, Init, ModelSpecSource
-from titan_cfg.scenarios import ON_NODE, SCENARIOS, on_node
+from titan_cfg.scenarios import ON_NODE, SCENARIOS, WALKTHROUGH, on_node
 from titan_cfg.targets import TARGETS, Target, implied_scheduler, node_of
 from titanflow import paths
 
@@ -169,9 +169,12 @@ class ScenarioRun(BaseModel):
                                 "(random init) or its pretrained checkpoint (pretrained init)")
     trim: Trim | None = Field(None, description="moe: train the weights trimmed (titanflow.weights.trim), "
                               "as layers=N,experts=E,top_k=K or a JSON object; None: as they are")
-    model_spec: ModelSpecSource = Field("config", description="native: config (the spec from config.json) or "
-                                        "walkthrough (model_registry('4B', attn_backend='sdpa') as the AWS "
-                                        "walkthrough builds it: rope_theta 1e6 whatever config.json says)")
+    model_spec: ModelSpecSource = Field("config", description="config (titanflow's defaults: the native spec from "
+                                        "config.json) or walkthrough (every setting as the AWS walkthrough's config "
+                                        "functions state it: native's spec as model_registry('4B', "
+                                        "attn_backend='sdpa') builds it, attention causal over the packed row, and the "
+                                        "functions' warm-up, export dtype, activation checkpointing and MoE load "
+                                        "balancing: titan_cfg.scenarios.WALKTHROUGH; a parameter given still wins)")
     steps: int = Field(10, ge=1, description="optimizer steps to train")
     checkpoint_interval: int | None = Field(
         None, ge=1, description="steps between full training-state checkpoints, which a retried launch resumes "
@@ -195,10 +198,12 @@ class ScenarioRun(BaseModel):
         "in pod 0 of the Kubernetes job of the trn2-eks work pool, titanflow.launch.kubernetes); None: slurm on more than "
         "one node, else the target's")
     lr: float = Field(8e-4, gt=0, description="peak learning rate (AdamW)")
-    warmup_steps: int | None = Field(None, ge=0, description="linear lr warm-up steps; None: min(2, steps)")
+    warmup_steps: int | None = Field(None, ge=0, description="linear lr warm-up steps; None: min(2, steps), or "
+                                     "in the walkthrough mode the scenario's config function's, capped to steps")
     seed: int = Field(0, ge=-2**63, le=2**64 - 1, description="torchtitan's debug.seed: the random initialisation of "
                       "the weights (torch.manual_seed's range, -2**63 to 2**64 - 1)")
-    export_dtype: ExportDtype = Field("float32", description="float32 | bfloat16 | float16")
+    export_dtype: ExportDtype | None = Field(None, description="float32 | bfloat16 | float16; None: float32, or in "
+                                             "the walkthrough mode the scenario's config function's")
     compile: bool = Field(False, description="true | false: torch.compile the model (warm-up fills the cache)")
     kernels: dict[str, str] | None = Field(
         None, description="kernel implementation per op, over the target's and scenario's choice "
@@ -286,9 +291,6 @@ class ScenarioRun(BaseModel):
             raise ValueError(f"steps: {self.steps} steps take at least {fastest_s:,.2f} s on {self.target} "
                              f"({self.target_spec.min_step_s} s a step at best), beyond timeout_s {self.timeout_s:,.0f}; "
                              f"fix: pass at most {int(self.timeout_s / self.target_spec.min_step_s)} steps{longer}")
-        if self.model_spec == "walkthrough" and self.scenario != "native":
-            raise ValueError(f"model_spec: walkthrough reproduces the walkthrough's native scenario; {self.scenario} "
-                             "builds its model from config.json; fix: pass --model-spec config")
         if self.checkpoint_interval is not None and self.checkpoint_interval > self.steps:
             raise ValueError(f"checkpoint_interval: {self.checkpoint_interval} exceeds steps {self.steps}; fix: pass at "
                              f"most {self.steps} (then only the final export is saved)")
@@ -331,12 +333,33 @@ class ScenarioRun(BaseModel):
         return TARGETS[self.target]()
 
     @property
+    def walkthrough(self):
+        """The scenario's walkthrough settings (titan_cfg.scenarios.Walkthrough) in the walkthrough mode, else None."""
+        return WALKTHROUGH[self.scenario] if self.model_spec == "walkthrough" else None
+
+    @property
     def kernels_resolved(self) -> dict[str, str]:
-        """Implementation per op: the target's defaults, then the scenario's choice for the target,
-        then ``kernels`` (titan_cfg.kernels.resolve)."""
+        """Implementation per op: the target's defaults, then the scenario's choice for the target, then the
+        walkthrough mode's attention, then ``kernels`` (titan_cfg.kernels.resolve)."""
         node = self.target_spec.node
+        mode = {"attention": self.walkthrough.attention} if self.walkthrough else None
         return kernels.resolve(self.target_spec.device, self.target_spec.kernels, on_node(self.scenario, node).kernels,
-                               self.kernels)
+                               mode, self.kernels)
+
+    @property
+    def export_dtype_resolved(self) -> str:
+        """The HF export's dtype: as given, else the walkthrough mode's, else float32."""
+        return self.export_dtype or (self.walkthrough.export_dtype if self.walkthrough else "float32")
+
+    @property
+    def activation_checkpoint_resolved(self) -> str:
+        """Activation checkpointing ("none", "full", "selective"): the walkthrough mode's, else the target's."""
+        return self.walkthrough.activation_checkpoint if self.walkthrough else self.target_spec.activation_checkpoint
+
+    @property
+    def load_balance_coeff_resolved(self) -> float | None:
+        """The MoE's expert-bias load balancing: the walkthrough mode's (upstream's 1e-3), else None (off)."""
+        return self.walkthrough.load_balance_coeff if self.walkthrough else None
 
     @property
     def nnodes_resolved(self) -> int:
@@ -382,18 +405,24 @@ class ScenarioRun(BaseModel):
 
     @property
     def warmup_steps_resolved(self) -> int:
-        """Warm-up steps: as given, else min(2, steps) (:func:`resolved_warmup_steps`)."""
-        return resolved_warmup_steps(self.steps, self.warmup_steps)
+        """Warm-up steps: as given, else the mode's default for ``steps`` (:func:`resolved_warmup_steps`)."""
+        return resolved_warmup_steps(self.steps, self.warmup_steps, self.scenario, self.model_spec)
 
     def runs_root(self) -> Path:
         """Parent folder of this run's ``<run-id>/``."""
         return Path(self.runs_dir).resolve() if self.runs_dir else paths.runs_root()
 
 
-def resolved_warmup_steps(steps: int, warmup_steps: int | None) -> int:
+def resolved_warmup_steps(steps: int, warmup_steps: int | None, scenario: str = "native",
+                          model_spec: str = "config") -> int:
     """The linear lr warm-up a run of ``steps`` trains with: ``warmup_steps`` as given, else min(2, steps) (two
-    steps of warm-up keep the first updates of the tiny models small; torchtitan caps a warm-up to the steps)."""
-    return warmup_steps if warmup_steps is not None else min(2, steps)
+    steps of warm-up keep the first updates of the tiny models small), or in the walkthrough mode the scenario's
+    config function's (titan_cfg.scenarios.WALKTHROUGH) capped to ``steps``, as torchtitan caps it
+    (components/optimizer/lr_scheduler.py: "Warmup steps exceed total steps")."""
+    if warmup_steps is not None:
+        return warmup_steps
+    default = WALKTHROUGH[scenario].warmup_steps if model_spec == "walkthrough" and scenario in WALKTHROUGH else 2
+    return min(default, steps)
 
 
 #: Weight inits a suite runs per scenario.

@@ -65,12 +65,15 @@ def record_goldens(summary: RunSummary) -> None:
     from titanflow.record import history
 
     row = history.row_from_summary(Path(summary.export.export_dir).parent / "summary.json")
-    scenario, init = summary.scenario, summary.init
+    scenario, init, mode = summary.scenario, summary.init, summary.parameters.get("model_spec") or "config"
     parameters = {k: v for k, v in summary.parameters.items() if k in CONFIG_KEY_FIELDS}
+    if mode != "config":  # part of the workload key (titanflow.judge.workload.config_key)
+        parameters["model_spec"] = mode
     weights = "the pretrained tiny checkpoint of its model type (titanflow.run.pretrained)" \
         if init == "pretrained" else "the embedded tiny model"
-    write_curve(curve_path(scenario, "cpu", init), summary.losses, row.config_key, parameters,
-                f"{scenario} on cpu, {init} init from {weights}, default parameters; per-step loss (nats) of rank 0,\n"
+    how = "default parameters" if mode == "config" else f"the {mode} mode (--model-spec {mode}), else default parameters"
+    write_curve(curve_path(scenario, "cpu", init, model_spec=mode), summary.losses, row.config_key, parameters,
+                f"{scenario} on cpu, {init} init from {weights}, {how}; per-step loss (nats) of rank 0,\n"
                 f"recorded by tests/e2e/test_scenarios.py with torch {row.torch_version}, torchtitan "
                 f"{row.torchtitan_version}, transformers {row.transformers_version}",
                 environment=summary.environment, weights_digest=summary.weights_digest,

@@ -142,12 +142,15 @@ OPS: dict[str, Op] = {
                        "torchtitan's FlexAttention (no backward on CPU; not the Neuron fork's backend)"),
         Implementation("attention", "sdpa", ALL_DEVICES, "BNLH", "titan_cfg.kernels.attention:masked_sdpa",
                        "F.scaled_dot_product_attention on torchtitan's block-causal document mask, made dense"),
+        Implementation("attention", "causal", ALL_DEVICES, "BNLH", "titan_cfg.kernels.attention:causal_sdpa",
+                       "F.scaled_dot_product_attention(is_causal=True) over the packed row, no mask, RoPE positions "
+                       "0..L-1 (the Neuron fork's attention; torch-neuronx's fused kernel)"),
     ),
 }
 
 
 def known() -> str:
-    """``rope: reference, cpu, neuron, cuda; attention: flex, sdpa`` (for error messages)."""
+    """``rope: reference, cpu, neuron, cuda; attention: flex, sdpa, causal`` (for error messages)."""
     return "; ".join(f"{name}: {', '.join(op.implementations)}" for name, op in OPS.items())
 
 

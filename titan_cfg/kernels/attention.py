@@ -1,4 +1,4 @@
-"""The ``attention`` op: torchtitan's inner attention, or SDPA on its document mask.
+"""The ``attention`` op: torchtitan's inner attention, SDPA on its document mask, or SDPA causal over the row.
 
 torchtitan 0.3.0 builds a FlexAttention ``BlockMask`` (causal AND same-document,
 from the dataloader's per-document ``positions``) and its language models accept
@@ -19,6 +19,14 @@ eager, the builder takes 4-10 ms for 2 x 256 tokens and 0.11 s for 4096.
 
 For torchtitan's transformers backend, ``sdpa`` swaps :func:`hf_masked_sdpa` in for
 transformers' flex attention function in the backend's model module.
+
+``causal`` is the packed row as one sequence: every token attends to every earlier token of its row,
+whatever document it belongs to, with RoPE positions 0..L-1 (:mod:`titan_cfg.packed_row` drops the
+dataloader's per-document positions). That is attention as torchtitan had it before per-document
+positions (pytorch/torchtitan#2560, March 2026) and as the walkthrough's Neuron fork (0.2.2-based) runs it:
+``F.scaled_dot_product_attention(is_causal=True)`` with no mask, the form torch-neuronx's fused NKI flash
+kernel takes (no attention bias; seq_len a multiple of 512, head_dim <= 128), where a dense mask sends SDPA
+to the full L x L path. No mask is built, dense or block.
 """
 
 from __future__ import annotations
@@ -28,9 +36,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch.nn.attention.flex_attention import BlockMask, create_block_mask, create_mask
-from torchtitan.models.common.attention import FlexAttention
+from torchtitan.models.common.attention import FlexAttention, ScaledDotProductAttention
 
-from titan_cfg import kernels
+from titan_cfg import kernels, packed_row
 from titan_cfg.kernels.layout import call_in_layout
 
 
@@ -39,6 +47,12 @@ def masked_sdpa(q_BNLH, k_BNLH, v_BNLH, *, attn_mask, scale=None, enable_gqa=Fal
     boolean ``attn_mask`` [B, 1, L, L] (True = attend); returns [B, N, L, H]."""
     return F.scaled_dot_product_attention(q_BNLH, k_BNLH, v_BNLH, attn_mask=attn_mask, scale=scale,
                                           enable_gqa=enable_gqa)
+
+
+def causal_sdpa(q_BNLH, k_BNLH, v_BNLH, *, scale=None, enable_gqa=False):
+    """``attention=causal``: ``F.scaled_dot_product_attention(is_causal=True)`` in the HF layout [B, N, L, H], no
+    mask (each position attends to itself and every earlier one of its row); returns [B, N, L, H]."""
+    return F.scaled_dot_product_attention(q_BNLH, k_BNLH, v_BNLH, is_causal=True, scale=scale, enable_gqa=enable_gqa)
 
 
 def dense_mask(block_mask: BlockMask, batch: int, seq_len: int, device) -> torch.Tensor:
@@ -79,6 +93,51 @@ class KernelAttention(FlexAttention):
                               attn_mask=mask, scale=scale, enable_gqa=enable_gqa)
 
 
+class CausalAttention(ScaledDotProductAttention):
+    """Inner attention causal over the packed row by the registered ``attention`` implementation
+    ``config.implementation`` (module docstring). Its Config is torchtitan's maskless SDPA config, not a
+    FlexAttention one, so torchtitan's trainer builds no mask for it (``Trainer.post_dataloading_process``).
+
+    Inputs ``q_BLNH`` [batch, seq, n_heads, head_dim], ``k_BLNH`` / ``v_BLNH`` [batch, seq, n_kv_heads,
+    head_dim]; returns [batch, seq, n_heads, head_dim].
+    """
+
+    @dataclass(kw_only=True, slots=True)
+    class Config(ScaledDotProductAttention.Config):
+        """torchtitan's SDPA config plus the implementation name."""
+
+        implementation: str = "causal"
+
+    def __init__(self, config: Config) -> None:
+        super().__init__(config)
+        impl = kernels.implementation("attention", config.implementation)
+        self._kernel, self._layout = impl.load(), impl.layout
+
+    def forward(self, q_BLNH, k_BLNH, v_BLNH, *, attention_masks=None, scale: float | None = None,
+                enable_gqa: bool = False, **_unused) -> torch.Tensor:
+        """Causal attention of ``q_BLNH`` over ``k_BLNH``/``v_BLNH``; [B, L, N, H] out.
+
+        Raises:
+            ValueError: a mask was given (this attention has none: the row is one sequence).
+        """
+        if attention_masks is not None:
+            raise ValueError("CausalAttention takes no attention mask: the packed row is one causal sequence")
+        return call_in_layout(self._kernel, self._layout, q_BLNH, k_BLNH, v_BLNH, scale=scale, enable_gqa=enable_gqa)
+
+
+def hf_causal_sdpa(module, query_BNLH, key_BNLH, value_BNLH, attention_mask=None, **kwargs):
+    """transformers ``AttentionInterface`` function for torchtitan's transformers backend under ``causal``:
+    transformers' own ``sdpa_attention_forward`` with no mask, so SDPA runs ``is_causal`` over the row
+    (whatever mask transformers built for its flex path is not used).
+
+    Inputs [batch, heads, seq, head_dim] (HF layout); returns ([batch, seq, heads, head_dim], None).
+    """
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    kwargs.pop("is_causal", None)
+    return sdpa_attention_forward(module, query_BNLH, key_BNLH, value_BNLH, None, is_causal=True, **kwargs)
+
+
 def hf_masked_sdpa(module, query_BNLH, key_BNLH, value_BNLH, attention_mask: BlockMask, **kwargs):
     """transformers ``AttentionInterface`` function for torchtitan's transformers backend:
     its BlockMask evaluated densely, then transformers' own ``sdpa_attention_forward``.
@@ -105,18 +164,25 @@ def install(trainer_config, implementation: str) -> None:
     backend's model module (both of its attention paths, the registered ``AttentionInterface``
     shim and the per-module ``HFFlexKernel``, call that name). Either way the module's mask builder
     ``create_attention_mask`` becomes :func:`eager_block_mask` (module docstring).
+    ``causal`` puts :class:`CausalAttention` in every decoder layer, or :func:`hf_causal_sdpa` in the
+    transformers backend, and makes the dataloader the packed row's (titan_cfg.packed_row): no positions,
+    so neither a mask nor per-document RoPE. Call it after ``trainer_config.dataloader`` is set.
     """
     if implementation == "flex":
         return
     model_config = trainer_config.model_spec.model
+    causal = implementation == "causal"
+    if causal:
+        trainer_config.dataloader = packed_row.loader_config(trainer_config.dataloader)
     if hasattr(model_config, "layers"):  # a torchtitan Decoder config
         from torchtitan.models.common import decoder
 
         for layer in model_config.layers:
-            layer.attention.inner_attention = KernelAttention.Config(implementation=implementation)
+            layer.attention.inner_attention = (CausalAttention.Config(implementation=implementation) if causal
+                                               else KernelAttention.Config(implementation=implementation))
         decoder.create_attention_mask = eager_block_mask
     else:
         from torchtitan.experiments.transformers_modeling_backend import model as hf_backend_model
 
-        hf_backend_model.flex_attention_forward = hf_masked_sdpa
+        hf_backend_model.flex_attention_forward = hf_causal_sdpa if causal else hf_masked_sdpa
         hf_backend_model.create_attention_mask = eager_block_mask

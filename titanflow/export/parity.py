@@ -18,7 +18,10 @@ class ParityReport(BaseModel):
     """KL(trained || export) in nats per token (mean over positions), top-1 agreement (fraction),
     and the largest absolute logit difference, on ``tokens`` probe positions. For an MoE,
     ``router_agreement`` is the fraction of (layer, token) pairs whose top-k expert set is the
-    same in both models, over ``router_layers`` layers (None for a dense model)."""
+    same in both models, over ``router_layers`` layers (None for a dense model). An MoE trained with expert-bias
+    load balancing is compared as it routes without that bias (titan_cfg.probe), and
+    ``expert_bias_router_agreement`` is the fraction of pairs whose experts the trained model, with its bias,
+    chose as the export does (None without a bias): what the export gives up of the trained routing."""
 
     kl: float
     top1_agreement: float
@@ -26,6 +29,7 @@ class ParityReport(BaseModel):
     tokens: int
     router_agreement: float | None = None
     router_layers: int = 0
+    expert_bias_router_agreement: float | None = None
 
 
 #: Vocabulary entries per chunk of :func:`kl_and_top1`: [batch, seq, 8192] float32 temporaries
@@ -119,13 +123,17 @@ def check_parity(exported_model, probe_path: Path) -> ParityReport:
         raise ValueError(f"validate: export logits {tuple(exported.shape)} vs trained {tuple(trained.shape)}")
     kl, top1, max_diff = kl_and_top1(trained, exported)
     router = router_agreement(probe["router_topk"], torch.stack(routes)) if "router_topk" in probe else None
+    with_bias = probe.get("router_topk_with_expert_bias")
     return ParityReport(kl=kl, top1_agreement=top1, max_abs_logit_diff=max_diff, tokens=trained.shape[1],
-                        router_agreement=router, router_layers=len(routes))
+                        router_agreement=router, router_layers=len(routes),
+                        expert_bias_router_agreement=(router_agreement(with_bias, torch.stack(routes))
+                                                      if with_bias is not None else None))
 
 
 def read_probe(probe_path: Path) -> dict:
     """The probe file titan_cfg.probe saved: {"input_ids": [1, L] int64, "logits": [1, L, vocab] float32,
-    and for an MoE "router_topk": [moe layers, L, top_k] int64}.
+    and for an MoE "router_topk": [moe layers, L, top_k] int64, with "router_topk_with_expert_bias" beside it when
+    the MoE trained a load-balancing bias}.
 
     Raises:
         FileNotFoundError: no probe file (the training run did not finish its probe).

@@ -1,6 +1,7 @@
 """Golden loss curves: where they live, how they are written and read, and which one applies to a run.
 
-One plain-text file per (scenario, target, init), ``goldens/loss_curves/<scenario>-<target>-<init>.curve.csv``:
+One plain-text file per (scenario, target, init), ``goldens/loss_curves/<scenario>-<target>-<init>.curve.csv`` (and
+``...-walkthrough.curve.csv`` for the walkthrough mode):
 ``#`` lines saying how and with which workload the curve was recorded (``config_key``, the hash of
 titanflow.judge.workload.CONFIG_KEY_FIELDS, and the ``warmup_steps`` it trained with), in which numerics environment (``environment``:
 titanflow.judge.environment) and, for pretrained init, from which checkpoint (``weights_digest``:
@@ -88,11 +89,15 @@ class GoldenCurve(BaseModel):
                 and (self.weights_digest is None or self.weights_digest == weights_digest))
 
 
-def curve_path(scenario: str, target: str, init: str, golden_dir: Path = GOLDEN_DIR) -> Path:
+def curve_path(scenario: str, target: str, init: str, golden_dir: Path = GOLDEN_DIR,
+               model_spec: str | None = "config") -> Path:
     """``<golden_dir>/<scenario>-<node>-<init>.curve.csv``, ``<node>`` the target's node type
     (titan_cfg.targets.Target.node: a target of cpu machines under another name shares cpu's curves; whether a curve
-    applies to a run is then its workload's and numerics environment's say, :class:`GoldenCurve`)."""
-    return Path(golden_dir) / f"{scenario}-{node_of(target)}-{init}.curve.csv"
+    applies to a run is then its workload's and numerics environment's say, :class:`GoldenCurve`); a run of the
+    walkthrough mode (``model_spec`` "walkthrough", titan_cfg.scenarios.WALKTHROUGH) has curves of its own,
+    ``<scenario>-<node>-<init>-walkthrough.curve.csv``."""
+    mode = "" if (model_spec or "config") == "config" else f"-{model_spec}"
+    return Path(golden_dir) / f"{scenario}-{node_of(target)}-{init}{mode}.curve.csv"
 
 
 def write_curve(path: Path, losses: list[float], config_key: str, parameters: dict, note: str,
@@ -144,13 +149,14 @@ def read_curve(path: Path) -> GoldenCurve:
 
 
 def golden_for(scenario: str, target: str, init: str, weights: str | None,
-               golden_dir: Path = GOLDEN_DIR) -> GoldenCurve | None:
-    """The golden curve that applies to a run of (scenario, target, init) with ``weights``.
+               golden_dir: Path = GOLDEN_DIR, model_spec: str | None = "config") -> GoldenCurve | None:
+    """The golden curve that applies to a run of (scenario, target, init) with ``weights`` in the mode
+    ``model_spec`` (:func:`curve_path`).
 
     None for the user's own weights (the goldens are of the embedded weights, ``weights`` None)
     and when no curve was recorded for the triple.
     """
-    path = curve_path(scenario, target, init, golden_dir)
+    path = curve_path(scenario, target, init, golden_dir, model_spec)
     if weights is not None or not path.is_file():
         return None
     return read_curve(path)

@@ -75,11 +75,11 @@ def judge(losses: list[float], shape: Qwen3Shape, run: ScenarioRun, golden_dir: 
     if not losses:
         raise ValueError("compare_loss: no losses to judge")
     tolerances, output_init = run.tolerances, SCENARIOS[run.scenario].output_init
-    golden = golden_for(run.scenario, run.target, run.init, run.weights, golden_dir)
+    golden = golden_for(run.scenario, run.target, run.init, run.weights, golden_dir, run.model_spec)
     pretrained = run.init == "pretrained"
     published_decides = pretrained and independent is None and published is not None and published.role == "expectation"
     if pretrained and run.weights is None and golden is None and independent is None and not published_decides:
-        raise FileNotFoundError(f"no golden loss curve {curve_path(run.scenario, run.target, run.init).name}; "
+        raise FileNotFoundError(f"no golden loss curve {curve_path(run.scenario, run.target, run.init, model_spec=run.model_spec).name}; "
                                 f"record one with {RECORD_COMMAND}")
     random_expected = random_init_first_step_loss(shape.vocab_size, shape.hidden_size, output_init)
     first = losses[0]

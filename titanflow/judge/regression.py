@@ -165,7 +165,7 @@ def _check_curve(rule: Rule, row: dict, golden_dir: Path) -> Finding:
     losses = list(row.get("losses") or [])
     parameters = json.loads(row.get("parameters") or "{}")
     weights = parameters.get("weights")
-    name = curve_path(row["scenario"], row["target"], row["init"]).name
+    name = curve_path(row["scenario"], row["target"], row["init"], model_spec=parameters.get("model_spec")).name
 
     def finding(status: Status, detail: str, value=None, baseline=None, passed=None) -> Finding:
         return Finding(metric=rule.metric, value=value, baseline=baseline, margin=rule.margin, passed=passed,
@@ -173,7 +173,7 @@ def _check_curve(rule: Rule, row: dict, golden_dir: Path) -> Finding:
 
     if not losses:
         return finding("no value", "the run logged no loss")
-    curve = golden_for(row["scenario"], row["target"], row["init"], weights, golden_dir)
+    curve = golden_for(row["scenario"], row["target"], row["init"], weights, golden_dir, parameters.get("model_spec"))
     if curve is None:
         return finding("no baseline", f"no golden curve {name}" if weights is None
                        else f"the goldens are of the embedded weights; this run trained {weights}")

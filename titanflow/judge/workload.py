@@ -40,12 +40,17 @@ def world_size_asked(parameters: dict) -> int | None:
 
 def config_key(parameters: dict) -> str:
     """12 hex digits of sha256 over the :data:`CONFIG_KEY_FIELDS` of ``parameters`` (absent = None), ``nproc`` being
-    :func:`world_size_asked`."""
+    :func:`world_size_asked`, and ``model_spec`` where it is not the default "config" (the walkthrough mode is
+    another workload: its attention, warm-up and balancing give another curve; the keys of default runs stay what
+    they were before runs had a mode)."""
     chosen = {name: parameters.get(name) for name in CONFIG_KEY_FIELDS} | {"nproc": world_size_asked(parameters)}
+    if (parameters.get("model_spec") or "config") != "config":
+        chosen["model_spec"] = parameters["model_spec"]
     return hashlib.sha256(json.dumps(chosen, sort_keys=True).encode()).hexdigest()[:12]
 
 
 def warmup_steps_of(parameters: dict) -> int:
     """The warm-up steps a run of ``parameters`` (a ScenarioRun's fields, as a summary or history row keeps them)
     trained with: ``warmup_steps`` as given, else the default for its ``steps`` (titanflow.params)."""
-    return resolved_warmup_steps(parameters["steps"], parameters.get("warmup_steps"))
+    return resolved_warmup_steps(parameters["steps"], parameters.get("warmup_steps"),
+                                 parameters.get("scenario") or "native", parameters.get("model_spec") or "config")

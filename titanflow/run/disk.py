@@ -76,7 +76,7 @@ def run_bytes(run: ScenarioRun, parameters: int) -> RunBytes:
     """The bytes ``run`` writes for ``parameters`` trained (module docstring's table)."""
     saves = run.steps // run.checkpoint_interval_resolved
     checkpoints = CHECKPOINT_BYTES_PER_PARAMETER * parameters * min(saves, KEEP_LATEST_K + 1)
-    return RunBytes(checkpoints=checkpoints, export=2 * parameters * DTYPE_BYTES[run.export_dtype], other=OTHER_BYTES)
+    return RunBytes(checkpoints=checkpoints, export=2 * parameters * DTYPE_BYTES[run.export_dtype_resolved], other=OTHER_BYTES)
 
 
 #: The fix for a runs folder without room, and for a cache without room.

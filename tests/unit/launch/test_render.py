@@ -1,6 +1,6 @@
-"""render_config: the job files, and the trn2 target pinned by golden files, one per scenario x init
-(goldens/renders/<scenario>-trn2-<init>.json) plus the walkthrough's own scenario 2
-(native-trn2-random-walkthrough.json).
+"""render_config: the job files, and the trn2 target pinned by golden files, one per scenario x init x mode
+(goldens/renders/<scenario>-trn2-<init>.json, and <scenario>-trn2-<init>-walkthrough.json for --model-spec
+walkthrough).
 
 Regenerate the goldens after an intended change with:
     TITANFLOW_UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/unit/launch/test_render.py
@@ -140,9 +140,9 @@ def test_moe_cpu_job_swaps_rope_and_keeps_routing_exportable(tmp_path):
 TRN2_WEIGHTS = {scenario: (name.lower(), name) for scenario in SCENARIOS
                 for row in [on_node(scenario, "trn2")]
                 for name in [row.weights.split("/")[-1] + ("-trimmed" if row.trim else "")]}
-#: The goldens: every scenario x init with the default spec, and scenario 2 as the walkthrough builds it.
-TRN2_RENDERS = [(scenario, init, "config") for scenario in TRN2_WEIGHTS for init in ("random", "pretrained")] + [
-    ("native", "random", "walkthrough")]
+#: The goldens: every scenario x init in both modes, titanflow's defaults and the walkthrough's (--model-spec).
+TRN2_RENDERS = [(scenario, init, mode) for scenario in TRN2_WEIGHTS for init in ("random", "pretrained")
+                for mode in ("config", "walkthrough")]
 #: The trn2-cluster golden: scenario 2 on two trn2.48xlarge nodes under Slurm.
 CLUSTER_RENDERS = [("native", "random")]
 
@@ -253,26 +253,49 @@ def test_trn2_hf_backend_goldens_carry_the_walkthroughs_published_figures_and_it
     assert native["published"] is None  # the walkthrough states no figure for scenario 2
 
 
-def test_the_walkthrough_switch_differs_from_the_default_only_in_the_model_spec():
+def test_the_walkthrough_switch_differs_from_the_default_in_the_spec_warm_up_and_export_dtype():
     """``model_registry("4B", attn_backend="sdpa")`` in ``qwen3_32b()`` against the spec from config.json:
-    the 4B flavor's rope_theta 1e6 and 40960-token RoPE cache (Instruct-2507's config.json: 5e6, 262144);
-    everything else the same, the attention included (the kernel registry's sdpa either way)."""
+    the 4B flavor's rope_theta 1e6 and 40960-token RoPE cache (Instruct-2507's config.json: 5e6, 262144), and
+    qwen3_32b()'s warm-up (600, capped to the 10 steps) and float16 export (titan_cfg.scenarios.WALKTHROUGH);
+    everything else the same, the attention included (causal over the packed row, trn2's default)."""
     default = json.loads((GOLDEN / golden_name("native", "random")).read_text())
     walkthrough = json.loads((GOLDEN / golden_name("native", "random", "walkthrough")).read_text())
     ours, theirs = default["trainer_config.json"], walkthrough["trainer_config.json"]
-    assert {k for k in ours if ours[k] != theirs[k]} == {"model_spec"}
+    assert {k for k in ours if ours[k] != theirs[k]} == {"model_spec", "lr_scheduler", "checkpoint"}
+    assert (ours["lr_scheduler"]["warmup_steps"], theirs["lr_scheduler"]["warmup_steps"]) == (2, 10)
+    assert {k for k in ours["checkpoint"] if ours["checkpoint"][k] != theirs["checkpoint"][k]} == {"export_dtype"}
+    assert (ours["checkpoint"]["export_dtype"], theirs["checkpoint"]["export_dtype"]) == ("float32", "float16")
     assert ours["loss"]["loss_fn"]["global_vocab_size"] == theirs["loss"]["loss_fn"]["global_vocab_size"] == 151936
     rope = [m["model"]["layers"][0]["attention"]["rope"] for m in (ours["model_spec"], theirs["model_spec"])]
     assert [(r["theta"], r["max_seq_len"]) for r in rope] == [(5_000_000, 262144), (1_000_000, 40960)]
     assert (ours["model_spec"]["flavor"], theirs["model_spec"]["flavor"]) == ("hf:Qwen3-4B-Instruct-2507", "4B")
     attention = [m["model"]["layers"][0]["attention"]["inner_attention"] for m in (ours["model_spec"], theirs["model_spec"])]
-    assert attention[0] == attention[1] and attention[0]["implementation"] == "sdpa"
+    assert attention[0] == attention[1] and attention[0]["implementation"] == "causal"
+    assert ours["dataloader"] == theirs["dataloader"]
+    assert ours["dataloader"]["_class"] == "titan_cfg.packed_row.PackedRowDataLoader.Config"
+
+
+def test_the_walkthrough_mode_of_each_trn2_scenario_is_its_config_functions():
+    """moe: upstream's expert-bias load balancing (1e-3) where the default has it off; hf_backend: the
+    SelectiveAC of transformers_modeling_backend_full() where the trn2 default checkpoints fully."""
+    for scenario, differs in (("moe", {"model_spec", "lr_scheduler", "checkpoint"}),
+                              ("hf_backend", {"activation_checkpoint"})):
+        default = json.loads((GOLDEN / golden_name(scenario, "random")).read_text())["trainer_config.json"]
+        walkthrough = json.loads((GOLDEN / golden_name(scenario, "random", "walkthrough")).read_text())[
+            "trainer_config.json"]
+        assert {k for k in default if default[k] != walkthrough[k]} == differs, scenario
+    moe = [json.loads((GOLDEN / golden_name("moe", "random", mode)).read_text())["trainer_config.json"]
+           for mode in ("config", "walkthrough")]
+    assert [m["model_spec"]["model"]["layers"][0]["moe"]["load_balance_coeff"] for m in moe] == [None, 1e-3]
+    hf = [json.loads((GOLDEN / golden_name("hf_backend", "random", mode)).read_text())["trainer_config.json"]
+          for mode in ("config", "walkthrough")]
+    assert [h["activation_checkpoint"]["_class"].rsplit(".", 2)[-2] for h in hf] == ["FullAC", "SelectiveAC"]
 
 
 def test_trn2_moe_render_is_the_trimmed_30b_a3b_with_the_neuron_rope(tmp_path):
     golden = json.loads((GOLDEN / golden_name("moe", "random")).read_text())
     model = golden["trainer_config.json"]["model_spec"]["model"]
-    assert golden["job.json"]["kernels"] == {"rope": "neuron", "attention": "sdpa"}
+    assert golden["job.json"]["kernels"] == {"rope": "neuron", "attention": "causal"}
     assert (model["dim"], model["vocab_size"], len(model["layers"])) == (2048, 151936, 4)
     layer = model["layers"][0]
     assert layer["attention"]["rope"]["implementation"] == "neuron" and layer["attention"]["rope"]["theta"] == 1e6

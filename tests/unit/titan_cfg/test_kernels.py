@@ -134,13 +134,18 @@ def test_bad_kernel_choice_fails_at_config_time(kernel_choice, message):
 
 
 def test_kernel_choice_resolution_order():
-    """target defaults < scenario's choice for the target < the user's; command-line form parsed."""
+    """target defaults < scenario's choice for the target < the walkthrough mode's attention < the user's;
+    command-line form parsed. trn2 trains the packed row causally (no mask: torch-neuronx's fused kernel)."""
     from titanflow.params import ScenarioRun
 
     assert ScenarioRun(scenario="native", target="cpu").kernels_resolved == {"rope": "reference", "attention": "sdpa"}
     assert ScenarioRun(scenario="moe", target="cpu").kernels_resolved == {"rope": "cpu", "attention": "sdpa"}
-    assert ScenarioRun(scenario="moe", target="trn2").kernels_resolved == {"rope": "neuron", "attention": "sdpa"}
+    assert ScenarioRun(scenario="moe", target="trn2").kernels_resolved == {"rope": "neuron", "attention": "causal"}
     assert ScenarioRun(scenario="moe", target="cpu", kernels="rope=reference").kernels_resolved["rope"] == "reference"
+    walkthrough = ScenarioRun(scenario="moe", target="cpu", model_spec="walkthrough")
+    assert walkthrough.kernels_resolved == {"rope": "cpu", "attention": "causal"}
+    assert ScenarioRun(scenario="moe", model_spec="walkthrough", kernels="attention=sdpa").kernels_resolved[
+        "attention"] == "sdpa"
 
 
 def test_rope_override_refused_for_the_transformers_backend():
