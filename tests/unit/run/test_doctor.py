@@ -380,6 +380,28 @@ def test_a_generated_fork_lacks_a_whole_module_as_no_module(tmp_path):
     assert json.loads(done.stdout) == {"torchtitan.models.common.attention": "no module"}
 
 
+def test_doctor_checks_the_weights_of_the_scenario_asked_for(monkeypatch, capsys):
+    """``--scenario moe`` on trn2 checks moe's weights as its deployments train them (Qwen3-30B-A3B, trimmed to 4
+    layers, 64 experts, top-4: titan_cfg.scenarios.ON_NODE), not native's Qwen3-4B-Instruct-2507."""
+    from titan_cfg.scenarios import WALKTHROUGH_TRIM
+
+    checked = []
+    real = doctor.run_checks
+    monkeypatch.setattr(doctor, "check_upstream", lambda target: doctor.Check("upstream names", True, "not here"))
+    monkeypatch.setattr(doctor, "run_checks", lambda run, weights, **kw: checked.append((run, weights)) or real(
+        run, weights, **kw))
+    monkeypatch.delenv("TITANFLOW_WEIGHTS_ROOT", raising=False)
+    assert doctor.doctor("trn2", "moe") == 1
+    (run, weights), = checked
+    assert (run.scenario, weights, run.trim.model_dump()) == ("moe", "Qwen/Qwen3-30B-A3B", WALKTHROUGH_TRIM)
+    weights_line = next(line for line in capsys.readouterr().out.splitlines() if line[6:].startswith("weights: "))
+    assert weights_line.startswith("FAIL  weights: Qwen/Qwen3-30B-A3B: not on this machine")
+    checked.clear()
+    assert doctor.doctor("trn2", "native") == 1
+    assert [(run.scenario, weights, run.trim) for run, weights in checked] == [
+        ("native", "Qwen/Qwen3-4B-Instruct-2507", None)]
+
+
 def test_doctor_bad_input_exits_2():
     result = _doctor("--target", "tpu")
     assert result.returncode == 2 and "target: unknown 'tpu'; fix: pass one of cpu, trn2, cuda" in result.stderr
