@@ -82,9 +82,11 @@ $(OVERLAY_TRN2)/.installed: $(STAMP) profiles/trn2/requirements.txt profiles/trn
 overlay-trn2: $(OVERLAY_TRN2)/.installed
 
 # The trn2 profile on the node (docs/install.md, "On a trn2 node"): titanflow on top of the walkthrough's
-# stack in the Neuron 2.33 DLAMI's venv, replacing none of it. PRINT=1 prints the commands only.
+# stack in the Neuron 2.33 DLAMI's venv, replacing none of it. PRINT=1 prints the commands only; SCENARIOS="moe ..."
+# has titanflow doctor check the runs of those scenarios (their weights) instead of native's (each trn2 deployment's pull
+# step names its own: deployments/prefect.yaml).
 setup-trn2:
-	bash profiles/trn2/setup.sh $(if $(PRINT),--print)
+	bash profiles/trn2/setup.sh $(if $(PRINT),--print) $(foreach s,$(SCENARIOS),--scenario $(s))
 
 # Headless Chromium (Debian package) for tests/e2e/test_browser.py; CI machines are fresh Debian, as root.
 chromium:

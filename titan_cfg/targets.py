@@ -182,8 +182,8 @@ def trn2() -> Target:
     """One trn2.48xlarge: 64 ranks at LNC=2 on torch-neuronx (walkthrough scenario 2:
     global batch 64, batch 1 per rank, data parallel over all ranks).
 
-    ``NEURON_LOGICAL_NC_CONFIG`` must match the compiler's logical-NC setting;
-    public scripts also set ``NEURON_RT_VIRTUAL_CORE_SIZE``. ``NEURON_RT_NUM_CORES`` is not set: the
+    ``NEURON_LOGICAL_NC_CONFIG`` must match the compiler's logical-NC setting (the Neuron variables it sets
+    and leaves unset, each with its source: the comments of ``env``). ``NEURON_RT_NUM_CORES`` is not set: the
     Neuron runtime documents it as the number of NeuronCores one process requires (reserved until it
     exits), so 64 in each of 64 ranks would ask for the node 64 times; TorchNeuron's torch.distributed
     guide launches torchrun ranks without it, each on its own logical core (to confirm on the node).
@@ -209,8 +209,22 @@ def trn2() -> Target:
         work_pools={"trn2": {}},
         physical_cores_per_device=8,  # a Trainium2 chip (AWS Neuron docs, Trainium2 architecture)
         env={
+            # The runtime's logical-NeuronCore degree, which neuronx-cc and NKI kernels follow: "Logical NeuronCore
+            # configuration", https://awsdocs-neuron.readthedocs-hosted.com/en/latest/general/arch/neuron-features/logical-neuroncore-config.html
             "NEURON_LOGICAL_NC_CONFIG": "2",
-            "NEURON_RT_VIRTUAL_CORE_SIZE": "2",
+            # Left unset, on purpose:
+            # - NEURON_RT_VIRTUAL_CORE_SIZE: that page names NEURON_LOGICAL_NC_CONFIG as the runtime's LNC setting;
+            #   the runtime's variable reference (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/neuron-runtime/api/nrt-env-var-reference.html,
+            #   "every runtime variable that is supported") does not list it, nor does torch-neuronx read it; older
+            #   Neuron inference samples export it beside NEURON_LOGICAL_NC_CONFIG; no training source does.
+            # - NEURON_CC_FLAGS: neuronx-cc compiles for LNC 2 on trn2 and takes its degree from NEURON_LOGICAL_NC_CONFIG
+            #   (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/compiler/error-codes/EVRF066.html); the walkthrough
+            #   passes no flags. A shell's own flags still reach the ranks, and titanflow doctor fails one whose --lnc
+            #   disagrees.
+            # - TORCH_DEVICE_BACKEND_AUTOLOAD: the walkthrough (Neuron docs, training/torchtitan) sets none; only
+            #   torch-neuronx's own Qwen3 tutorial for upstream torchtitan exports 0 (docs/src/tutorials/train_qwen3.rst
+            #   of torch-neuronx's source), which stops `import torch` from loading torch_neuronx by itself, and the
+            #   fork's code paths that may rely on that load are unread (docs/trn2-walkthrough.md, "Neuron variables").
             "HF_HUB_OFFLINE": "1",
             "HF_DATASETS_OFFLINE": "1",
             "TOKENIZERS_PARALLELISM": "false",

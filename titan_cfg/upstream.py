@@ -1,10 +1,22 @@
-"""Every private name of torch and torchtitan that titanflow uses, in one place.
+"""Every name titanflow's rank code and renders take from torchtitan and the Neuron packages, and the private torch
+names, in one list (:data:`NAMES`).
 
-Written against torch 2.13.0 and torchtitan 0.3.0 (profiles/cpu/constraints.txt). Each name is private upstream, so
-any release may move or drop it; the trn2 profile's torchtitan (the Neuron fork, 0.2.2+neuron.1) has not been seen to
-hold them. ``titanflow doctor`` resolves each (:func:`missing`), so a machine whose torch or torchtitan lacks one is
-told before a launch instead of by an ImportError inside a rank; tests/unit/titan_cfg/test_upstream.py keeps every
-other module of the project off private torch and torchtitan names.
+Written against torch 2.13.0 and torchtitan 0.3.0 (profiles/cpu/constraints.txt); the trn2 profile's torchtitan is the
+Neuron fork (0.2.2+neuron.1, release-2.33), whose source has not been readable, so none of these names is known to be
+there until ``titanflow doctor --target trn2`` resolves them on the node (:func:`missing`, in a Python of its own after
+the target's compatibility layers, as a rank resolves them). A torchtitan that lacks one is told before a launch, one
+line per missing name with the module it was looked for in, instead of by an ImportError inside a rank.
+
+tests/unit/titan_cfg/test_upstream.py parses every module of titan_cfg/, titanflow/, tasks/ and flows/ and fails on
+a name taken from torchtitan, torch_neuronx, nki or nkilib that :data:`TORCHTITAN` or :data:`NEURON` lacks (and on an
+entry no code takes any more), so a new import cannot skip the check. What counts as taking a name:
+``from M import N`` (M, N); ``import M`` (M, the module itself) and each ``M.attr`` read or assigned after it (M, attr);
+``N.attr`` of a name imported from M (M, ``N.attr``: a class's nested ``Config``, a method patched, a submodule's
+function). Imports under ``if TYPE_CHECKING:`` count: they name the upstream types the signatures promise, and a
+torchtitan without them has moved the API that the code reaches through them.
+
+Private names (a part that starts with ``_``) are upstream's to move or drop in any release; each has its reason here.
+Public ones need only their module and name in the list.
 
 | name | used for | why no public name does |
 |---|---|---|
@@ -17,49 +29,172 @@ other module of the project off private torch and torchtitan names.
 from __future__ import annotations
 
 import importlib
+import types
+from dataclasses import dataclass
 from typing import Any
 
-#: The versions these names were read in.
+#: The versions these names were read in (the Neuron ones: see :data:`NEURON`).
 WRITTEN_AGAINST = {"torch": "2.13.0", "torchtitan": "0.3.0"}
 
-#: (module, name) of every private upstream name used, as in the module docstring's table.
-PRIVATE_NAMES: tuple[tuple[str, str], ...] = (
-    ("torchtitan.models.qwen3", "_build_qwen3_layers"),
-    ("torchtitan.models.qwen3", "_build_qwen3_moe_layers"),
-    ("torchtitan.models.qwen3", "_qwen3_norm"),
-    ("torchtitan.models.qwen3", "_EMBEDDING_INIT"),
-    ("torchtitan.models.qwen3", "_EMBEDDING_SKIP_INIT"),
-    ("torchtitan.models.qwen3", "_LINEAR_INIT"),
-    ("torch.distributed.distributed_c10d", "_set_pg_timeout"),
-    ("torch._utils", "_get_available_device_type"),
-)
+#: Module -> the names titanflow takes from it, on every target. ``"Trainer.train"``: an attribute of a name of the
+#: module (a nested config class, a method a patch replaces, a function of a submodule imported by name); ``()``: the
+#: module is imported whole, for what importing it does.
+TORCHTITAN: dict[str, tuple[str, ...]] = {
+    "torchtitan.components.optimizer": ("default_adamw",),
+    "torchtitan.distributed.activation_checkpoint": ("FullAC", "FullAC.Config", "SelectiveAC", "SelectiveAC.Config"),
+    "torchtitan.distributed.fsdp": ("disable_fsdp_gradient_division",),  # patched on cpu (titan_cfg.compat.cpu)
+    "torchtitan.distributed.utils": ("set_pg_timeouts",),  # patched on cpu
+    "torchtitan.experiments.transformers_modeling_backend": (
+        "model", "model.create_attention_mask", "model.flex_attention_forward"),  # replaced by attention=sdpa
+    "torchtitan.experiments.transformers_modeling_backend.config_registry": ("transformers_modeling_backend_full",),
+    "torchtitan.experiments.transformers_modeling_backend.model": (
+        "HFTransformerModel", "HFTransformerModel.init_states"),  # patched by the hf_backend layer
+    "torchtitan.hf_datasets.text_datasets": ("HuggingFaceTextDataLoader", "HuggingFaceTextDataLoader.Config"),
+    "torchtitan.models.common": ("CosSinRoPE", "CosSinRoPE.Config", "Embedding", "Embedding.Config", "Linear",
+                                 "Linear.Config", "decoder", "decoder.create_attention_mask"),
+    "torchtitan.models.common.attention": ("FlexAttention", "FlexAttention.Config"),
+    "torchtitan.models.common.moe": ("TokenChoiceTopKRouter",),
+    "torchtitan.models.common.rope": ("CosSinRoPE", "CosSinRoPE.Config", "CosSinRoPE.apply_rotary_emb"),
+    "torchtitan.models.qwen3": ("model_registry", "_build_qwen3_layers", "_build_qwen3_moe_layers", "_qwen3_norm",
+                                "_EMBEDDING_INIT", "_EMBEDDING_SKIP_INIT", "_LINEAR_INIT"),
+    "torchtitan.models.qwen3.config_registry": ("qwen3_32b", "qwen3_30b_a3b"),
+    "torchtitan.models.qwen3.model": ("Qwen3Model", "Qwen3Model.Config"),
+    "torchtitan.tools.utils": ("device_module", "device_type"),  # set on cpu
+    "torchtitan.train": ("main",),
+    "torchtitan.trainer": ("Trainer", "Trainer.Config", "Trainer.forward_backward_step", "Trainer.train", "logger",
+                           "time"),  # the probe and the first-batch record wrap Trainer's methods
+}
+
+#: Module -> the names titanflow takes from it on Neuron nodes only (targets of device ``neuron``: trn2, trn2-cluster;
+#: installed by the trn2 profile, absent from cpu and cuda machines, whose checks skip them). Read in torch-neuronx's
+#: source (``torch_neuronx/nki_hop.py``: ``nki_op``, ``wrap_nki``; 2.14 line) and nki-library's
+#: (``src/nkilib_src/nkilib/core/embeddings/rope_hf.py``); titanflow takes nothing from ``nki`` itself (nkilib's
+#: kernels do; doctor's ``kernel rope=neuron`` check imports it).
+NEURON: dict[str, tuple[str, ...]] = {
+    "nkilib.core.embeddings.rope_hf": ("rope_hf",),
+    "torch_neuronx": ("nki_op", "wrap_nki"),
+}
+
+#: Module -> the private torch names titanflow takes (the module docstring's table), on every target; torch's public
+#: names are not listed: the profiles pin torch itself.
+TORCH: dict[str, tuple[str, ...]] = {
+    "torch._utils": ("_get_available_device_type",),
+    "torch.distributed.distributed_c10d": ("_set_pg_timeout",),
+}
+
+
+def _private(part: str) -> bool:
+    return part.startswith("_") and not part.startswith("__")
+
+
+@dataclass(frozen=True)
+class Name:
+    """One name titanflow takes: ``module`` and ``name`` in it (dotted for an attribute of one; None: the module
+    itself), and the ``device`` of the targets that need it (None: every target)."""
+
+    module: str
+    name: str | None
+    device: str | None = None
+
+    @property
+    def dotted(self) -> str:
+        """``module.name`` (the module alone for a whole-module import)."""
+        return f"{self.module}.{self.name}" if self.name else self.module
+
+    @property
+    def private(self) -> bool:
+        """Whether any part of the module or the name is private upstream (starts with ``_``)."""
+        return any(map(_private, self.dotted.split(".")))
+
+
+def _names(table: dict[str, tuple[str, ...]], device: str | None = None) -> tuple[Name, ...]:
+    return tuple(Name(module, name, device) for module, names in table.items() for name in (names or (None,)))
+
+
+#: Every name of :data:`TORCHTITAN`, :data:`NEURON` (device ``neuron``) and :data:`TORCH`.
+NAMES: tuple[Name, ...] = _names(TORCHTITAN) + _names(NEURON, "neuron") + _names(TORCH)
+
+#: (module, name) of every private name (the module docstring's table): the only ones :func:`private` hands out.
+PRIVATE_NAMES: tuple[tuple[str, str], ...] = tuple((n.module, n.name) for n in NAMES if n.private)
+
+
+def names_for(device: str) -> tuple[Name, ...]:
+    """The names a target of ``device`` (``cpu``, ``cuda``, ``neuron``: titan_cfg.targets.Target.device) needs."""
+    return tuple(n for n in NAMES if n.device in (None, device))
+
+
+class Missing(LookupError):
+    """A name that does not resolve: ``what`` (the dotted module or name that failed first) and ``why``."""
+
+    def __init__(self, what: str, why: str):
+        super().__init__(f"{what}: {why}")
+        self.what, self.why = what, why
+
+
+def _import(module: str):
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as err:
+        if err.name and (module == err.name or module.startswith(f"{err.name}.")):
+            raise Missing(err.name, "no module") from err
+        raise Missing(module, f"does not import ({type(err).__name__}: {err})") from err
+    except Exception as err:  # noqa: BLE001 - whatever the module raises while it imports is the answer
+        raise Missing(module, f"does not import ({type(err).__name__}: {err})") from err
+
+
+def resolve(module: str, name: str | None) -> Any:
+    """``module``'s ``name`` (dotted: attribute after attribute; a package's submodule imported as ``from package
+    import name`` would), or the module itself for None.
+
+    Raises:
+        Missing: ``<module>: no module`` (or the missing package above it), ``<module>: does not import (<error>)``,
+            or ``<module.name>: module <module> has no name <name>`` (``<object> has no name <attr>`` further in).
+    """
+    found, where = _import(module), module
+    for part in (name.split(".") if name else ()):
+        if hasattr(found, part):
+            found = getattr(found, part)
+        elif hasattr(found, "__path__"):  # a package: the submodule, as `from package import part` finds it
+            try:
+                found = importlib.import_module(f"{where}.{part}")
+            except ModuleNotFoundError as err:
+                if err.name != f"{where}.{part}":
+                    raise Missing(f"{where}.{part}", f"does not import ({type(err).__name__}: {err})") from err
+                raise Missing(f"{where}.{part}", f"module {where} has no name {part}") from err
+        else:
+            kind = "module " if isinstance(found, types.ModuleType) else ""
+            raise Missing(f"{where}.{part}", f"{kind}{where} has no name {part}")
+        where = f"{where}.{part}"
+    return found
 
 
 def private(module: str, name: str) -> Any:
     """``module.name``, one of :data:`PRIVATE_NAMES`.
 
     Raises:
-        KeyError: the pair is not in :data:`PRIVATE_NAMES` (add it there, with its row in the table).
+        KeyError: the pair is not in :data:`PRIVATE_NAMES` (add it to its table, with its row in the docstring's).
         ImportError: this torch or torchtitan lacks it (the message names the versions it was written against).
     """
     if (module, name) not in PRIVATE_NAMES:
         raise KeyError(f"{module}.{name} is not among titan_cfg.upstream.PRIVATE_NAMES; add it there with its reason")
     try:
-        return getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError) as err:
+        return resolve(module, name)
+    except Missing as err:
         written = ", ".join(f"{package} {version}" for package, version in WRITTEN_AGAINST.items())
         raise ImportError(f"{module}.{name}, a private name titanflow uses, is not in this install ({err}); it was "
                           f"written against {written}: see titan_cfg/upstream.py") from err
 
 
-def missing() -> dict[str, str]:
-    """Every name of :data:`PRIVATE_NAMES` this install lacks: ``{"module.name": why}`` (the import's own error)."""
+def missing(device: str, names: tuple[Name, ...] | None = None) -> dict[str, str]:
+    """Every name a target of ``device`` needs (:func:`names_for`; or ``names``) that this install lacks:
+    ``{what failed first: why}`` (:func:`resolve`'s words), one entry per missing module however many names it holds.
+    """
     lacking = {}
-    for module, name in PRIVATE_NAMES:
+    for entry in names_for(device) if names is None else names:
         try:
-            getattr(importlib.import_module(module), name)
-        except (ImportError, AttributeError) as err:
-            lacking[f"{module}.{name}"] = str(err)
+            resolve(entry.module, entry.name)
+        except Missing as err:
+            lacking.setdefault(err.what, err.why)
     return lacking
 
 
@@ -80,8 +215,9 @@ def qwen3_norm(dim: int):
 
 def qwen3_inits() -> tuple[Any, Any, Any]:
     """torchtitan's Qwen3 parameter inits: (embedding, embedding left to the tied head, output layer)."""
-    return tuple(private("torchtitan.models.qwen3", name)
-                 for name in ("_EMBEDDING_INIT", "_EMBEDDING_SKIP_INIT", "_LINEAR_INIT"))
+    return (private("torchtitan.models.qwen3", "_EMBEDDING_INIT"),
+            private("torchtitan.models.qwen3", "_EMBEDDING_SKIP_INIT"),
+            private("torchtitan.models.qwen3", "_LINEAR_INIT"))
 
 
 def set_pg_timeout(timeout, group) -> None:

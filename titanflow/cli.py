@@ -626,7 +626,8 @@ def build_parser() -> argparse.ArgumentParser:
                                      "folder, the dataset, the compile cache and free disk (titanflow/run/doctor.py); "
                                      "exit 0 only when all pass.")
     doc.add_argument("--target", default="cpu", help=f"{' | '.join(TARGETS)} (default: cpu)")
-    doc.add_argument("--scenario", default="native", help="the scenario whose run is checked (default: native)")
+    doc.add_argument("--scenario", default="native", help="the scenario whose run is checked, with the weights and "
+                                                         "trim its deployments on the target use (default: native)")
     doc.add_argument("--init", default="random", help="random | pretrained (default: random)")
     doc.add_argument("--weights", help="HF folder or Hub id (default: the target's deployments': on trn2 the "
                                        "walkthrough's models, else the embedded tiny model)")

@@ -5,6 +5,7 @@
 #
 #   make setup-trn2              # from the repository root, on the node
 #   make setup-trn2 PRINT=1      # print the commands instead (docs/install.md, "On a trn2 node", shows them)
+#   make setup-trn2 SCENARIOS=moe    # doctor checks the node for moe's runs (its weights), not native's
 #
 # Every pip install runs under `-c profiles/trn2/constraints.txt` (torch 2.14.0, torch-neuronx 2.14.3,
 # transformers 5.16.0), so none of them can move the stack; `pip check` and `titanflow doctor` close.
@@ -25,7 +26,16 @@ FORK_REPO=https://github.com/aws-neuron/torchtitan-neuron.git
 FORK_REF=release-2.33                            # the walkthrough's branch of the fork
 
 PRINT=
-[[ ${1:-} == --print ]] && PRINT=1
+SCENARIOS=()   # --scenario <name>, once per scenario the node is to run: doctor checks each one's run (its weights)
+while (($#)); do
+    case $1 in
+        --print) PRINT=1 ;;
+        --scenario) SCENARIOS+=("${2:?--scenario needs a scenario name (native, hf_backend, moe)}"); shift ;;
+        *) echo "setup.sh: unknown argument $1; pass --print and --scenario <name> (make setup-trn2 PRINT=1 SCENARIOS=moe)" >&2
+           exit 2 ;;
+    esac
+    shift
+done
 PY=$VENV/bin/python
 
 # Print a command (copy-pastable: arguments with shell characters single-quoted), then run it unless --print.
@@ -56,7 +66,16 @@ run "$PY" -m pip install -c "$PROFILE/constraints.txt" -r "$FORK_DIR/requirement
 run "$PY" -m pip install -c "$PROFILE/constraints.txt" -e "$FORK_DIR"
 # 4. titanflow and what the node lacks from PyPI (the walkthrough's transformers among them).
 run "$PY" -m pip install -c "$PROFILE/constraints.txt" -r "$PROFILE/requirements.txt" -e .
-# 5. Nothing installed contradicts anything else, then every check of the node (versions, the fork,
-#    devices, LNC, the kernel, weights, data, cache, disk) with its fix.
+# 5. Nothing installed contradicts anything else, then every check of the node (versions, the fork, the names
+#    titanflow takes from it, devices, LNC, the kernel, weights, data, cache, disk) with its fix: for each scenario
+#    asked for, the run of that scenario (its weights: titan_cfg.scenarios.ON_NODE), else doctor's default, native.
 run "$PY" -m pip check
-run "$VENV/bin/titanflow" doctor --target trn2
+if ((${#SCENARIOS[@]} == 0)); then
+    run "$VENV/bin/titanflow" doctor --target trn2
+else
+    failed=0
+    for scenario in "${SCENARIOS[@]}"; do  # every scenario's lines, then the exit
+        run "$VENV/bin/titanflow" doctor --target trn2 --scenario "$scenario" || failed=1
+    done
+    exit $failed
+fi

@@ -41,3 +41,44 @@ def installed_distributions(folder: Path, **versions: str) -> Path:
         info.mkdir(parents=True)
         (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
     return folder
+
+
+def generated_fork(folder: Path, names: dict[str, tuple[str, ...]], version: str = "0.2.2+neuron.1",
+                   drop: tuple[str, ...] = ()) -> Path:
+    """``folder`` filled with a stand-in of the torchtitan fork that holds exactly ``names`` (titan_cfg.upstream's
+    ``TORCHTITAN`` table: module -> names, ``"Trainer.train"`` an attribute of a name) as placeholder objects, less
+    each dotted name or module in ``drop``, with the fork's ``version`` in a ``.dist-info`` (importlib.metadata and
+    titanflow doctor read it); returns ``folder``. Every module is a package, so a module of the table and its
+    submodules both fit; a name that is also a module of the table (``...backend.model``) is that submodule."""
+    modules: dict[str, dict] = {}  # module -> {name: {attribute: {...}}}
+    for module, taken in names.items():
+        if module in drop:
+            continue
+        modules.setdefault(module, {})
+        for dotted in taken:
+            if f"{module}.{dotted}" in drop or any(f"{module}.{dotted}".startswith(f"{d}.") for d in drop):
+                continue
+            home, parts = module, dotted.split(".")
+            while len(parts) > 1 and f"{home}.{parts[0]}" in names:  # the name is a submodule of the table
+                home, parts = f"{home}.{parts[0]}", parts[1:]
+            tree = modules.setdefault(home, {})
+            for part in parts:
+                tree = tree.setdefault(part, {})
+    for module, tree in modules.items():
+        parts = module.split(".")
+        for depth in range(1, len(parts) + 1):
+            package = folder.joinpath(*parts[:depth])
+            package.mkdir(parents=True, exist_ok=True)
+            (package / "__init__.py").touch()
+        lines = [f'"""Stand-in of the fork\'s {module} (tests only): placeholders for the names titanflow takes."""',
+                 "", "import types", ""]
+        lines += [f"{name} = {_placeholder(name, attributes)}" for name, attributes in tree.items()
+                  if f"{module}.{name}" not in names]
+        folder.joinpath(*parts, "__init__.py").write_text("\n".join(lines) + "\n")
+    return installed_distributions(folder, torchtitan=version)
+
+
+def _placeholder(name: str, attributes: dict) -> str:
+    """Python source of a placeholder object named ``name`` with ``attributes`` (each a placeholder in turn)."""
+    inner = ", ".join(f"{attribute}={_placeholder(attribute, nested)}" for attribute, nested in attributes.items())
+    return f"types.SimpleNamespace(__name__={name!r}{', ' if inner else ''}{inner})"

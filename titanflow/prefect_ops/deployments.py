@@ -52,6 +52,38 @@ WORK_POOLS = work_pools()
 POOL_TEMPLATES = {"trn2-eks": ("kubernetes", REPO_ROOT / "deployments" / "kubernetes" / "trn2-eks.json")}
 
 
+#: Work pools whose flow runs first install the trn2 profile on their node (a pull step ``make setup-trn2``:
+#: profiles/trn2/setup.sh, which ends with titanflow doctor). A pull step cannot read the flow run's parameters, so each
+#: scenario deployment of such a pool takes the pull step of its scenario, the hand-kept anchor
+#: ``pull_<pool>_<scenario>`` (``-`` as ``_``), and the pool's nightly ``pull_<pool>``, whose doctor checks every
+#: scenario: each checks the weights of the runs it starts (:func:`setup_script`).
+SETUP_POOLS = ("trn2",)
+
+
+def setup_script(scenarios: tuple[str, ...]) -> str:
+    """The pull step's script that installs the trn2 profile and has titanflow doctor check the runs of ``scenarios``
+    (their weights: titan_cfg.scenarios.ON_NODE): ``make setup-trn2 SCENARIOS=moe``; several are quoted as one word
+    (Prefect splits the script as a shell would, shlex)."""
+    return f"make setup-trn2 SCENARIOS={scenarios[0]}" if len(scenarios) == 1 else (
+        f'make setup-trn2 "SCENARIOS={" ".join(scenarios)}"')
+
+
+def pull_scripts(deployment: dict, config: dict) -> list[str]:
+    """The scripts of ``deployment``'s pull steps (a deployment of prefect.yaml, loaded), else of the file's
+    ``config`` pull steps: those of Prefect's ``run_shell_script`` step."""
+    return [step["prefect.deployments.steps.run_shell_script"]["script"] for step in deployment.get("pull", config["pull"])
+            if "prefect.deployments.steps.run_shell_script" in step]
+
+
+def expected_pull_scripts(name: str, row: dict) -> list[str]:
+    """The pull scripts deployment ``name`` (its :func:`expected_deployments` row) must run: on a pool of
+    :data:`SETUP_POOLS` the profile's install for its scenario (a nightly: every scenario), elsewhere none."""
+    if row["work_pool"] not in SETUP_POOLS:
+        return []
+    return [setup_script(tuple(SCENARIOS) if row["flow"].startswith("flows/nightly.py")
+                         else (row["parameters"]["scenario"],))]
+
+
 #: Targets with a ``qwen3-bisect`` deployment: those whose record says ``bisect`` (titan_cfg.targets).
 BISECT_TARGETS = tuple(name for name, target in TARGETS.items() if target().bisect)
 
@@ -79,10 +111,12 @@ def expected_deployments() -> dict[str, dict]:
 
 def check_prefect_yaml(prefect_yaml: Path = PREFECT_YAML) -> list[str]:
     """Each way ``prefect_yaml`` differs from :func:`expected_deployments`, in words; [] when it holds them."""
+    config = yaml.safe_load(prefect_yaml.read_text())
     found = {d["name"]: {"flow": d["entrypoint"], "work_pool": d["work_pool"]["name"],
-                         "parameters": d.get("parameters", {}), "tags": d.get("tags", [])}
-             for d in yaml.safe_load(prefect_yaml.read_text())["deployments"]}
-    expected = expected_deployments()
+                         "parameters": d.get("parameters", {}), "tags": d.get("tags", []),
+                         "pull scripts": pull_scripts(d, config)} for d in config["deployments"]}
+    expected = {name: {**row, "pull scripts": expected_pull_scripts(name, row)}
+                for name, row in expected_deployments().items()}
     problems = [f"{name}: missing" for name in expected if name not in found]
     problems += [f"{name}: not a scenario x target x init of the registries" for name in found if name not in expected]
     problems += [f"{name}: {key} is {found[name][key]!r}, expected {row[key]!r}"
@@ -121,7 +155,9 @@ def deployment_lines() -> list[str]:
         lines.append(f"  # qwen3-scenario on {pool} (target {target})")
         for name, row in rows.items():
             if row["work_pool"] == pool and row["flow"].startswith("flows/scenario.py"):
-                lines += [f"  - {{<<: *scenario_{_anchor(pool)}, name: {name}, parameters: {_flow_yaml(row['parameters'])},",
+                pull = (f" pull: *pull_{_anchor(pool)}_{row['parameters']['scenario']}," if pool in SETUP_POOLS else "")
+                lines += [f"  - {{<<: *scenario_{_anchor(pool)}, name: {name},{pull} "
+                          f"parameters: {_flow_yaml(row['parameters'])},",
                           f"     tags: {json.dumps(row['tags'])}}}"]
         lines.append("")
     lines.append("  # qwen3-nightly: the scenarios of one target, nightly")

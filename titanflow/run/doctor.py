@@ -9,7 +9,7 @@ One line per check, each failed one with its fix; exit 0 only when all pass. The
 |---|---|---|
 | ``python`` | ``profiles/cpu/.python-version``: 3.11 (the CPU torch 2.13.0 wheel, CI) | ``profiles/trn2/.python-version``: 3.12 (the walkthrough's; profiles/trn2/setup.sh reads the same file) |
 | ``package <name>`` | each pin of ``profiles/cpu/constraints.txt`` of the stack (:data:`STACK`: torch, torchtitan, transformers) | each pin of ``profiles/trn2/constraints.txt`` of the stack |
-| ``upstream names`` | every private torch and torchtitan name titanflow uses resolves (titan_cfg.upstream, in a Python of its own) | the same |
+| ``upstream names`` | every name titanflow takes from torchtitan, and the private torch names, resolve (titan_cfg.upstream, in a Python of its own after the target's compatibility layers); each missing one is named with its module | the same, and the torch_neuronx and nkilib names |
 | ``torchtitan fork`` | - | the importable ``torchtitan`` is torchtitan-neuron 0.2.2+neuron.1 (release-2.33): where it lives, its version |
 | ``cuda devices`` | cuda: ``torch.cuda.is_available()`` and ``torch.cuda.device_count()`` >= ranks | - |
 | ``neuron devices`` | - | ``neuron-ls --json-output`` (else ``/dev/neuron*``): devices x 8 physical cores >= ranks x LNC |
@@ -33,10 +33,12 @@ import json
 import math
 import os
 import re
+import resource
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -171,24 +173,46 @@ def check_fork() -> Check:
                  f"{FORK_REF})", fix)
 
 
+def _children_cpu_s() -> float:
+    """User and system CPU seconds of this process's finished children so far (``getrusage(RUSAGE_CHILDREN)``)."""
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
 def check_upstream(target: str) -> Check:
-    """The private torch and torchtitan names titanflow uses (titan_cfg.upstream) are in this install, resolved in a
-    Python of their own after ``target``'s compatibility layers, as a rank resolves them (the caller imports no
-    torch: a scenario run's preflight calls this on trn2)."""
-    probe = ("import json; from titan_cfg import compat; from titan_cfg.upstream import missing; "
-             f"compat.apply({target!r}); print(json.dumps(missing()))")
+    """Every name titanflow takes from torchtitan (and, on a Neuron target, torch_neuronx and nkilib) and every
+    private torch name it uses (titan_cfg.upstream.names_for the target's device) is in this install, resolved in a
+    Python of its own after ``target``'s compatibility layers and the triton-free import of torchtitan, as
+    titan_cfg.entry.prepare does in a rank (the caller imports no torch: a scenario run's preflight calls this on
+    trn2). The detail names each missing one with the module it was looked for in, and the seconds the resolution
+    took (the Python's start and its imports included: wall-clock, and the CPU seconds of the Python, which a busy
+    machine does not stretch)."""
+    device = TARGETS[target]().device
+    probe = ("import json; from titan_cfg import compat; from titan_cfg.compat.cpu import "
+             f"make_importable_without_triton; from titan_cfg.upstream import missing; compat.apply({target!r}); "
+             f"make_importable_without_triton(); print(json.dumps(missing({device!r})))")
+    started, cpu_before = time.perf_counter(), _children_cpu_s()
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300,
                           cwd=paths.REPO_ROOT, check=False)
-    fix = ("install the torch and torchtitan of the target's profile, or adapt titan_cfg/upstream.py to this one "
-           f"(written against {', '.join(f'{k} {v}' for k, v in upstream.WRITTEN_AGAINST.items())})")
+    took = f"in {time.perf_counter() - started:.1f} s, {_children_cpu_s() - cpu_before:.1f} s of CPU"
+    written = ", ".join(f"{k} {v}" for k, v in upstream.WRITTEN_AGAINST.items())
+    fix = (f"{SETUP_TRN2} (the fork {FORK_VERSION}, torch-neuronx and nkilib)" if TARGETS[target]().profile == "trn2"
+           else "install the torch and torchtitan of the target's profile (make setup)")
+    fix += (", or adapt the code that takes each name and its entry in titan_cfg/upstream.py to this install (written "
+            f"against {written})")
     if done.returncode != 0:
-        return Check("upstream names", False, f"torch or torchtitan does not import: {done.stderr.strip()[-300:]}", fix)
+        return Check("upstream names", False, f"the names could not be resolved ({took}): "
+                     f"{done.stderr.strip()[-300:]}", fix)
     lacking = json.loads(done.stdout.strip().splitlines()[-1])
-    why = sorted(set(lacking.values()))
-    detail = (f"lacks {', '.join(lacking)} ({'; '.join(why)}; resolved after the {target} target's compatibility "
-              "layers, as its ranks would)" if lacking
-              else f"all {len(upstream.PRIVATE_NAMES)} private torch and torchtitan names resolve")
-    return Check("upstream names", not lacking, detail, fix)
+    wanted = upstream.names_for(device)
+    packages = sorted({n.module.split(".")[0] for n in wanted})
+    if lacking:
+        return Check("upstream names", False, f"{len(lacking)} missing of the {len(wanted)} names titanflow takes: "
+                     + "; ".join(f"{what}: {why}" for what, why in lacking.items())
+                     + f" (resolved after the {target} target's compatibility layers, as its ranks would, "
+                       f"{took})", fix)
+    return Check("upstream names", True, f"all {len(wanted)} names titanflow takes from {', '.join(packages)} "
+                 f"resolve ({took})")
 
 
 def neuron_ls() -> Path | None:
@@ -508,7 +532,12 @@ def require_ready(run: ScenarioRun) -> None:
 def doctor(target: str, scenario: str = "native", init: str = "random", weights: str | None = None,
            nproc: int | str | None = None, runs_dir: str | None = None) -> int:
     """Print every check for ``target`` and a summary line; 0 when all pass, 1 otherwise, 2 on bad input
-    (``nproc`` as typed is validated by ScenarioRun, its errors printed by titanflow.refusal.describe)."""
+    (``nproc`` as typed is validated by ScenarioRun, its errors printed by titanflow.refusal.describe).
+
+    The run checked is ``scenario``'s: without ``weights``, the weights its deployments on the target train
+    (:func:`default_weights`, on trn2 moe's Qwen3-30B-A3B, the others' Qwen3-4B-Instruct-2507) with their trim
+    (titan_cfg.scenarios.ON_NODE), so a node is checked for the runs it is to make (profiles/trn2/setup.sh
+    ``--scenario``, which each trn2 deployment's pull step passes)."""
     if target not in TARGETS:
         print(f"titanflow: bad input:\ntarget: unknown {target!r}; fix: pass one of {', '.join(TARGETS)}", file=sys.stderr)
         return 2
@@ -516,8 +545,10 @@ def doctor(target: str, scenario: str = "native", init: str = "random", weights:
 
     from titanflow.refusal import describe
 
+    usual = on_node(scenario, node_of(target))  # the deployments' run of the scenario: its weights and their trim
     try:  # the weights are checked as a line of their own, not as input
-        run = ScenarioRun(scenario=scenario, target=target, init=init, nproc=nproc, runs_dir=runs_dir)
+        run = ScenarioRun(scenario=scenario, target=target, init=init, nproc=nproc, runs_dir=runs_dir,
+                          trim=usual.trim if weights is None else None)
     except ValidationError as err:  # field, what is wrong, the fix: as titanflow run prints it
         print(f"titanflow: bad input:\n{describe(err)}", file=sys.stderr)
         return 2

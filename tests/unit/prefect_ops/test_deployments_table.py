@@ -2,6 +2,8 @@
 
 import inspect
 import logging
+import os
+import subprocess
 import typing
 
 import pytest
@@ -12,6 +14,7 @@ from flows.scenario import qwen3_scenario
 from titan_cfg.scenarios import SCENARIOS
 from titan_cfg.targets import TARGETS
 from titanflow.params import INITS, ScenarioRun
+from titanflow.paths import REPO_ROOT
 from titanflow.prefect_ops.deployments import BISECT_TARGETS, WORK_POOLS, check_prefect_yaml, expected_deployments
 
 
@@ -114,19 +117,60 @@ def test_the_trn2_nightly_runs_take_the_deployments_weights(monkeypatch, tmp_pat
 
 def test_every_trn2_deployment_installs_the_trn2_profile_before_it_runs_and_no_cpu_one_does():
     """The trn2 pool's pull step runs make setup-trn2 (profiles/trn2/setup.sh, which ends with titanflow
-    doctor --target trn2); cpu deployments only set the working directory (the CI machine's venv is set)."""
+    doctor --target trn2) for the deployment's own scenario (the nightly's: every scenario); cpu deployments only set
+    the working directory (the CI machine's venv is set)."""
     import yaml
 
-    from titanflow.prefect_ops.deployments import PREFECT_YAML
+    from titanflow.prefect_ops.deployments import PREFECT_YAML, pull_scripts
 
     config = yaml.safe_load(PREFECT_YAML.read_text())
     for deployment in config["deployments"]:
-        steps = deployment.get("pull", config["pull"])
-        scripts = [s["prefect.deployments.steps.run_shell_script"]["script"] for s in steps
-                   if "prefect.deployments.steps.run_shell_script" in s]
-        assert scripts == (["make setup-trn2"] if deployment["work_pool"]["name"] == "trn2" else []), \
+        scenarios = ([deployment["parameters"]["scenario"]] if "scenario" in deployment.get("parameters", {})
+                     else list(SCENARIOS))
+        wanted = (f"make setup-trn2 SCENARIOS={scenarios[0]}" if len(scenarios) == 1
+                  else f'make setup-trn2 "SCENARIOS={" ".join(scenarios)}"')
+        assert pull_scripts(deployment, config) == ([wanted] if deployment["work_pool"]["name"] == "trn2" else []), \
             deployment["name"]
+        steps = deployment.get("pull", config["pull"])
         assert "prefect.deployments.steps.set_working_directory" in steps[0]
+
+
+@pytest.mark.parametrize(("deployment", "doctors"), [
+    ("moe-trn2-random", [["--scenario", "moe"]]),
+    ("hf_backend-trn2-pretrained", [["--scenario", "hf_backend"]]),
+    ("nightly-trn2", [["--scenario", "native"], ["--scenario", "hf_backend"], ["--scenario", "moe"]]),
+])
+def test_the_pull_step_of_a_trn2_deployment_has_doctor_check_its_own_scenario(deployment, doctors):
+    """The pull step's script, run as Prefect runs it (split as a shell would) with PRINT=1: the doctor it ends with
+    checks the deployment's scenario, whose weights doctor then takes from the deployments (moe: Qwen3-30B-A3B
+    trimmed; titanflow.run.doctor.default_weights), not native's."""
+    import shlex
+
+    import yaml
+
+    from titanflow.prefect_ops.deployments import PREFECT_YAML, pull_scripts
+    from titanflow.run.doctor import default_weights
+
+    config = yaml.safe_load(PREFECT_YAML.read_text())
+    (script,) = pull_scripts(next(d for d in config["deployments"] if d["name"] == deployment), config)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MAKE")}
+    printed = subprocess.run([*shlex.split(script), "PRINT=1", "--no-print-directory"], cwd=REPO_ROOT, env=env,
+                             capture_output=True, text=True, check=True).stdout.splitlines()
+    ran = [line.split()[1:] for line in printed if line.endswith(tuple(" ".join(d) for d in doctors))
+           and "/bin/titanflow doctor --target trn2 " in line]
+    assert ran == [["doctor", "--target", "trn2", *d] for d in doctors], printed[-4:]
+    if deployment.startswith("moe"):
+        assert default_weights("trn2", "moe") == "Qwen/Qwen3-30B-A3B" != default_weights("trn2", "native")
+
+
+def test_a_trn2_deployment_with_another_scenario_s_pull_step_is_told(tmp_path):
+    from titanflow.prefect_ops.deployments import PREFECT_YAML
+
+    wrong = tmp_path / "prefect.yaml"
+    wrong.write_text(PREFECT_YAML.read_text().replace("name: moe-trn2-random, pull: *pull_trn2_moe,",
+                                                      "name: moe-trn2-random, pull: *pull_trn2_native,"))
+    assert check_prefect_yaml(wrong) == ["moe-trn2-random: pull scripts is ['make setup-trn2 SCENARIOS=native'], "
+                                         "expected ['make setup-trn2 SCENARIOS=moe']"]
 
 
 def test_the_deployments_of_prefect_yaml_are_written_from_the_registries(tmp_path):

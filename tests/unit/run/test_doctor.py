@@ -5,14 +5,16 @@ metadata for the trn2 stack's versions), the command's exit codes, and a trn2 ru
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from helpers.stand_ins import STAND_INS, installed_distributions, stand_ins
+from helpers.stand_ins import STAND_INS, generated_fork, installed_distributions, stand_ins
 
+from titan_cfg import upstream
 from titanflow.params import ScenarioRun
 from titanflow.run import doctor
 
@@ -305,8 +307,11 @@ def test_disk_before_the_weights_are_downloaded_is_estimated_from_config_json(tm
     assert doctor.check_disk(run, folder).ok  # 512 GiB free
 
 
-def _doctor(*args: str) -> subprocess.CompletedProcess:
+def _doctor(*args: str, path: tuple[Path, ...] = ()) -> subprocess.CompletedProcess:
+    """The real ``titanflow doctor`` in a Python of its own, with ``path`` first on its PYTHONPATH (stand-ins)."""
     env = {k: v for k, v in os.environ.items() if k not in ("NEURON_LOGICAL_NC_CONFIG", "NEURON_CC_FLAGS")}
+    if path:
+        env["PYTHONPATH"] = os.pathsep.join([*map(str, path), *filter(None, [env.get("PYTHONPATH")])])
     return subprocess.run([sys.executable, "-m", "titanflow.cli", "doctor", *args], capture_output=True, text=True,
                           env=env, timeout=300, check=False)
 
@@ -325,11 +330,76 @@ def test_doctor_trn2_here_fails_one_line_per_missing_piece():
     assert result.returncode == 1, result.stdout + result.stderr
     failed = [line.split(":")[0].removeprefix("FAIL").strip() for line in result.stdout.splitlines()
               if line.startswith("FAIL")]
-    # upstream names: torchtitan does not import here without the cpu target's triton stand-in
+    # upstream names: no torch_neuronx or nkilib here (torchtitan 0.3.0's names resolve)
     assert failed == ["python", "package torch", "package torch-neuronx", "package transformers", "upstream names",
                       "torchtitan fork", "neuron devices", "kernel rope=neuron", "weights", "dataset"]
     assert all(" -> fix: " in line for line in result.stdout.splitlines() if line.startswith("FAIL"))
     assert result.stdout.splitlines()[-1] == "doctor trn2: 12 checks, 10 failed"
+
+
+def _upstream_line(result: subprocess.CompletedProcess) -> tuple[str, float, float]:
+    """The ``upstream names`` line of a doctor run, and the wall-clock and CPU seconds the line says it took."""
+    (line,) = [line for line in result.stdout.splitlines() if line[6:].startswith("upstream names: ")]
+    wall, cpu = re.search(r"in ([0-9.]+) s, ([0-9.]+) s of CPU\)", line).groups()
+    return line, float(wall), float(cpu)
+
+
+#: The name the stand-in fork of the failing case lacks: a private one torchtitan-neuron could well have dropped.
+DROPPED = "torchtitan.models.qwen3._build_qwen3_layers"
+
+
+def test_doctor_trn2_names_each_name_the_fork_lacks_with_its_module(tmp_path):
+    """A fork (stand-in generated from titan_cfg.upstream's list) without one name titanflow takes: the check fails
+    naming module and name, within 5 s of CPU (the seconds the line reports, from this run: a Python, torch, the
+    stand-ins); the same fork with every name passes, torch_neuronx's and nkilib's (the neuron stand-ins) included."""
+    neuron = STAND_INS / "neuron"
+    lacking = _doctor("--target", "trn2", path=(generated_fork(tmp_path / "lacking", upstream.TORCHTITAN,
+                                                               drop=(DROPPED,)), neuron))
+    line, wall, cpu = _upstream_line(lacking)
+    assert lacking.returncode == 1 and line.startswith(
+        f"FAIL  upstream names: 1 missing of the {len(upstream.names_for('neuron'))} names titanflow takes: {DROPPED}: "
+        "module torchtitan.models.qwen3 has no name _build_qwen3_layers (resolved after the trn2 target's "
+        "compatibility layers, as its ranks would, in "), line
+    assert "-> fix: make setup-trn2" in line
+    assert cpu < 5, f"the check took {cpu} s of CPU ({wall} s on the clock)"
+    full = _doctor("--target", "trn2", path=(generated_fork(tmp_path / "full", upstream.TORCHTITAN), neuron))
+    line, wall, cpu = _upstream_line(full)
+    assert line.startswith(f"ok    upstream names: all {len(upstream.names_for('neuron'))} names titanflow takes "
+                           "from nkilib, torch, torch_neuronx, torchtitan resolve (in "), line
+    assert cpu < 5, f"the check took {cpu} s of CPU ({wall} s on the clock)"
+    assert "ok    torchtitan fork: torchtitan 0.2.2+neuron.1" in full.stdout  # doctor sees the generated fork as the fork
+
+
+def test_a_generated_fork_lacks_a_whole_module_as_no_module(tmp_path):
+    """The module form of the message: a fork without ``torchtitan.models.common.attention``."""
+    fork = generated_fork(tmp_path / "fork", upstream.TORCHTITAN, drop=("torchtitan.models.common.attention",))
+    probe = ("import json; from titan_cfg.upstream import missing, names_for; "
+             "print(json.dumps(missing('neuron', tuple(n for n in names_for('neuron') if n.module.startswith('torchtitan')))))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=doctor.paths.REPO_ROOT,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join([str(fork), str(doctor.paths.REPO_ROOT)])})
+    assert json.loads(done.stdout) == {"torchtitan.models.common.attention": "no module"}
+
+
+def test_doctor_checks_the_weights_of_the_scenario_asked_for(monkeypatch, capsys):
+    """``--scenario moe`` on trn2 checks moe's weights as its deployments train them (Qwen3-30B-A3B, trimmed to 4
+    layers, 64 experts, top-4: titan_cfg.scenarios.ON_NODE), not native's Qwen3-4B-Instruct-2507."""
+    from titan_cfg.scenarios import WALKTHROUGH_TRIM
+
+    checked = []
+    real = doctor.run_checks
+    monkeypatch.setattr(doctor, "check_upstream", lambda target: doctor.Check("upstream names", True, "not here"))
+    monkeypatch.setattr(doctor, "run_checks", lambda run, weights, **kw: checked.append((run, weights)) or real(
+        run, weights, **kw))
+    monkeypatch.delenv("TITANFLOW_WEIGHTS_ROOT", raising=False)
+    assert doctor.doctor("trn2", "moe") == 1
+    (run, weights), = checked
+    assert (run.scenario, weights, run.trim.model_dump()) == ("moe", "Qwen/Qwen3-30B-A3B", WALKTHROUGH_TRIM)
+    weights_line = next(line for line in capsys.readouterr().out.splitlines() if line[6:].startswith("weights: "))
+    assert weights_line.startswith("FAIL  weights: Qwen/Qwen3-30B-A3B: not on this machine")
+    checked.clear()
+    assert doctor.doctor("trn2", "native") == 1
+    assert [(run.scenario, weights, run.trim) for run, weights in checked] == [
+        ("native", "Qwen/Qwen3-4B-Instruct-2507", None)]
 
 
 def test_doctor_bad_input_exits_2():
