@@ -259,3 +259,21 @@ def test_a_renewal_still_in_flight_when_training_ends_never_takes_the_slot_again
     assert "lease was lost" not in caplog.text  # no new lease asked for
     # one request per beat: Prefect's own retries (up to a minute) would hold the release that waits for it
     assert retries and set(retries) == {0}
+
+
+def test_prefect_public_concurrency_still_cannot_hold_the_slot(api):
+    """What titanflow/launch/slot.py says of Prefect's public ``prefect.concurrency.sync.concurrency``, checked on
+    Prefect 3.9.0 and 3.9.1: it takes no client, transport or renewal policy and yields no lease id. Fails when either
+    moves: then the slot may be able to hold its lease through it."""
+    import inspect
+
+    from prefect.concurrency.sync import concurrency
+
+    assert list(inspect.signature(concurrency).parameters) == [
+        "names", "occupy", "timeout_seconds", "max_retries", "lease_duration", "strict", "holder",
+        "raise_on_lease_renewal_failure"]
+    name = limit_name("test-node-p")
+    slots.ensure_limit(name)
+    with concurrency(name, lease_duration=60, raise_on_lease_renewal_failure=False) as held:
+        assert held is None and _active(api, name) == 1
+    assert _active(api, name) == 0
