@@ -160,13 +160,6 @@ def test_a_lease_lost_while_training_is_re_acquired(api, fast):
     assert _active(api, held.name) == 0
 
 
-def _answer(status: int):
-    import httpx
-
-    request = httpx.Request("POST", "http://server/api/v2/concurrency_limits/increment-with-lease")
-    return httpx.HTTPStatusError(f"HTTP {status}", request=request, response=httpx.Response(status, request=request))
-
-
 def test_a_request_the_server_answers_busy_is_sent_again_at_once_and_any_other_answer_goes_through(monkeypatch):
     """A 503 (the server's SQLite write conflict) is sent again after BUSY_RETRY_S by the slot's transport, below
     Prefect's own client, which would sleep 2 s first (and after its last try too); 423 (slot taken) goes to the
@@ -233,25 +226,29 @@ def test_a_renewal_still_in_flight_when_training_ends_never_takes_the_slot_again
     waits for it and it gives up instead of re-acquiring, so the slot is free once the block is left (before, the
     release went ahead after 10 s and the late answer took the slot again until the lease expired: the next run
     then waited up to LEASE_S)."""
-    from prefect.client.orchestration import SyncPrefectClient
+    import httpx
+    from prefect.client.orchestration import get_client
     from prefect.settings import PREFECT_CLIENT_MAX_RETRIES
 
     caplog.set_level("INFO", logger=slots.__name__)
     ending, in_flight = threading.Event(), threading.Event()
-    renew = SyncPrefectClient.renew_concurrency_lease
 
     retries = []
 
-    def restarting(client, lease_id, lease_duration):
-        retries.append(PREFECT_CLIENT_MAX_RETRIES.value())
-        if not ending.is_set():
-            return renew(client, lease_id, lease_duration)
-        in_flight.set()
-        time.sleep(1.0)  # the server restarting while the training ends, and losing the lease
-        api.release_concurrency_slots_with_lease(lease_id)
-        raise _answer(404)
+    class Restarting(slots.BusyRetries):  # the slot's own transport: no Prefect code replaced
+        def handle_request(self, request):
+            if not request.url.path.endswith("/renew"):
+                return super().handle_request(request)
+            retries.append(PREFECT_CLIENT_MAX_RETRIES.value())
+            if not ending.is_set():
+                return super().handle_request(request)
+            in_flight.set()
+            time.sleep(1.0)  # the server restarting while the training ends, and losing the lease
+            api.release_concurrency_slots_with_lease(uuid.UUID(request.url.path.split("/")[-2]))
+            return httpx.Response(404, request=request)
 
-    monkeypatch.setattr(SyncPrefectClient, "renew_concurrency_lease", restarting)
+    monkeypatch.setattr(slots, "slot_client", lambda: get_client(sync_client=True,
+                                                                 httpx_settings={"transport": Restarting()}))
     with training_slot("test-node-late", run_id="late") as held:
         ending.set()
         assert in_flight.wait(10)  # the training ends while the renewal waits for its answer
@@ -259,3 +256,21 @@ def test_a_renewal_still_in_flight_when_training_ends_never_takes_the_slot_again
     assert "lease was lost" not in caplog.text  # no new lease asked for
     # one request per beat: Prefect's own retries (up to a minute) would hold the release that waits for it
     assert retries and set(retries) == {0}
+
+
+def test_prefect_public_concurrency_still_cannot_hold_the_slot(api):
+    """What titanflow/launch/slot.py says of Prefect's public ``prefect.concurrency.sync.concurrency``, checked on
+    Prefect 3.9.0 and 3.9.1: it takes no client, transport or renewal policy and yields no lease id. Fails when either
+    moves: then the slot may be able to hold its lease through it."""
+    import inspect
+
+    from prefect.concurrency.sync import concurrency
+
+    assert list(inspect.signature(concurrency).parameters) == [
+        "names", "occupy", "timeout_seconds", "max_retries", "lease_duration", "strict", "holder",
+        "raise_on_lease_renewal_failure"]
+    name = limit_name("test-node-p")
+    slots.ensure_limit(name)
+    with concurrency(name, lease_duration=60, raise_on_lease_renewal_failure=False) as held:
+        assert held is None and _active(api, name) == 1
+    assert _active(api, name) == 0

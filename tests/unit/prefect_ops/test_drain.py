@@ -39,3 +39,14 @@ def test_what_this_process_queued_reaches_the_server(prefect_api):
             while not client.read_events(EventFilter(event=EventNameFilter(name=[name])), limit=50).events:
                 assert time.monotonic() < deadline, f"event {name} not on the server 30 s after send_buffered"
                 time.sleep(0.5)
+
+
+def test_the_undocumented_call_is_where_the_module_says():
+    """drain.py's one undocumented call, as checked on Prefect 3.9.0 and 3.9.1: ``EventsWorker.drain_all(timeout=...)``,
+    which events' worker inherits from Prefect's internal queue service and Prefect's API reference does not list.
+    Fails at once, with no server, when it moves."""
+    import inspect
+
+    from prefect.events.worker import EventsWorker
+
+    assert list(inspect.signature(EventsWorker.drain_all).parameters)[:1] == ["timeout"]
