@@ -61,12 +61,13 @@ test-fast: setup
 
 # Every golden the tests compare with, made again from the registries, real renders and real runs (then commit the
 # diff it leaves): prefect.yaml's deployments list (titanflow.prefect_ops.deployments), the trn2 renders and the
-# Kubernetes pool template, and the cpu loss curves of every scenario x init (tests/e2e/test_scenarios.py: minutes).
+# Kubernetes pool template, and the cpu loss curves of every scenario x init (tests/e2e/test_scenarios.py: minutes) and of
+# the walkthrough mode (tests/e2e/test_walkthrough_mode.py).
 # After adding a scenario or a target, this is the one command to run.
 goldens: setup
 	$(BIN)/python -m titanflow.prefect_ops.deployments
 	TITANFLOW_UPDATE_GOLDEN=1 $(BIN)/python -m pytest -q tests/unit/launch/test_render.py \
-		tests/unit/launch/test_kubernetes_template.py tests/e2e/test_scenarios.py
+		tests/unit/launch/test_kubernetes_template.py tests/e2e/test_scenarios.py tests/e2e/test_walkthrough_mode.py
 
 # The trn2 profile's PyPI packages (profiles/trn2/requirements.txt: the walkthrough's transformers
 # 5.16.0) layered on the cpu venv: first on PYTHONPATH they replace its transformers 5.23.0, and

@@ -72,9 +72,10 @@ def record_goldens(summary: RunSummary) -> None:
     weights = "the pretrained tiny checkpoint of its model type (titanflow.run.pretrained)" \
         if init == "pretrained" else "the embedded tiny model"
     how = "default parameters" if mode == "config" else f"the {mode} mode (--model-spec {mode}), else default parameters"
+    recorder = os.environ.get("PYTEST_CURRENT_TEST", "tests/e2e/test_scenarios.py").split("::")[0]  # the test file
     write_curve(curve_path(scenario, "cpu", init, model_spec=mode), summary.losses, row.config_key, parameters,
                 f"{scenario} on cpu, {init} init from {weights}, {how}; per-step loss (nats) of rank 0,\n"
-                f"recorded by tests/e2e/test_scenarios.py with torch {row.torch_version}, torchtitan "
+                f"recorded by {recorder} with torch {row.torch_version}, torchtitan "
                 f"{row.torchtitan_version}, transformers {row.transformers_version}",
                 environment=summary.environment, weights_digest=summary.weights_digest,
                 warmup_steps=warmup_steps_of(summary.parameters))
