@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from titan_cfg import kernels
 from titan_cfg.job import ExportDtype, Init, ModelSpecSource
-from titan_cfg.scenarios import ON_NODE, SCENARIOS, WALKTHROUGH, on_node
+from titan_cfg.scenarios import ON_NODE, SCENARIOS, WALKTHROUGH, Walkthrough, on_node
 from titan_cfg.targets import TARGETS, Target, implied_scheduler, node_of
 from titanflow import paths
 
@@ -333,7 +333,7 @@ class ScenarioRun(BaseModel):
         return TARGETS[self.target]()
 
     @property
-    def walkthrough(self):
+    def walkthrough(self) -> Walkthrough | None:
         """The scenario's walkthrough settings (titan_cfg.scenarios.Walkthrough) in the walkthrough mode, else None."""
         return WALKTHROUGH[self.scenario] if self.model_spec == "walkthrough" else None
 
