@@ -41,6 +41,9 @@ KEEP_LATEST_K = 2
 #: "walkthrough", every setting as the AWS walkthrough's config functions state it (the native spec as
 #: ``model_registry("4B", attn_backend="sdpa")`` builds it, and titan_cfg.scenarios.WALKTHROUGH).
 ModelSpecSource = Literal["config", "walkthrough"]
+#: What torchtitan's Qwen3 "4B" flavor hard-codes beyond the shape (``model_registry("4B")``, the walkthrough's native
+#: spec): its RoPE base and context (tests/unit/titan_cfg/test_walkthrough.py holds both to the flavor).
+WALKTHROUGH_ROPE_THETA, WALKTHROUGH_CONTEXT = 1e6, 40960
 
 
 class PublishedFirstStep(BaseModel):
@@ -132,7 +135,10 @@ class Job(BaseModel):
 
     @property
     def rope_theta(self) -> float:
-        """RoPE base the model is trained with (config.json, either transformers layout)."""
+        """RoPE base the model is trained with: config.json's (either transformers layout), or in the walkthrough
+        mode of native the 4B flavor's (:data:`WALKTHROUGH_ROPE_THETA`), which the export's config.json then says."""
+        if self.model_spec == "walkthrough" and self.scenario == "native":
+            return WALKTHROUGH_ROPE_THETA
         return self.shape.rope_theta
 
     @property

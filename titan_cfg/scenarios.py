@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from titan_cfg.job import Job
+from titan_cfg.job import WALKTHROUGH_CONTEXT, WALKTHROUGH_ROPE_THETA, Job
 from titan_cfg.model_spec import torchtitan_model_spec
 
 if TYPE_CHECKING:
@@ -65,10 +65,9 @@ def walkthrough_spec(job: Job):
     if (model.dim, model.vocab_size, len(model.layers)) == (shape.hidden_size, shape.vocab_size,
                                                             shape.num_hidden_layers):
         return spec
-    rope = model.layers[0].attention.rope
-    flavored = shape.model_copy(update={"rope_theta": rope.theta})
+    flavored = shape.model_copy(update={"rope_theta": WALKTHROUGH_ROPE_THETA})
     return torchtitan_model_spec(flavored, flavor=f"{WALKTHROUGH_FLAVOR}-rope:{Path(job.weights_dir).name}",
-                                 max_seq_len=rope.max_seq_len, load_balance_coeff=job.load_balance_coeff)
+                                 max_seq_len=WALKTHROUGH_CONTEXT, load_balance_coeff=job.load_balance_coeff)
 
 
 def native(job: Job) -> "Trainer.Config":

@@ -44,6 +44,15 @@ def _link_or_copy(src: Path, dst: Path) -> None:
         shutil.copy2(src, dst)
 
 
+def _set_rope_theta(config: dict, theta: float) -> None:
+    """Write the RoPE base ``theta`` into ``config`` (a config.json's contents) wherever it says one: transformers
+    5.x's ``rope_parameters.rope_theta``, 4.x's ``rope_theta``; nothing changes when it already says ``theta``."""
+    if isinstance(config.get("rope_parameters"), dict) and "rope_theta" in config["rope_parameters"]:
+        config["rope_parameters"]["rope_theta"] = theta
+    if "rope_theta" in config or not isinstance(config.get("rope_parameters"), dict):
+        config["rope_theta"] = theta
+
+
 def _add_untied_head(head_file: Path, export_dir: Path, export_dtype: str) -> None:
     """Write the trained lm_head as shard ``model-lm_head.safetensors`` in ``export_dtype`` and index it."""
     import torch
@@ -80,6 +89,7 @@ def assemble_export(job: Job, run_dir: Path) -> Path:
     weights_dir = Path(job.weights_dir)
     config = json.loads((weights_dir / "config.json").read_text())
     config["dtype"] = job.export_dtype
+    _set_rope_theta(config, job.rope_theta)  # the trained one (the walkthrough's native spec has its flavor's)
     untied_head = Path(job.dump_folder) / UNTIED_HEAD_FILE
     if untied_head.is_file():
         _add_untied_head(untied_head, partial, job.export_dtype)

@@ -38,14 +38,33 @@ def world_size_asked(parameters: dict) -> int | None:
     return None if asked == own.world_size else asked
 
 
+def attention_asked(parameters: dict) -> str | None:
+    """The attention implementation ``parameters`` ask for (their ``kernels``) where it is not the one the run's
+    target and mode would take anyway, else None. Attention decides what a token sees (the document mask, or the
+    packed row as one sequence: titan_cfg.kernels.attention), so it is part of the workload, not a numerics knob;
+    a rope implementation is not (every one computes the same rotation)."""
+    asked = (parameters.get("kernels") or {}).get("attention") if isinstance(parameters.get("kernels"), dict) else None
+    if asked is None:
+        return None
+    try:
+        own = ScenarioRun(scenario=parameters.get("scenario") or "native", target=parameters.get("target") or "cpu",
+                          model_spec=parameters.get("model_spec") or "config").kernels_resolved["attention"]
+    except ValueError:  # a scenario, target or mode this version does not know: the choice as asked
+        return asked
+    return None if asked == own else asked
+
+
 def config_key(parameters: dict) -> str:
     """12 hex digits of sha256 over the :data:`CONFIG_KEY_FIELDS` of ``parameters`` (absent = None), ``nproc`` being
-    :func:`world_size_asked`, and ``model_spec`` where it is not the default "config" (the walkthrough mode is
-    another workload: its attention, warm-up and balancing give another curve; the keys of default runs stay what
-    they were before runs had a mode)."""
+    :func:`world_size_asked`; ``model_spec`` where it is not the default "config" (the walkthrough mode is another
+    workload: its attention, warm-up and balancing give another curve) and ``attention`` where the run asks for
+    another than its mode's (:func:`attention_asked`). The keys of runs that ask for neither stay what they were
+    before runs had either."""
     chosen = {name: parameters.get(name) for name in CONFIG_KEY_FIELDS} | {"nproc": world_size_asked(parameters)}
     if (parameters.get("model_spec") or "config") != "config":
         chosen["model_spec"] = parameters["model_spec"]
+    if (attention := attention_asked(parameters)) is not None:
+        chosen["attention"] = attention
     return hashlib.sha256(json.dumps(chosen, sort_keys=True).encode()).hexdigest()[:12]
 
 

@@ -128,3 +128,20 @@ def test_validate_loads_the_export_in_transformers_once_for_the_load_checks_and_
     assert loads == [export_dir]
     assert report.problems == [] and report.parity.kl == 0.0 and report.parity.tokens == ids.shape[1]
     assert list(report.seconds) == ["structure", "round_trip", "load", "parity"]
+
+
+def test_the_export_says_the_rope_base_the_model_trained_with(tmp_path, tiny_assets):
+    """The walkthrough's native spec is the 4B flavor, RoPE base 1e6 whatever config.json says (Instruct-2507: 5e6);
+    its export's config.json says 1e6, in transformers 5.x's rope_parameters, so transformers runs the model trained.
+    A run of the default mode exports the checkpoint's own base."""
+    weights = tmp_path / "weights"
+    shutil.copytree(tiny_assets.weights_dir, weights)
+    config = json.loads((weights / "config.json").read_text())
+    config["rope_parameters"]["rope_theta"] = 5e6
+    (weights / "config.json").write_text(json.dumps(config))
+    for mode, theta in (("config", 5e6), ("walkthrough", 1e6)):
+        job = _job(tmp_path / mode, weights).model_copy(update={"model_spec": mode})
+        assert job.rope_theta == theta
+        _torchtitan_save(job, weights)
+        exported = json.loads((assemble_export(job, tmp_path / mode / "run") / "config.json").read_text())
+        assert exported["rope_parameters"]["rope_theta"] == theta and "rope_theta" not in exported

@@ -61,3 +61,13 @@ def test_the_packed_row_loader_refuses_another_loader():
 
     with pytest.raises(TypeError, match="HuggingFaceTextDataLoader"):
         loader_config(SimpleNamespace())
+
+
+def test_the_walkthrough_rope_is_the_4b_flavors():
+    """titan_cfg.job's WALKTHROUGH_ROPE_THETA and WALKTHROUGH_CONTEXT are what model_registry("4B") builds."""
+    from torchtitan.models.qwen3 import model_registry
+
+    from titan_cfg.job import WALKTHROUGH_CONTEXT, WALKTHROUGH_ROPE_THETA
+
+    rope = model_registry("4B").model.layers[0].attention.rope
+    assert (rope.theta, rope.max_seq_len) == (WALKTHROUGH_ROPE_THETA, WALKTHROUGH_CONTEXT) == (1e6, 40960)
