@@ -122,6 +122,8 @@ def print_summary(summary: RunSummary, run_dir: Path | None = None) -> None:
         if (summary.train.attempts or 1) > 1:  # the train task's retries (tasks.retry) relaunched it
             rows += [("training launches", f"{summary.train.attempts} (retried or resumed; train.log has every "
                                            f"launch's output)")]
+    if summary.parameters.get("model_spec") == "walkthrough":  # its own goldens and history (docs/trn2-walkthrough.md)
+        rows += [("mode", "walkthrough (--model-spec walkthrough: the walkthrough's settings)")]
     parity = summary.validation.parity if summary.validation else None
     if parity is not None:
         router = f", router agreement {parity.router_agreement:.4f}" if parity.router_agreement is not None else ""

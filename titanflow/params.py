@@ -226,7 +226,9 @@ class ScenarioRun(BaseModel):
         """A field check, not the model's: reported beside every other field's error in one refusal."""
         known = SCENARIOS if info.field_name == "scenario" else TARGETS
         if value not in known:
-            raise ValueError(f"unknown {value!r}; fix: pass one of {', '.join(known)}")
+            mode = (" (the walkthrough's settings are a mode of every scenario: --model-spec walkthrough)"
+                    if info.field_name == "scenario" and value == "walkthrough" else "")
+            raise ValueError(f"unknown {value!r}; fix: pass one of {', '.join(known)}{mode}")
         return value
 
     @field_validator("kernels", mode="before")

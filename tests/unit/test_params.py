@@ -400,3 +400,10 @@ def test_the_top_level_help_lists_every_command_in_plain_text(capsys):
     printed = capsys.readouterr().out
     assert "``" not in printed
     assert [name for name in commands if f"\n    titanflow {name} " not in printed] == []
+
+
+def test_the_walkthrough_given_as_a_scenario_is_pointed_to_its_mode():
+    """``titanflow run walkthrough``: no such scenario, and the fix says the walkthrough is the mode of every one."""
+    with pytest.raises(ValueError, match=r"unknown 'walkthrough'; fix: pass one of native, hf_backend, moe \(the "
+                                         r"walkthrough's settings are a mode of every scenario: --model-spec walkthrough\)"):
+        ScenarioRun(scenario="walkthrough")

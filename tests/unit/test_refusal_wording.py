@@ -42,7 +42,7 @@ RUN_INPUTS = [
     (["moe", "--trim", "depth=2"], "trim.layers"),
     (["moe", "--trim", "layers=99,experts=2,top_k=1"], "trim"),
     (["moe", "--trim", "layers=2,experts=2,top_k=3"], "trim"),
-    (["moe", "--model-spec", "walkthrough"], "model_spec"),
+    (["moe", "--model-spec", "fork"], "model_spec"),
     (["native", "--weights", "{missing}"], "weights"),
     (["native", "--weights", "{file}"], "weights"),
     (["native", "--weights", "{empty}"], "weights"),

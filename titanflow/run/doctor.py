@@ -301,13 +301,16 @@ def check_lnc(run: ScenarioRun) -> Check:
                  + ("; this shell agrees" if shell else ""))
 
 
-def check_kernels(target: str) -> list[Check]:
+def check_kernels(target: str, chosen: dict[str, str] | None = None) -> list[Check]:
     """Every implementation registered for ``target`` that needs a package or a device can run here (its
-    modules import: for ``rope=neuron`` nkilib's kernel module itself)."""
+    modules import: for ``rope=neuron`` nkilib's kernel module itself); with ``chosen`` (a run's implementation per
+    op, ``ScenarioRun.kernels_resolved``) only those: native on trn2 (``rope=reference``) needs no NKI kernel."""
     spec, checks = TARGETS[target](), []
     for op in kernels.OPS.values():
         for impl in op.implementations.values():
             if spec.device not in impl.runs_on or not (impl.requires or impl.device):  # nothing to be missing
+                continue
+            if chosen is not None and chosen.get(op.name) != impl.name:  # not what the run takes
                 continue
             missing = impl.unavailable()
             modules = ", ".join(impl.requires)
@@ -498,7 +501,7 @@ def run_checks(run: ScenarioRun, weights: str | None, *, with_weights: bool = Tr
         checks += [check_fork(), check_devices(run), check_lnc(run)]
     if run.target_spec.device == "cuda":
         checks.append(check_cuda(run))
-    checks += check_kernels(target)
+    checks += check_kernels(target, run.kernels_resolved)
     cache = check_compile_cache()
     folder = None
     if with_weights and (cache.ok or weights is not None):

@@ -175,6 +175,10 @@ def test_the_nki_kernel_importable():
         (passed,) = doctor.check_kernels("trn2")
     assert passed.ok and passed.detail == "torch_neuronx, nki, nkilib.core.embeddings.rope_hf import"
     assert doctor.check_kernels("cpu") == []
+    # a run checks the kernels it takes: moe on trn2 takes rope=neuron, native rope=reference (nothing to import)
+    assert [c.name for c in doctor.check_kernels("trn2", ScenarioRun(scenario="moe", target="trn2").kernels_resolved)
+            ] == ["kernel rope=neuron"]
+    assert doctor.check_kernels("trn2", ScenarioRun(scenario="native", target="trn2").kernels_resolved) == []
 
 
 def test_weights_complete_or_the_missing_piece_named(tiny_assets, tmp_path, monkeypatch):
@@ -325,16 +329,17 @@ def test_doctor_cpu_passes_here():
 
 def test_doctor_trn2_here_fails_one_line_per_missing_piece():
     """This machine has none of the trn2 stack: Python, torch, torch-neuronx, transformers, the fork, devices,
-    the kernel, the weights and c4_test each get their FAIL line with a fix; what is right passes; exit 1."""
+    the weights and c4_test each get their FAIL line with a fix; what is right passes; exit 1. Native on trn2 takes
+    rope=reference, so no NKI kernel is checked (moe's is: test_a_trn2_run_is_refused_before_anything_runs)."""
     result = _doctor("--target", "trn2")
     assert result.returncode == 1, result.stdout + result.stderr
     failed = [line.split(":")[0].removeprefix("FAIL").strip() for line in result.stdout.splitlines()
               if line.startswith("FAIL")]
     # upstream names: no torch_neuronx or nkilib here (torchtitan 0.3.0's names resolve)
     assert failed == ["python", "package torch", "package torch-neuronx", "package transformers", "upstream names",
-                      "torchtitan fork", "neuron devices", "kernel rope=neuron", "weights", "dataset"]
+                      "torchtitan fork", "neuron devices", "weights", "dataset"]
     assert all(" -> fix: " in line for line in result.stdout.splitlines() if line.startswith("FAIL"))
-    assert result.stdout.splitlines()[-1] == "doctor trn2: 12 checks, 10 failed"
+    assert result.stdout.splitlines()[-1] == "doctor trn2: 11 checks, 9 failed"
 
 
 def _upstream_line(result: subprocess.CompletedProcess) -> tuple[str, float, float]:
@@ -432,7 +437,7 @@ def test_a_trn2_run_is_refused_before_anything_runs(tmp_path):
     from titanflow.run.preflight import preflight
 
     with pytest.raises(ValueError) as refused:
-        preflight(ScenarioRun(target="trn2", runs_dir=str(tmp_path)))
+        preflight(ScenarioRun(scenario="moe", target="trn2", runs_dir=str(tmp_path)))  # moe takes rope=neuron
     message = str(refused.value)
     assert message.startswith("target: trn2 is not ready on this machine (`titanflow doctor --target trn2`")
     assert "FAIL  kernel rope=neuron: torch_neuronx is not installed" in message and "FAIL  weights" not in message
