@@ -31,6 +31,7 @@ that head back, so the exported model is the trained one.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -144,20 +145,17 @@ def _expert_bias_modules(model) -> list:
     return [m for m in model.modules() if getattr(m, "expert_bias_E", None) is not None]
 
 
-class _without_expert_bias:
+@contextlib.contextmanager
+def _without_expert_bias(modules: list):
     """Within the block, every module of ``modules`` routes without its ``expert_bias_E`` (set to None, as
     torchtitan's MoE has it without load balancing); the buffers are put back after."""
-
-    def __init__(self, modules: list):
-        self.modules, self.kept = modules, []
-
-    def __enter__(self):
-        self.kept = [m.expert_bias_E for m in self.modules]
-        for m in self.modules:
-            m.expert_bias_E = None
-
-    def __exit__(self, *_exc):
-        for m, bias in zip(self.modules, self.kept):
+    kept = [m.expert_bias_E for m in modules]
+    for m in modules:
+        m.expert_bias_E = None
+    try:
+        yield
+    finally:
+        for m, bias in zip(modules, kept):
             m.expert_bias_E = bias
 
 

@@ -168,6 +168,17 @@ def implementation(op: str, name: str) -> Implementation:
     return OPS[op].implementations[name]
 
 
+def loaded(op: str, name: str) -> tuple[Callable, str]:
+    """(kernel function, layout) of the registered implementation ``name`` of ``op``: what a module that runs it
+    resolves once when it is built (torch.compile cannot trace the import behind :meth:`Implementation.load`).
+
+    Raises:
+        KernelChoiceError: unknown op or implementation; RuntimeError: as :meth:`Implementation.load`.
+    """
+    impl = implementation(op, name)
+    return impl.load(), impl.layout
+
+
 def resolve(device: str, *layers: Mapping[str, str] | None) -> dict[str, str]:
     """The implementation of every op for a target of ``device`` type (titan_cfg.targets.Target.device): later
     ``layers`` (e.g. target defaults, then the scenario's choice, then the user's) override earlier ones; every op must

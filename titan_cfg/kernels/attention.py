@@ -81,9 +81,7 @@ class KernelAttention(FlexAttention):
 
     def __init__(self, config: Config) -> None:
         super().__init__(config)
-        # Resolved once here, not per call: torch.compile cannot trace the import behind load().
-        impl = kernels.implementation("attention", config.implementation)
-        self._kernel, self._layout = impl.load(), impl.layout
+        self._kernel, self._layout = kernels.loaded("attention", config.implementation)
 
     def forward(self, q_BLNH, k_BLNH, v_BLNH, *, attention_masks: BlockMask, scale: float | None = None,
                 enable_gqa: bool = False, **_unused) -> torch.Tensor:
@@ -110,8 +108,7 @@ class CausalAttention(ScaledDotProductAttention):
 
     def __init__(self, config: Config) -> None:
         super().__init__(config)
-        impl = kernels.implementation("attention", config.implementation)
-        self._kernel, self._layout = impl.load(), impl.layout
+        self._kernel, self._layout = kernels.loaded("attention", config.implementation)
 
     def forward(self, q_BLNH, k_BLNH, v_BLNH, *, attention_masks=None, scale: float | None = None,
                 enable_gqa: bool = False, **_unused) -> torch.Tensor:

@@ -42,9 +42,7 @@ class KernelRoPE(CosSinRoPE):
 
     def __init__(self, config: Config):
         super().__init__(config)
-        # Resolved once here, not per call: torch.compile cannot trace the import behind load().
-        impl = kernels.implementation("rope", config.implementation)
-        self._kernel, self._layout = impl.load(), impl.layout
+        self._kernel, self._layout = kernels.loaded("rope", config.implementation)
 
     def forward(self, query: torch.Tensor, key: torch.Tensor, positions: torch.Tensor | None = None):
         """Rotate ``query`` and ``key`` by the cached cos/sin at ``positions`` (see class docstring)."""

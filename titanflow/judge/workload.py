@@ -23,6 +23,16 @@ from titanflow.params import ScenarioRun, resolved_warmup_steps
 CONFIG_KEY_FIELDS = ("weights", "steps", "global_batch_size", "seq_len", "nproc", "compile")
 
 
+def _own_run(parameters: dict) -> ScenarioRun | None:
+    """The run of ``parameters``' scenario, target and mode with nothing else asked (what the target and mode
+    resolve to by themselves), or None for a scenario, target or mode this version does not know."""
+    try:
+        return ScenarioRun(scenario=parameters.get("scenario") or "native", target=parameters.get("target") or "cpu",
+                           model_spec=parameters.get("model_spec") or "config")
+    except ValueError:
+        return None
+
+
 def world_size_asked(parameters: dict) -> int | None:
     """The world size ``parameters`` ask for, None when it is the target's own (nothing asked, or nodes and ranks
     per node that multiply to the target's world size): ``nnodes`` x ``nproc_per_node``, each the target's where
@@ -30,9 +40,8 @@ def world_size_asked(parameters: dict) -> int | None:
     nnodes, per_node = parameters.get("nnodes"), parameters.get("nproc_per_node", parameters.get("nproc"))
     if nnodes is None and per_node is None:
         return None
-    try:  # the target's own nodes and ranks, within the scenario's rank limit there
-        own = ScenarioRun(scenario=parameters.get("scenario") or "native", target=parameters.get("target") or "cpu")
-    except ValueError:  # a scenario or target this version does not know: the numbers as asked
+    own = _own_run(parameters)  # the target's own nodes and ranks, within the scenario's rank limit there
+    if own is None:  # a scenario or target this version does not know: the numbers as asked
         return (nnodes or 1) * (per_node or 1)
     asked = (nnodes or own.nnodes_resolved) * (per_node or own.nproc_per_node_resolved)
     return None if asked == own.world_size else asked
@@ -43,15 +52,12 @@ def attention_asked(parameters: dict) -> str | None:
     target and mode would take anyway, else None. Attention decides what a token sees (the document mask, or the
     packed row as one sequence: titan_cfg.kernels.attention), so it is part of the workload, not a numerics knob;
     a rope implementation is not (every one computes the same rotation)."""
-    asked = (parameters.get("kernels") or {}).get("attention") if isinstance(parameters.get("kernels"), dict) else None
+    chosen = parameters.get("kernels")
+    asked = chosen.get("attention") if isinstance(chosen, dict) else None
     if asked is None:
         return None
-    try:
-        own = ScenarioRun(scenario=parameters.get("scenario") or "native", target=parameters.get("target") or "cpu",
-                          model_spec=parameters.get("model_spec") or "config").kernels_resolved["attention"]
-    except ValueError:  # a scenario, target or mode this version does not know: the choice as asked
-        return asked
-    return None if asked == own else asked
+    own = _own_run(parameters)  # None: a scenario, target or mode this version does not know: the choice as asked
+    return None if own is not None and asked == own.kernels_resolved["attention"] else asked
 
 
 def config_key(parameters: dict) -> str:

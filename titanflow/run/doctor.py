@@ -187,7 +187,8 @@ def check_upstream(target: str) -> Check:
     trn2). The detail names each missing one with the module it was looked for in, and the seconds the resolution
     took (the Python's start and its imports included: wall-clock, and the CPU seconds of the Python, which a busy
     machine does not stretch)."""
-    device = TARGETS[target]().device
+    spec = TARGETS[target]()
+    device = spec.device
     probe = ("import json; from titan_cfg import compat; from titan_cfg.compat.cpu import "
              f"make_importable_without_triton; from titan_cfg.upstream import missing; compat.apply({target!r}); "
              f"make_importable_without_triton(); print(json.dumps(missing({device!r})))")
@@ -196,7 +197,7 @@ def check_upstream(target: str) -> Check:
                           cwd=paths.REPO_ROOT, check=False)
     took = f"in {time.perf_counter() - started:.1f} s, {_children_cpu_s() - cpu_before:.1f} s of CPU"
     written = ", ".join(f"{k} {v}" for k, v in upstream.WRITTEN_AGAINST.items())
-    fix = (f"{SETUP_TRN2} (the fork {FORK_VERSION}, torch-neuronx and nkilib)" if TARGETS[target]().profile == "trn2"
+    fix = (f"{SETUP_TRN2} (the fork {FORK_VERSION}, torch-neuronx and nkilib)" if spec.profile == "trn2"
            else "install the torch and torchtitan of the target's profile (make setup)")
     fix += (", or adapt the code that takes each name and its entry in titan_cfg/upstream.py to this install (written "
             f"against {written})")
