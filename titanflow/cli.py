@@ -244,7 +244,7 @@ def cmd_nightly(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from titan_cfg.targets import TARGETS
-    from titanflow.params import nightly_runs
+    from titanflow.run.nightly_plan import nightly_runs
     from titanflow.refusal import describe
 
     try:
@@ -463,7 +463,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     import math
 
     from titanflow.bisect.search import check_inputs, new_bisect_id
-    from titanflow.params import check_writable
+    from titanflow.paths import check_writable
     from titanflow.paths import runs_root
 
     parameters = {"scenario": args.scenario, "target": args.target, "init": args.init, "steps": args.steps}
