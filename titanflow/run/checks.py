@@ -264,7 +264,7 @@ def check_devices(run: ScenarioRun, dev_dir: Path = Path("/dev")) -> Check:
 def check_cuda(run: ScenarioRun) -> Check:
     """CUDA devices for the run's ranks on this node: ``torch.cuda.is_available()`` (a CUDA build of torch and a
     working driver) and ``torch.cuda.device_count()`` >= ranks (one GPU per rank)."""
-    import torch
+    import torch  # lazy: torch
 
     ranks = run.world_size
     torch_pin = profile_pins(run.target).get("torch")
@@ -430,7 +430,7 @@ def model_size(folder: Path) -> ModelSize:
     Raises:
         ValueError: a safetensors header cannot be read.
     """
-    import torch
+    import torch  # lazy: torch
 
     config = json.loads((folder / "config.json").read_text())
     dtype = config.get("torch_dtype") or config.get("dtype") or "float32"  # transformers' default when unnamed
