@@ -8,7 +8,7 @@ from prefect.logging import get_run_logger
 
 from tasks.retry import retry_transient_download
 from titanflow.assets import TINY_SPECS, ensure_assets
-from titanflow.params import is_hub_id
+from titanflow.hub_id import is_hub_id
 from titanflow.prefect_ops import caching
 from titanflow.run.pretrained import ensure_pretrained
 from titanflow.task_names import TaskName

@@ -244,7 +244,7 @@ def cmd_nightly(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from titan_cfg.targets import TARGETS
-    from titanflow.params import nightly_runs
+    from titanflow.run.nightly_plan import nightly_runs
     from titanflow.refusal import describe
 
     try:
@@ -463,8 +463,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     import math
 
     from titanflow.bisect.search import check_inputs, new_bisect_id
-    from titanflow.params import check_writable
-    from titanflow.paths import runs_root
+    from titanflow.paths import check_runs_dir_writable, runs_root
 
     parameters = {"scenario": args.scenario, "target": args.target, "init": args.init, "steps": args.steps}
     folder = Path(args.runs_dir).resolve() if args.runs_dir else runs_root()
@@ -473,7 +472,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
         if args.probe_timeout_s is not None and not (math.isfinite(args.probe_timeout_s) and args.probe_timeout_s > 0):
             raise ValueError(f"probe_timeout_s: {args.probe_timeout_s} is not a number of seconds above 0; fix: pass "
                              "one, e.g. 1800")
-        check_writable(folder, "runs_dir", "pass --runs-dir a folder you can write")
+        check_runs_dir_writable(folder)
     except ValueError as err:
         print(f"titanflow: bad input:\n{err}", file=sys.stderr)
         return 2

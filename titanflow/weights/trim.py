@@ -40,7 +40,8 @@ from pathlib import Path
 from titanflow.assets.cache import build_once, cache_key
 from titanflow.export.assemble import SIDE_FILES
 from titanflow.export.structure import INDEX
-from titanflow.params import Trim, check_writable
+from titanflow.params import Trim
+from titanflow.paths import check_writable
 from titanflow.weights.identity import TRIM_KEY
 
 #: Largest shard written (bytes of tensor data): transformers' own default for save_pretrained, 5 GB.

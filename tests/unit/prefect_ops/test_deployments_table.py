@@ -143,13 +143,13 @@ def test_every_trn2_deployment_installs_the_trn2_profile_before_it_runs_and_no_c
 def test_the_pull_step_of_a_trn2_deployment_has_doctor_check_its_own_scenario(deployment, doctors):
     """The pull step's script, run as Prefect runs it (split as a shell would) with PRINT=1: the doctor it ends with
     checks the deployment's scenario, whose weights doctor then takes from the deployments (moe: Qwen3-30B-A3B
-    trimmed; titanflow.run.doctor.default_weights), not native's."""
+    trimmed; titanflow.run.checks.default_weights), not native's."""
     import shlex
 
     import yaml
 
     from titanflow.prefect_ops.deployments import PREFECT_YAML, pull_scripts
-    from titanflow.run.doctor import default_weights
+    from titanflow.run.checks import default_weights
 
     config = yaml.safe_load(PREFECT_YAML.read_text())
     (script,) = pull_scripts(next(d for d in config["deployments"] if d["name"] == deployment), config)

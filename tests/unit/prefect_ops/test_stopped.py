@@ -135,6 +135,6 @@ def test_a_nightly_interrupted_in_a_scenario_run_names_that_run_in_its_log_and_e
         messages = [log.message for log in client.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[run.id])))]
     assert run.state.type.value == "CANCELLED"
     (named,) = [m for m in messages if "cancelled (interrupted (Ctrl-C))" in m]
-    # the run the suite was in, by the run id it gave it (titanflow.run.preflight.new_run_id); the second never started
+    # the run the suite was in, by the run id it gave it (titanflow.params.new_run_id); the second never started
     assert re.fullmatch(r"native/random: cancelled \(interrupted \(Ctrl-C\)\) in run native-cpu-random-\d{8}-\d{6}-"
                         r"[0-9a-f]{4}; the suite stops at run 1 of 2", named), named
