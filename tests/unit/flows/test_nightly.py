@@ -111,10 +111,10 @@ def test_a_cancelled_run_is_counted_apart_from_the_failed_ones(tmp_path):
     from prefect.exceptions import TerminationSignal
     from prefect.states import Cancelled, Failed
 
-    from tasks.train import train
     from titanflow.record.summary import RunSummary
     from titanflow.report.nightly import SuiteRow, outcome, suite_markdown, suite_state
     from titanflow.run.recorder import RunRecorder
+    from titanflow.tasks.train import train
 
     # a run cancelled in train after 2 logged steps (losses of tests/fixtures/run_folders/native-cpu-nan/metrics.csv)
     (tmp_path / "c").mkdir()

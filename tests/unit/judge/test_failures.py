@@ -9,9 +9,9 @@ import pytest
 from helpers import FIXTURES
 from prefect.states import Failed
 
-from tasks.retry import retry_infrastructure_only
 from titanflow.judge.failures import classify_exception, classify_failure, matching_signature
 from titanflow.record.summary import RunSummary, classify
+from titanflow.tasks.retry import retry_infrastructure_only
 
 LOGS = FIXTURES / "failure_logs"
 PASSING_RUN = FIXTURES / "run_folders" / "native-cpu-random"
