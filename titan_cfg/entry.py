@@ -16,9 +16,12 @@ import gc
 import os
 from pathlib import Path
 
+from titan_cfg import first_batch, probe
 from titan_cfg.compat import apply as apply_compat
 from titan_cfg.compat.cpu import make_importable_without_triton
 from titan_cfg.job import JOB_ENV, Job
+from titan_cfg.scenarios import SCENARIOS
+from titan_cfg.targets import TARGETS
 
 
 @functools.cache
@@ -26,9 +29,6 @@ def prepare() -> tuple[Job, tuple[str, ...]]:
     """Read the job (``$TITANFLOW_JOB``), apply the compat layers of its target and scenario, and import
     torchtitan's trainer; returns (the job, the names of the patches applied). Once per process: a forked rank
     inherits the launcher's call and its patches."""
-    from titan_cfg.scenarios import SCENARIOS
-    from titan_cfg.targets import TARGETS
-
     job = Job.read(Path(os.environ[JOB_ENV]))
     applied = apply_compat(TARGETS[job.target]().node, SCENARIOS[job.scenario].compat)  # trn2-cluster: trn2's
     make_importable_without_triton()
@@ -40,12 +40,9 @@ def prepare() -> tuple[Job, tuple[str, ...]]:
 def main() -> None:
     """torchrun entry: compat for the job's target (:func:`prepare`), the parity probe and the step-1 batch record
     (titan_cfg.first_batch), then torchtitan's trainer main."""
-    from titan_cfg.scenarios import SCENARIOS
-
     job, applied = prepare()
     if applied and os.environ.get("RANK", "0") == "0":
         print(f"titanflow: compat patches applied: {', '.join(applied)}", flush=True)
-    from titan_cfg import first_batch, probe
     from torchtitan.train import main as torchtitan_main
 
     probe.install(Path(job.weights_dir), Path(job.dump_folder), tied_checkpoint=job.tied)

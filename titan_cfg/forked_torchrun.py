@@ -77,7 +77,7 @@ def report_every_failure() -> bool:
 def main(argv: list[str] | None = None) -> None:
     """:func:`record_startup_handlers`, :func:`titan_cfg.entry.prepare` and :func:`report_every_failure`, then
     torchrun's ``main`` with ``argv`` (default: this command's arguments)."""
-    from titan_cfg.entry import prepare
+    from titan_cfg.entry import prepare  # lazy: torch
 
     record_startup_handlers()
     prepare()

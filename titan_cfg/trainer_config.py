@@ -12,6 +12,7 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from titan_cfg import kernels
 from titan_cfg.job import CHECKPOINT_FOLDER, KEEP_LATEST_K, Job
 from titan_cfg.scenarios import SCENARIOS
 
@@ -31,8 +32,6 @@ def build(job: Job) -> "Trainer.Config":
     from torchtitan.components.optimizer import default_adamw
     from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC
     from torchtitan.hf_datasets.text_datasets import HuggingFaceTextDataLoader
-
-    from titan_cfg import kernels
 
     root = logging.getLogger()  # torchtitan's logger (torchtitan.tools.logging)
     root.addFilter(_unused_load_warning)

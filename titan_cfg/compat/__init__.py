@@ -11,11 +11,9 @@ from __future__ import annotations
 
 from typing import Callable
 
-from titan_cfg.compat import cpu
+from titan_cfg.compat import cpu, hf_backend
 
 def _hf_backend() -> list[str]:
-    from titan_cfg.compat import hf_backend  # imports torch: only in ranks that need it
-
     cpu.make_importable_without_triton()  # the layer imports torchtitan's transformers backend
     return hf_backend.apply()
 

@@ -51,7 +51,7 @@ def _rel(candidate: torch.Tensor, reference: torch.Tensor) -> float:
 def torchtitan_rope():
     """torchtitan's own rotation (``rope=reference``), imported on first use."""
     make_importable_without_triton()  # import-only: torchtitan's EP kernels module wants triton
-    from titan_cfg.kernels.rope import reference_rope
+    from titan_cfg.kernels.rope import reference_rope  # order: make_importable_without_triton() first
 
     return reference_rope
 

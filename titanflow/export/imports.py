@@ -31,7 +31,7 @@ def modules_for(round_trip: bool) -> tuple[str, ...]:
 
 def _import_all(modules: tuple[str, ...], failed: list[str]) -> None:
     if any(name.startswith("torchtitan") for name in modules):
-        from titan_cfg.compat.cpu import make_importable_without_triton
+        from titan_cfg.compat.cpu import make_importable_without_triton  # lazy: torch
 
         make_importable_without_triton()  # import-only, as the round trip applies it (titan_cfg.compat.cpu)
     for name in modules:

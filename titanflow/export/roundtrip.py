@@ -29,7 +29,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from titan_cfg.model_spec import Qwen3Shape
+from titan_cfg.model_spec import Qwen3Shape, torchtitan_model_spec
 from titanflow.export.structure import read_headers
 
 _LAYER = re.compile(r"model\.layers\.(\d+)\.")
@@ -76,12 +76,10 @@ def check_round_trip(export_dir: Path, shape: Qwen3Shape) -> RoundTripReport:
         ValueError: a shard cannot be read (titanflow.export.structure.read_headers), or the adapter converts
             a tensor to another shape than the torchtitan model's (naming the key and both shapes).
     """
-    from titan_cfg.compat.cpu import make_importable_without_triton
+    from titan_cfg.compat.cpu import make_importable_without_triton  # lazy: torch
 
     make_importable_without_triton()  # import-only: torchtitan's EP kernels module wants triton
     import torch
-
-    from titan_cfg.model_spec import torchtitan_model_spec
 
     spec = torchtitan_model_spec(shape, flavor="round-trip", max_seq_len=shape.max_position_embeddings)
     with torch.device("meta"):

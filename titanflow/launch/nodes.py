@@ -28,6 +28,7 @@ from titan_cfg.job import Job
 from titanflow.launch.forward import LineForwarder
 from titanflow.launch.node import exit_record, signal_handlers
 from titanflow.launch.node import log_path as node_log_path
+from titanflow.launch.root_cause import first_rank_error, lost_peer
 
 #: The folder under the job's dump folder (``runs/<id>/train/``) that holds each node's console and exit record.
 NODES_FOLDER = "nodes"
@@ -71,7 +72,7 @@ def recover_rank0_steps(nodes: Path, log_path: Path) -> list[int]:
     Why: train.log is what the curve, resume and the judge read; without the steps the next launch would resume
     from a checkpoint past the curve's end and the run could never be judged whole.
     """
-    from titanflow.launch.metrics import log_lines, parse_step_line, run_curve
+    from titanflow.launch.metrics import log_lines, parse_step_line, run_curve  # lazy: pandas
 
     if not nodes.is_dir():
         return []
@@ -189,8 +190,6 @@ def first_failed(exits: dict[str, dict | None], nodes: Path | None = None) -> st
     (:func:`node_rank_error`) is only a lost peer (titanflow.launch.root_cause.lost_peer) comes after every other.
     Which agent exits first is a race a rank that lost its peer can win: srun or the pods then end the other agent,
     whose rank failed first, before it exits on its own."""
-    from titanflow.launch.root_cause import lost_peer
-
     failed = [(r["ended_at"], n) for n, r in exits.items() if r is not None and r["exit_code"] != 0]
 
     def order(item: tuple[float, str]) -> tuple[bool, float, str]:
@@ -219,8 +218,6 @@ def last_lines(path: Path, count: int) -> list[str]:
 def node_rank_error(nodes: Path, node: str):
     """The first failing rank's own error on ``node`` (titanflow.launch.root_cause.first_rank_error: its rank logs
     under ``train/ranks/<node>`` and its console), with its local rank; None when it left none."""
-    from titanflow.launch.root_cause import first_rank_error
-
     console = "\n".join(last_lines(node_log_path(nodes, node), 200))
     return first_rank_error(nodes.parent / "ranks" / node, console)
 

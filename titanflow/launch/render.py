@@ -23,9 +23,11 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from titan_cfg.compile_cache import cache_env
+from titan_cfg.config_json import to_plain
 from titan_cfg.job import JOB_ENV, JOB_FILE, Job
 from titan_cfg.published import Workload, published_for_job
 from titan_cfg.targets import TARGETS
+from titan_cfg.trainer_config import build as build_trainer_config
 from titanflow import paths
 from titanflow.launch.dataset import locate as locate_dataset
 from titanflow.launch.kubernetes.launch import pod_script
@@ -208,14 +210,11 @@ def build_config(job: Job) -> dict:
     Raises:
         RenderError: torchtitan rejected the config (the message names the exception and its text).
     """
-    from titan_cfg.compat.cpu import make_importable_without_triton
+    from titan_cfg.compat.cpu import make_importable_without_triton  # lazy: torch
 
     make_importable_without_triton()  # import-only: torchtitan's EP kernels module wants triton
-    from titan_cfg import trainer_config
-    from titan_cfg.config_json import to_plain
-
     try:
-        config = trainer_config.build(job)
+        config = build_trainer_config(job)
     except Exception as err:  # noqa: BLE001 - whatever torchtitan raises, the run cannot start with it
         raise RenderError(f"torchtitan rejected the rendered config: {type(err).__name__}: {err}") from err
     return json.loads(json.dumps(to_plain(config)))  # as written to trainer_config.json: lists, not tuples

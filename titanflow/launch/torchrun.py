@@ -23,11 +23,14 @@ from pydantic import BaseModel, Field
 from titan_cfg.job import Job
 from titanflow import paths
 from titanflow.launch import oom
+from titanflow.launch.kubernetes.launch import run_pods
 from titanflow.launch.metrics import log_tail, non_finite_steps, run_curve
+from titanflow.launch.nodes import first_node_error, nodes_dir
 from titanflow.launch.process import ProcessResult, run_streaming
 from titanflow.launch.render import RenderedJob
 from titanflow.launch.resume import Resume, checkpoint_folder, prepare, remove_incomplete
 from titanflow.launch.root_cause import first_rank_error
+from titanflow.launch.slurm.job import recover_rank0_steps, run_job
 
 #: Lines of the launcher's log an error carries, and the characters kept of each.
 ERROR_TAIL_LINES, ERROR_LINE_CHARS = 25, 500
@@ -56,8 +59,6 @@ def launch_error(what: str, why: str, result: ProcessResult, log_path: Path, ran
     if result.timed_out:
         root = None
     elif nodes_job is not None:
-        from titanflow.launch.nodes import first_node_error
-
         root = first_node_error(nodes_job)
     else:
         root = first_rank_error(ranks_dir, log_tail(log_path, 200) or "")
@@ -128,12 +129,8 @@ def launch(rendered: RenderedJob, *, timeout_s: float, log_name: str = "train.lo
         raise ValueError(f"a {rendered.scheduler} job runs with the environment of its launch.sh; cannot add "
                          f"{sorted(extra_env)}")
     if rendered.scheduler == "slurm":
-        from titanflow.launch.slurm.job import run_job
-
         return run_job(rendered, timeout_s=timeout_s, log_path=log_path, on_lines=on_lines, hold_nodes=hold_nodes), log_path
     if rendered.scheduler == "kubernetes":
-        from titanflow.launch.kubernetes.launch import run_pods
-
         return run_pods(rendered, timeout_s=timeout_s, log_path=log_path, on_lines=on_lines), log_path
     result = run_streaming(
         resolve_launcher(rendered.argv),
@@ -179,9 +176,6 @@ def run_training(rendered: RenderedJob, *, timeout_s: float, on_lines=lambda _: 
     metrics_path = Path(rendered.run_dir) / "metrics.csv"
     nodes_job = job if rendered.scheduler != "local" else None
     if rendered.scheduler == "slurm":  # steps an earlier launch's job trained after its follower was killed
-        from titanflow.launch.nodes import nodes_dir
-        from titanflow.launch.slurm.job import recover_rank0_steps
-
         recover_rank0_steps(nodes_dir(job), log_path)
     with open(log_path, "a") as log:
         log.write(resume.line + "\n")

@@ -46,7 +46,14 @@ from typing import Any
 from prefect.cache_policies import TASK_SOURCE, CachePolicy, Inputs
 from prefect.utilities.hashing import hash_objects
 
+from titan_cfg.compile_cache import COMPILER_PACKAGES, cache_folder
+from titan_cfg.job import JOB_ENV, Job
+from titan_cfg.published import PUBLISHED_FILE
 from titanflow import paths
+from titanflow.assets.botchan import DATASET_FILE, DATASET_NAME
+from titanflow.launch.render import without_run
+from titanflow.weights.digest import file_digest
+from titanflow.weights.resolve import local_folder
 
 #: Weight files read by their Hub-cache blob name or (size, mtime) instead of their bytes: shards are GBs.
 BULKY_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
@@ -96,8 +103,6 @@ def file_fingerprint(path: Path) -> str:
     """What decides whether ``path`` changed: the sha256 of its bytes; for a weight shard (:data:`BULKY_SUFFIXES`)
     its Hub-cache blob name when it is a link into the Hub cache (the blob is named by its sha256), else its size
     and modification time in ns (a rewritten shard gets a new mtime)."""
-    from titanflow.weights.digest import file_digest
-
     if path.suffix in BULKY_SUFFIXES:
         target = path.resolve()
         if path.is_symlink() and target.parent.name == "blobs":
@@ -166,8 +171,6 @@ class Keyed(CachePolicy):
 
 
 def _local_weights(weights: str | None) -> Path | None:
-    from titanflow.weights.resolve import local_folder
-
     return local_folder(weights) if weights is not None else None
 
 
@@ -179,8 +182,6 @@ def _builders() -> dict:
 
 def _pretrained() -> dict:
     """What decides the pretrained tiny checkpoint: the tiny weights, the trainer that pretrains them, the text."""
-    from titanflow.assets.botchan import DATASET_FILE, DATASET_NAME
-
     return {**_builders(), "trainer": versions(*CONFIG_PACKAGES),
             "pretrain_source": source_digest("titanflow.weights", "titanflow.launch", "titanflow.export", "titan_cfg"),
             "text": file_fingerprint(paths.SHIPPED_ASSETS / DATASET_NAME / DATASET_FILE)}
@@ -197,9 +198,6 @@ def _pull_material(inputs: Mapping[str, Any]) -> dict | None:
 
 
 def _job_without_run(job_path: str) -> dict:
-    from titan_cfg.job import Job
-    from titanflow.launch.render import without_run
-
     return without_run(Job.read(Path(job_path))).model_dump(mode="json")
 
 
@@ -208,7 +206,7 @@ def _warm_intact(result) -> bool:
     either marker: titanflow.launch.warmup) and entries."""
     if result.cache_dir is None or result.status == "skipped":
         return True
-    from titanflow.launch.warmup import EAGER_WARM_MARKER, WARM_MARKER
+    from titanflow.launch.warmup import EAGER_WARM_MARKER, WARM_MARKER  # lazy: pandas (via titanflow.launch.metrics)
 
     cache = Path(result.cache_dir)
     markers = (WARM_MARKER, EAGER_WARM_MARKER) if result.eager else (WARM_MARKER,)
@@ -217,8 +215,6 @@ def _warm_intact(result) -> bool:
 
 
 def _warmup_material(inputs: Mapping[str, Any]) -> dict:
-    from titan_cfg.compile_cache import COMPILER_PACKAGES, cache_folder
-
     rendered = inputs["rendered"]
     found = cache_folder(rendered.env)
     backend = found[1] if found else None
@@ -228,8 +224,6 @@ def _warmup_material(inputs: Mapping[str, Any]) -> dict:
 
 
 def _render_material(inputs: Mapping[str, Any]) -> dict:
-    from titan_cfg.published import PUBLISHED_FILE
-
     return {"run": inputs["run"].model_dump(mode="json", exclude={"resume", "timeout_s", "run_id", "runs_dir"}),
             "weights": files_fingerprint(Path(inputs["weights_dir"])), "published": file_fingerprint(PUBLISHED_FILE),
             "source": source_digest("titanflow.launch.render", "titan_cfg.published", "titan_cfg")}
@@ -246,8 +240,6 @@ def _config_material(inputs: Mapping[str, Any]) -> dict:
 
 
 def _env_without_job(inputs: Mapping[str, Any]) -> dict:
-    from titan_cfg.job import JOB_ENV
-
     return {k: v for k, v in inputs["env"].items() if k != JOB_ENV}
 
 
@@ -278,8 +270,6 @@ def _train_material(inputs: Mapping[str, Any]) -> dict:
 def _trained_intact(result) -> bool:
     """A training holds while its metrics table and the final step's HF save (every shard its index names) are
     there: what export and the judge read."""
-    from titan_cfg.job import Job
-
     run_dir = Path(result.metrics_path).parent if result.metrics_path else None
     if run_dir is None or not Path(result.metrics_path).is_file() or not (run_dir / "job" / "job.json").is_file():
         return False

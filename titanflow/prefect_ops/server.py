@@ -39,7 +39,7 @@ from titanflow.launch.process import alive, start_ticks, stop_group
 from titanflow.launch.slot import release_stale_slots
 from titanflow.paths import REPO_ROOT, write_atomic
 from titanflow.prefect_ops.alerts import alert_setting, ensure_alerts
-from titanflow.prefect_ops.deployments import PREFECT_YAML, check_prefect_yaml
+from titanflow.prefect_ops.deployments import POOL_TEMPLATES, PREFECT_YAML, check_prefect_yaml
 from titanflow.prefect_ops.local_server import ServerError, api_healthy, free_port
 
 #: The project's Prefect home: SQLite database, logs, the record of started processes (git-ignored).
@@ -171,8 +171,6 @@ def ensure_work_pools(api_url: str, pools: list[str], env: dict[str, str]) -> li
     from prefect.client.orchestration import SyncPrefectClient
     from prefect.client.schemas.actions import WorkPoolCreate
     from prefect.exceptions import ObjectNotFound
-
-    from titanflow.prefect_ops.deployments import POOL_TEMPLATES
 
     created = []
     with SyncPrefectClient(api_url) as client:

@@ -24,6 +24,7 @@ import signal
 from prefect.exceptions import CancelledRun, TerminationSignal
 
 from titanflow.prefect_ops.cancel_watch import SENT_SIGTERM
+from titanflow.prefect_ops.drain import send_buffered
 from titanflow.terminated import Terminated
 
 
@@ -85,8 +86,6 @@ def _stopped_task_runs(client, flow_run_id) -> list:
         TaskRunFilterStateType,
     )
     from prefect.client.schemas.objects import StateType
-
-    from titanflow.prefect_ops.drain import send_buffered
 
     send_buffered(timeout_s=5)
     stopped = [StateType.PENDING, StateType.SCHEDULED, StateType.RUNNING, StateType.CRASHED]

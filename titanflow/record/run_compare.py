@@ -39,7 +39,7 @@ from pydantic import BaseModel, Field
 from titanflow import paths
 from titanflow.judge import regression
 from titanflow.record import history
-from titanflow.record.summary import SUMMARY, read_summary
+from titanflow.record.summary import NON_FINITE_STOP, SUMMARY, read_summary
 
 #: Columns compared side by side besides the per-task times (``seconds_<task>``), in this order.
 SIDE_BY_SIDE = ("tokens_per_s", "peak_memory_gib", "peak_rss_bytes", "compile_warmup_s", "slot_wait_s", "total_s")
@@ -224,8 +224,6 @@ def _losses(row: dict) -> list[float]:
     """The row's logged losses, then NaN for the step torchtitan stopped at when its error says so ("Loss is not
     finite ... at step N", raised before the step is logged: titanflow.record.summary.NON_FINITE_STOP), so a
     diverged run parts from a finite one where it diverged instead of agreeing over the steps before."""
-    from titanflow.record.summary import NON_FINITE_STOP
-
     losses = [float(v) for v in (row.get("losses") or [])]
     stop = NON_FINITE_STOP.search(row.get("error") or "")
     if stop and int(stop.group(1)) == len(losses) + 1:

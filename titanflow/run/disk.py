@@ -148,7 +148,7 @@ def cache_writes(run: ScenarioRun, config: dict) -> list[Write]:
         what = f"the run writes the trimmed checkpoint, {size / GIB:.2f} GiB ({dtype}), into the cache {root}"
         writes.append(Write(root / "trimmed", size, what, CACHE_FIX))
     if run.weights is None and run.init == "pretrained" and not _pretrained_built(root, config.get("model_type")):
-        from titanflow.run.pretrained import RECIPES  # its launch and export modules: only for a build to size
+        from titanflow.run.pretrained import RECIPES  # lazy: pandas (via titanflow.launch.metrics)
 
         scenario, recipe = RECIPES[config["model_type"]]
         pretraining = ScenarioRun(scenario=scenario, target="cpu", nproc_per_node=1, **recipe)

@@ -30,6 +30,8 @@ from pydantic import ValidationError
 
 from titan_cfg.job import CHECKPOINT_FOLDER, JOB_FILE, Job
 from titanflow import paths
+from titanflow.launch.render import make_job
+from titanflow.launch.slurm.job import running_jobs
 from titanflow.params import RUN_ID_MAX, RUN_ID_PATTERN, ScenarioRun, check_resumed_id
 from titanflow.run.preflight import preflight
 
@@ -54,7 +56,7 @@ class Resumption:
 
     def continuation(self, flow_run_id: str | None) -> Continuation:
         """This continuation, by the flow run ``flow_run_id``, as the summary records it."""
-        from titanflow.record.summary import Continuation
+        from titanflow.record.summary import Continuation  # lazy: pandas, prefect
 
         said = self.previous.reason or self.previous.error
         return Continuation(flow_run_id=flow_run_id, previous_flow_run_id=self.previous.flow_run_id,
@@ -68,8 +70,6 @@ class Resumption:
         Raises:
             ValueError: ``resume: ...``, naming each differing field with both values.
         """
-        from titanflow.launch.render import make_job
-
         differing = []
         if weights_digest and self.previous.weights_digest and weights_digest != self.previous.weights_digest:
             differing.append(f"weights_digest {self.previous.weights_digest} -> {weights_digest}")
@@ -87,7 +87,7 @@ class Resumption:
 def newest_complete_step(checkpoint_folder: Path) -> int | None:
     """The step of the newest complete step checkpoint in ``checkpoint_folder`` (titanflow.launch.resume), None
     when there is none."""
-    from titanflow.launch.resume import step_folders, why_incomplete
+    from titanflow.launch.resume import step_folders, why_incomplete  # lazy: pandas (via titanflow.launch.metrics)
 
     complete = [step for step, folder in step_folders(checkpoint_folder).items() if why_incomplete(folder) is None]
     return max(complete) if complete else None
@@ -132,7 +132,7 @@ def resumed_run(given: dict) -> Resumption:
     if not run_dir.is_dir():
         raise ValueError(f"resume: no run folder {run_dir}; fix: pass the id of a run under {root} (--runs-dir names "
                          "another parent)")
-    from titanflow.record.summary import SUMMARY, read_summary
+    from titanflow.record.summary import SUMMARY, read_summary  # lazy: pandas, prefect
 
     if not (run_dir / SUMMARY).is_file():
         raise ValueError(f"resume: {run_dir} has no {SUMMARY}, so the run's parameters are unknown; fix: start a new "
@@ -165,8 +165,6 @@ def resumed_run(given: dict) -> Resumption:
     live = live_processes(run_dir)
     if live:
         pids = ", ".join(f"{p.pid} ({p.name()})" for p in live[:5])
-        from titanflow.launch.slurm.job import running_jobs
-
         jobs = running_jobs(run_dir / "train" / "nodes") if (run_dir / "train" / "nodes").is_dir() else []
         if jobs:  # a Slurm job trains on after its flow process died: only Slurm can end it
             raise ValueError(f"resume: run {run_id} is still running: its Slurm job(s) {', '.join(jobs)} (processes "
@@ -187,7 +185,7 @@ def own_run_folder(run: ScenarioRun, flow_run_id: str) -> Path | None:
     the ``<scenario>-<target>-<init>-*`` folders of the runs folder."""
     root = run.runs_root()
     candidates = [root / run.run_id] if run.run_id else sorted(root.glob(f"{run.scenario}-{run.target}-{run.init}-*"))
-    from titanflow.record.summary import SUMMARY, read_summary
+    from titanflow.record.summary import SUMMARY, read_summary  # lazy: pandas, prefect
 
     for folder in candidates:
         try:

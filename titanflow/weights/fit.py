@@ -10,6 +10,7 @@ from pathlib import Path
 
 from titan_cfg.model_spec import Qwen3Shape, qwen3_shape, read_config
 from titan_cfg.scenarios import SCENARIOS
+from titan_cfg.trainer_config import check_pretrained_source
 from titanflow import paths
 from titanflow.assets import TINY_SPECS
 from titanflow.assets.cache import build_once, sha256_file
@@ -40,8 +41,6 @@ def check_weights_folder(run: ScenarioRun, folder: Path, complete: bool = True) 
     check_tokenizer_fits(folder, shape.vocab_size)
     check_save_index(folder)  # the export is sharded by this index, whatever the init
     if run.init == "pretrained":
-        from titan_cfg.trainer_config import check_pretrained_source
-
         check_pretrained_source(folder)
         check_checkpoint(folder)  # every shard and tensor the load reads, before any rank starts
     return shape

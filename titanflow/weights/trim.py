@@ -42,6 +42,8 @@ from titanflow.export.assemble import SIDE_FILES
 from titanflow.export.structure import INDEX
 from titanflow.params import Trim
 from titanflow.paths import check_writable
+from titanflow.weights.check import check_checkpoint, check_save_index
+from titanflow.weights.digest import weights_digest
 from titanflow.weights.identity import TRIM_KEY
 
 #: Largest shard written (bytes of tensor data): transformers' own default for save_pretrained, 5 GB.
@@ -192,8 +194,6 @@ def _check_trimmed(out: Path, trim: Trim, with_weights: bool) -> None:
         raise TrimError(f"trim: transformers reads (layers, experts, top_k) {read} from the trimmed config.json, "
                         f"expected {(trim.layers, trim.experts, trim.top_k)}")
     if with_weights:
-        from titanflow.weights.check import check_checkpoint, check_save_index
-
         check_checkpoint(out)
         check_save_index(out)
 
@@ -269,8 +269,6 @@ def trim_moe(source: Path, dest: Path, trim: Trim, source_id: str | None = None,
         require_weights(source, source_id)
     with_weights = any(source.glob("*.safetensors"))
     if with_weights or weights_required:
-        from titanflow.weights.check import check_checkpoint
-
         check_checkpoint(source)  # every shard and tensor read below is there, before anything is written
     new_config = trimmed_config(config, trim, str(source), source_id)
 
@@ -306,8 +304,6 @@ def ensure_trimmed(source: Path, trim: Trim, source_id: str | None, cache_root: 
     Raises:
         TrimError, ValueError: as :func:`trim_moe`.
     """
-    from titanflow.weights.digest import weights_digest
-
     source = Path(source)
     if not (source / "config.json").is_file():
         raise TrimError(f"weights: {source} has no config.json; fix: pass a Hugging Face model folder")

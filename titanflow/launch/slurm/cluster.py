@@ -36,7 +36,7 @@ from pathlib import Path
 import psutil
 from pydantic import BaseModel, Field
 
-from titanflow.launch.process import alive, start_ticks
+from titanflow.launch.process import alive, dies_with_this_thread, start_ticks
 
 #: Where the cluster lives unless told otherwise.
 DEFAULT_DIR = Path(tempfile.gettempdir()) / "titanflow-slurm"
@@ -169,8 +169,6 @@ def up(folder: Path = DEFAULT_DIR, *, tie_to_caller: bool = False) -> Cluster:
         ClusterError: a program is missing, one is already recorded as running there, or the cluster did not come
             up within :data:`START_TIMEOUT_S` (the daemons started are stopped again; their logs are kept).
     """
-    from titanflow.launch.process import dies_with_this_thread
-
     folder = Path(folder).resolve()
     running = read_cluster(folder)
     if running is not None and any(alive(d) for d in running.daemons):
