@@ -58,8 +58,14 @@ def _is_project(name: str) -> bool:
 
 
 def _sources(root: Path) -> list[Path]:
-    return sorted(p for package in PROJECT if (root / package).is_dir() for p in (root / package).rglob("*.py")
-                  if "__pycache__" not in p.parts)
+    """Every module file of the project folders, each once (titanflow/flows links to flows/: flows/'s path kept)."""
+    found, seen = [], set()
+    for path in sorted(p for package in PROJECT if (root / package).is_dir() for p in (root / package).rglob("*.py")
+                       if "__pycache__" not in p.parts):
+        if path.resolve() not in seen:
+            seen.add(path.resolve())
+            found.append(path)
+    return found
 
 
 def _module_name(root: Path, path: Path) -> str:
@@ -243,7 +249,8 @@ def tree_copy(tmp_path) -> Path:
     """The project's packages, copied: a place to plant imports."""
     for package in PROJECT:
         if (REPO_ROOT / package).is_dir():
-            shutil.copytree(REPO_ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
+            shutil.copytree(REPO_ROOT / package, tmp_path / package, symlinks=True,
+                            ignore=shutil.ignore_patterns("__pycache__"))
     return tmp_path
 
 
