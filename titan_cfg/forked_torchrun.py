@@ -91,4 +91,8 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    # ``python -m`` runs this file as __main__, a second copy of the module: the handlers must be recorded in the
+    # importable titan_cfg.forked_torchrun, the one each forked rank's forked_rank.py imports and restores from.
+    import titan_cfg.forked_torchrun
+
+    titan_cfg.forked_torchrun.main()

@@ -94,3 +94,29 @@ def test_a_forked_rank_ends_on_sigterm_as_a_new_python_does(mode, exitcode, tmp_
                           timeout=120, env={**os.environ, "TMPDIR": str(tmp_path)})
     assert done.returncode == 0, done.stderr[-3000:]
     assert int(done.stdout.split()[-1]) == exitcode
+
+
+#: torchrun's main replaced by a report of what the importable module recorded (and the job's preparation, which needs
+#: a job file, by nothing), then the module run as ``python -m`` runs it.
+_RUN_AS_MAIN = """
+import runpy, sys
+import torch.distributed.run
+import titan_cfg.entry
+titan_cfg.entry.prepare = lambda: None
+torch.distributed.run.main = lambda argv: print(len(sys.modules["titan_cfg.forked_torchrun"].startup_handlers))
+sys.argv = ["forked_torchrun"]
+runpy.run_module("titan_cfg.forked_torchrun", run_name="__main__", alter_sys=True)
+"""
+
+
+@pytest.mark.torchrun
+def test_run_as_a_module_it_records_the_handlers_where_forked_rank_restores_them():
+    """``python -m titan_cfg.forked_torchrun`` runs the file as __main__; forked_rank.py imports
+    titan_cfg.forked_torchrun, a second copy, unless the launcher's handlers are recorded there: all four of
+    AGENT_SIGNALS (SIGTERM, SIGINT, SIGHUP, SIGQUIT exist on Linux)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _RUN_AS_MAIN], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert int(done.stdout.split()[-1]) == 4
