@@ -171,11 +171,11 @@ def _is_int(annotation: Any) -> bool:
 DTYPES: dict[str, str] = {name: "Int64" for name, field in HistoryRow.model_fields.items() if _is_int(field.annotation)}
 
 #: The results' metric columns (module docstring).
-_LIFTED = tuple(name for name in _ResultMetrics.model_fields if name not in _Outcome.model_fields)
-if clash := set(_LIFTED) & (set(_Outcome.__annotations__) | set(HistoryRow.__annotations__)):
+LIFTED = tuple(name for name in _ResultMetrics.model_fields if name not in _Outcome.model_fields)
+if clash := set(LIFTED) & (set(_Outcome.__annotations__) | set(HistoryRow.__annotations__)):
     raise TypeError(f"{', '.join(sorted(clash))}: a result's metric and a column of the row's own share a name; fix: "
                     "name the metric apart")
 
 #: The metric columns: the results' first (RESULT_PARTS' order), then the row's own (table order).
-METRICS: tuple[str, ...] = _LIFTED + tuple(name for name, field in HistoryRow.model_fields.items()
-                                           if is_metric(field) and name not in _LIFTED)
+METRICS: tuple[str, ...] = LIFTED + tuple(name for name, field in HistoryRow.model_fields.items()
+                                           if is_metric(field) and name not in LIFTED)

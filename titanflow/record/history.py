@@ -217,7 +217,8 @@ def append_rows(rows: list[dict], history_dir: Path | str | None = None, name: s
     """Add ``rows`` to the history table (``name``: another table of the history folder, such as the bisects')
     under the lock (module docstring); returns the table's path.
 
-    A row whose ``key`` is already in the table replaces it.
+    A row whose ``key`` is already in the table replaces it. The table's columns keep their order, a new column
+    after them (also when every row is replaced).
 
     Raises:
         filelock.Timeout: another append held the lock for :data:`LOCK_TIMEOUT_S`.
@@ -231,6 +232,7 @@ def append_rows(rows: list[dict], history_dir: Path | str | None = None, name: s
             old = _read_table(table)
             kept = old[~old[key].isin(new[key])]
             new = pd.concat([kept, new], ignore_index=True) if len(kept) else new
+            new = new[[c for c in old.columns if c in new] + [c for c in new.columns if c not in old.columns]]
         paths.write_atomic(table, mark_history(new).to_parquet(index=False))
     return table
 
