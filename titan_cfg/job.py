@@ -110,7 +110,10 @@ class Job(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _scheduler_implied(cls, data):
-        """A job file without ``scheduler`` has the implied one."""
+        """A job file without ``scheduler`` has the implied one. The job file is titan_cfg's own, read on the ranks,
+        and carries no ``schema_version`` (titanflow.record.schema versions summary.json and the history): a field
+        added since is optional, its default what a file without it meant, and nnodes and scheduler are left out
+        when implied, so a job file stays byte for byte what it was (the golden renders)."""
         if isinstance(data, dict) and "scheduler" not in data and "target" in data:
             data = {**data, "scheduler": implied_scheduler(data["target"], data.get("nnodes", 1))}
         return data

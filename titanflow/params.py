@@ -226,8 +226,10 @@ class ScenarioRun(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _legacy_nproc(cls, value):
-        """``nproc``, the ranks of a one-node run in summaries written before runs had nodes, is ``nproc_per_node``."""
+    def _nproc_keyword(cls, value):
+        """``nproc`` given is ``nproc_per_node`` (the keyword titanflow doctor passes for its ``--nproc``). Recorded
+        parameters are not read back through it: ``nproc`` in summaries written before runs had nodes is read by
+        titanflow.judge.workload (the workload key) and titanflow.record.schema.world_size."""
         if isinstance(value, dict) and "nproc" in value:
             value = dict(value)
             nproc = value.pop("nproc")

@@ -1,4 +1,4 @@
-"""History rows built by hand (titanflow.record.history.HistoryRow), for tests of what reads the history:
+"""History rows built by hand (titanflow.history_row.HistoryRow), for tests of what reads the history:
 a run of a given night with given metrics, without training it."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 
 import pandas as pd
 
-from titanflow.record.history import HistoryRow
+from titanflow.history_row import HistoryRow
 
 #: Per-step losses of a real run: native, cpu, random init, 10 steps (tests/fixtures/run_folders/native-cpu-random).
 NATIVE_CPU_RANDOM_LOSSES = [11.94006, 11.93394, 11.89889, 11.85279, 11.8061,

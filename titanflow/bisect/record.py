@@ -3,7 +3,7 @@
     append_bisect(result)                      # titanflow.bisect.search.BisectResult, after each bisect
     read_bisects()                             # a DataFrame, oldest first
 
-Why a table of its own: a history row is one scenario run (titanflow.record.history.HistoryRow, the rows
+Why a table of its own: a history row is one scenario run (titanflow.history_row.HistoryRow, the rows
 the regression rules and trends read), and a bisect is many runs of many revisions with a result of its
 own. Its probes' runs are in the bisect's own folder and history (titanflow.bisect.probe), never among
 the nightly's baselines; this table keeps each bisect's result and its probes. The leading underscore

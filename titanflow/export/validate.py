@@ -18,7 +18,7 @@ import gc
 import time
 from pathlib import Path
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field
 
 from titan_cfg.job import Job
 from titan_cfg.probe import PROBE_FILE
@@ -56,17 +56,6 @@ class ValidationReport(BaseModel):
     parity: ParityReport | None = Field(description="level 4: export against the trained model")
     seconds: dict[str, float] = Field(description="wall seconds per level")
     problems: list[str] = Field(description="every failed check of every level, prefixed by its level")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _nest_flat_load(cls, data):
-        """Read summaries written before the load level was its own field (its keys at the top)."""
-        if isinstance(data, dict) and "load" not in data and "missing_in_files" in data:
-            names = set(LoadReport.model_fields) - {"problems"}
-            load = {k: data[k] for k in names if k in data}
-            load["problems"] = [p.removeprefix("load: ") for p in data.get("problems", []) if p.startswith("load: ")]
-            data = {**{k: v for k, v in data.items() if k not in names}, "load": load}
-        return data
 
     def raise_for_problems(self) -> None:
         """Raises :class:`ExportCheckError` listing every failed check, if any failed."""

@@ -41,6 +41,7 @@ from typing import Any, Literal
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
+from titanflow.history_row import METRICS
 from titanflow.judge.environment import describe
 from titanflow.judge.failures import FailureClass
 from titanflow.judge.goldens import GOLDEN_DIR, curve_path, golden_for
@@ -48,10 +49,9 @@ from titanflow.judge.goldens import GOLDEN_DIR, curve_path, golden_for
 #: The committed rules.
 RULES_PATH = Path(__file__).with_name("regression_rules.toml")
 
-#: Row columns a ``history_median`` rule may name (titanflow.record.history), plus ``task_seconds``
-#: (every ``seconds_<task>`` column).
-HISTORY_METRICS = ("tokens_per_s", "peak_memory_gib", "peak_rss_bytes", "total_s", "compile_warmup_s",
-                   "first_step_loss", "final_loss", "task_seconds")
+#: Row columns a ``history_median`` rule may name: the history row's metrics (titanflow.history_row.METRICS: the
+#: fields marked ``"metric": True``), plus ``task_seconds`` (every ``seconds_<task>`` column).
+HISTORY_METRICS = (*METRICS, "task_seconds")
 
 #: Row columns a ``golden_curve`` rule may name.
 CURVE_METRICS = ("losses",)

@@ -75,15 +75,19 @@ def launch_error(what: str, why: str, result: ProcessResult, log_path: Path, ran
 
 
 class TrainResult(BaseModel):
-    """Summary of a finished training launch."""
+    """Summary of a finished training launch. A field marked ``"metric": True`` is a column of the history
+    (titanflow.history_row) that a regression rule may judge."""
 
     log_path: str | None = Field(description="runs/<id>/train.log, rank 0")
     metrics_path: str | None = Field(description="runs/<id>/metrics.csv (step, loss, grad_norm, memory_gib, tps)")
     losses: list[float] = Field(description="loss per step (nats), step 1 first, rank 0: every step once, from "
                                 "the last launch that trained it")
-    tokens_per_s: float = Field(description="all ranks: median per-rank tokens/s over steps >= 2, times world size")
-    peak_memory_gib: float = Field(description="largest per-rank peak memory torchtitan reported (GiB)")
-    peak_rss_bytes: int = Field(description="largest resident set of any process of the launch (bytes)")
+    tokens_per_s: float = Field(description="all ranks: median per-rank tokens/s over steps >= 2, times world size",
+                                 json_schema_extra={"metric": True})
+    peak_memory_gib: float = Field(description="largest per-rank peak memory torchtitan reported (GiB)",
+                                    json_schema_extra={"metric": True})
+    peak_rss_bytes: int = Field(description="largest resident set of any process of the launch (bytes)",
+                                json_schema_extra={"metric": True})
     wall_s: float = Field(description="seconds from launch to exit (the last launch)")
     resumed_from_step: int | None = Field(None, description="step of the step checkpoint the last launch resumed "
                                           "from (titanflow.launch.resume); None: it started at step 1")

@@ -14,13 +14,14 @@ never see a half-written file and concurrent appenders never lose a row.
 Rewriting the whole table per append is fine at nightly scale (hundreds of rows
 per year, a few KiB each).
 
-Columns: the fields of :class:`HistoryRow` (units in the names and descriptions).
+Columns: the fields of titanflow.history_row.HistoryRow (units in the names and descriptions), built from the run
+record by :func:`row_from_summary`. Every table of the history folder carries its ``schema_version`` in its
+metadata; tables of earlier versions are read as the current one (titanflow.record.schema).
 """
 
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 from datetime import datetime, timedelta, timezone
 from importlib import metadata
@@ -28,14 +29,15 @@ from pathlib import Path
 
 import pandas as pd
 from filelock import FileLock
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import ValidationError
 
-from titan_cfg.job import JOB_FILE
 from titanflow import paths
+from titanflow.history_row import DTYPES, HistoryRow, extra
 from titanflow.judge.environment import environment_key
 from titanflow.judge.workload import config_key
 from titanflow.launch.metrics import log_tail, logged_losses
 from titanflow.launch.resume import launches
+from titanflow.record.schema import NewerVersionError, mark_history, upgrade_history, world_size
 from titanflow.record.summary import RunSummary, classify, read_summary
 
 #: File name of the history table inside the history folder.
@@ -49,6 +51,13 @@ VERSIONED_PACKAGES = ("torch", "torchtitan", "transformers", "prefect")
 
 #: Lines of train.log given to the failure classifier.
 LOG_TAIL_LINES = 60
+
+#: The columns the run record fills as they are, and from where: a column's ``source`` (titanflow.history_row: a
+#: dotted path, ``train.tokens_per_s``), else the RunSummary field of its name. :func:`row_from_summary` computes
+#: the others, and replaces ``verdict``'s None.
+SOURCES: dict[str, str] = {
+    name: extra(field).get("source", name) for name, field in HistoryRow.model_fields.items()
+    if "source" in extra(field) or name in RunSummary.model_fields or name in RunSummary.model_computed_fields}
 
 
 def history_file(history_dir: Path | str | None = None, name: str = HISTORY_FILE) -> Path:
@@ -95,19 +104,15 @@ def run_failure_class(summary: RunSummary, run_dir: Path, losses: list[float] | 
     return classify(summary, log_tail(run_dir / "train.log", LOG_TAIL_LINES) or "", losses)
 
 
-def _world_size(summary: RunSummary, run_dir: Path) -> int | None:
-    """Ranks of the launch: the job's ``world_size``; for run folders written before the job
-    recorded it, ``--nproc_per_node`` of job/launch.json (one node); else the ``nproc`` parameter of such runs."""
-    job = run_dir / "job" / JOB_FILE
-    if job.is_file() and "world_size" in (recorded := json.loads(job.read_text())):
-        return int(recorded["world_size"])
-    launch = run_dir / "job" / "launch.json"
-    if launch.is_file():
-        for arg in json.loads(launch.read_text()).get("argv", []):
-            match = re.fullmatch(r"--nproc[_-]per[_-]node=(\d+)", str(arg))
-            if match:
-                return int(match.group(1))
-    return summary.parameters.get("nproc")
+def _from_summary(summary: RunSummary, source: str):
+    """The value at ``source`` (a dotted path of fields and mapping keys) of ``summary``; None where a part on the
+    way is None (a run that never trained has no ``train``) or a mapping lacks the key."""
+    value = summary
+    for name in source.split("."):
+        value = value.get(name) if isinstance(value, dict) else getattr(value, name)
+        if value is None:
+            return None
+    return value
 
 
 def _utc(stamp: datetime) -> pd.Timestamp:
@@ -123,81 +128,6 @@ def _times(summary: RunSummary, summary_path: Path) -> tuple[pd.Timestamp, pd.Ti
     started = (_utc(summary.started_at) if summary.started_at
                else finished - timedelta(seconds=summary.total_s))
     return started, finished
-
-
-class HistoryRow(BaseModel):
-    """One run as a row of the history table. Besides these columns a row has ``seconds_<task>``
-    (float, s): wall seconds of each task the run reached (summary.json ``timings_s``)."""
-
-    model_config = ConfigDict(extra="allow", arbitrary_types_allowed=True)
-
-    run_id: str = Field(description="the run folder's name")
-    flow_run_id: str | None = Field(description="the Prefect flow run")
-    scenario: str
-    target: str
-    init: str
-    config_key: str = Field(description="hash of the parameters that define the workload (titanflow.judge.workload)")
-    parameters: str = Field(description="summary.json parameters, as sorted JSON")
-    started_at: pd.Timestamp = Field(description="UTC; summary.json, else its mtime minus total_s")
-    finished_at: pd.Timestamp = Field(description="UTC; summary.json, else its modification time")
-    verdict: str = Field(description="pass | fail | cancelled (stopped from outside: a Prefect cancel, "
-                         "Ctrl-C; reason says how, in which task, after how many steps) | unknown (the run never "
-                         "got a verdict). Only pass rows are baselines (titanflow.judge.regression.baseline_runs)")
-    failure_class: str | None = Field(description="titanflow.record.summary.classify of the summary and the "
-                                      "tail of train.log; None for a run that did not fail (passed, cancelled)")
-    failed_task: str | None
-    error: str | None
-    reason: str | None = Field(description="why the verdict, e.g. a loss-curve regression")
-    first_step_loss: float | None = Field(description="losses[0] (nats)")
-    final_loss: float | None = Field(description="losses[-1] (nats)")
-    losses: list[float] = Field(description="nats, step 1 first: summary.json, else the run's metrics.csv "
-                                "(a run whose train task failed)")
-    tokens_per_s: float | None = Field(description="all ranks")
-    peak_memory_gib: float | None = Field(description="largest per-rank peak torchtitan reported")
-    peak_rss_bytes: int | None = Field(description="largest resident set of any process of the launch")
-    compile_warmup_s: float | None = Field(description="seconds the compile warm-up took")
-    total_s: float = Field(description="sum of the task times (s)")
-    torch_version: str | None = Field(description="installed where the row was appended")
-    torchtitan_version: str | None
-    transformers_version: str | None
-    prefect_version: str | None
-    git_commit: str | None = Field(description="HEAD of the repository at append time")
-    git_dirty: bool | None = Field(description="tracked files differ from HEAD")
-    nproc: int | None = Field(description="world size: ranks of the launch (the job's)")
-    steps: int = Field(description="training steps asked for")
-    run_dir: str = Field(description="the run folder")
-    slot_wait_s: float = Field(0.0, description="seconds waited for the training slot: in no task's time, "
-                               "tokens/s or regression rule (tables written before it read 0 / NaN)")
-    environment_key: str | None = Field(None, description="what decided the numbers (titanflow.judge.environment."
-                                        "environment_key of summary.json's environment); None before it was kept")
-    weights_digest: str | None = Field(None, description="pretrained init: content hash of the checkpoint loaded")
-    resumed_from_step: int | None = Field(None, description="step of the step checkpoint the last training launch "
-                                          "resumed from (titanflow.launch.resume); None: it started at step 1")
-    attempts: int | None = Field(None, description="training launches of the run (train.log's launch lines); "
-                                 "None: it never launched, or before they were counted")
-    resumes: int | None = Field(None, description="times the run was continued in its own folder (titanflow run "
-                                "--resume, the resume parameter, a retried flow run: summary.json resumed); None: "
-                                "before they were counted")
-    validate_peak_rss_bytes: int | None = Field(None, description="peak resident set of the flow process while "
-                                                "the validate task ran (summary.json task_peak_rss_bytes); None: "
-                                                "not reached, or before it was recorded")
-
-    def as_record(self) -> dict:
-        """The row as the table stores it: the columns in table order, ``seconds_<task>`` after
-        ``compile_warmup_s``."""
-        fields = self.model_dump(exclude=set(self.model_extra or {}))
-        names = list(fields)
-        cut = names.index("compile_warmup_s") + 1  # the task times follow it, as in tables written before
-        return {**{k: fields[k] for k in names[:cut]}, **(self.model_extra or {}),
-                **{k: fields[k] for k in names[cut:]}}
-
-    @model_validator(mode="after")
-    def _only_task_seconds_extra(self) -> "HistoryRow":
-        extra = self.model_extra or {}
-        wrong = [k for k, v in extra.items() if not k.startswith("seconds_") or not isinstance(v, float)]
-        if wrong:
-            raise ValueError(f"{', '.join(wrong)}: a row's only extra columns are seconds_<task> (float seconds)")
-        return self
 
 
 def row_from_summary(summary_path: Path | str, summary: RunSummary | None = None) -> HistoryRow:
@@ -221,41 +151,36 @@ def row_from_summary(summary_path: Path | str, summary: RunSummary | None = None
     commit, dirty = git_state()
     train = summary.train
     launched = launches(run_dir / "train.log")  # also when training failed: then there is no train result
-    return HistoryRow(
-        run_id=summary.run_id, flow_run_id=summary.flow_run_id,
-        scenario=summary.scenario, target=summary.target, init=summary.init,
+    copied = {column: _from_summary(summary, source) for column, source in SOURCES.items()}
+    return HistoryRow(**copied | dict(
         config_key=config_key(summary.parameters),
         parameters=json.dumps(summary.parameters, sort_keys=True, default=str),
         started_at=started, finished_at=finished,
         verdict=summary.verdict or ("fail" if summary.failed_task else "unknown"),
         failure_class=run_failure_class(summary, run_dir, losses),
-        failed_task=summary.failed_task, error=summary.error, reason=summary.reason,
         first_step_loss=losses[0] if losses else None, final_loss=losses[-1] if losses else None,
         losses=losses,
-        tokens_per_s=train.tokens_per_s if train else None,
-        peak_memory_gib=train.peak_memory_gib if train else None,
-        peak_rss_bytes=train.peak_rss_bytes if train else None,
-        compile_warmup_s=summary.compile_warmup.seconds if summary.compile_warmup else None,
-        slot_wait_s=summary.slot_wait_s,
         **{f"seconds_{task}": float(s) for task, s in summary.timings_s.items()},
-        total_s=summary.total_s,
         **package_versions(), git_commit=commit, git_dirty=dirty,
-        nproc=_world_size(summary, run_dir), steps=summary.steps,
+        nproc=world_size(run_dir, summary.parameters),
         run_dir=str(run_dir),
-        environment_key=environment_key(summary.environment), weights_digest=summary.weights_digest,
+        environment_key=environment_key(summary.environment),
         resumed_from_step=train.resumed_from_step if train else (launched[-1][1] if launched else None),
         attempts=train.attempts if train else (len(launched) or None),
-        resumes=summary.resumes,
-        validate_peak_rss_bytes=summary.task_peak_rss_bytes.get("validate"),
-    )
+    ))
 
 
 class HistoryError(RuntimeError):
     """The history table cannot be read; the message names it and the command that sets it aside."""
 
 
+class NewerHistoryError(HistoryError):
+    """The history table is of a newer version than this titanflow reads (titanflow.record.schema); the message
+    names both versions. It is not damaged, so it is never set aside for it."""
+
+
 def _read_table(table: Path) -> pd.DataFrame:
-    """The parquet table read through one open file.
+    """The parquet table read through one open file, in the current version (titanflow.record.schema).
 
     pyarrow given a path may open it more than once (footer, then pages); an append
     replacing the file in between makes it read pages of one file against the footer of
@@ -264,22 +189,26 @@ def _read_table(table: Path) -> pd.DataFrame:
     """
     with open(table, "rb") as handle:
         try:
-            return pd.read_parquet(handle)
+            df = pd.read_parquet(handle)
         except (OSError, ValueError) as err:  # pyarrow's ArrowInvalid is a ValueError
             where = "" if table.parent == paths.history_root() else f" --history-dir {table.parent}"
             fix = (f"titanflow history --set-aside{where}" if table.name == HISTORY_FILE
                    else f"rename {table.name} to {table.name}.set-aside-<UTC time>")
             raise HistoryError(f"history: {table} cannot be read ({err}); it is left as it is. "
                                f"Set it aside (kept, renamed) and start a new one: {fix}") from err
+    try:
+        return upgrade_history(df, str(table))
+    except NewerVersionError as err:
+        raise NewerHistoryError(f"history: {err}; it is left as it is") from None
 
 
 def _frame(rows: list[dict]) -> pd.DataFrame:
-    """Rows as a DataFrame with stable dtypes (nullable integers, UTC timestamps)."""
+    """Rows as a DataFrame with stable dtypes: the row's ``int`` columns as nullable integers
+    (titanflow.history_row.DTYPES), the rest as pandas infers them (UTC timestamps among them)."""
     df = pd.DataFrame(rows)
-    for column in ("peak_rss_bytes", "nproc", "steps", "resumed_from_step", "attempts", "resumes",
-                   "validate_peak_rss_bytes"):
+    for column, dtype in DTYPES.items():
         if column in df:
-            df[column] = df[column].astype("Int64")
+            df[column] = df[column].astype(dtype)
     return df
 
 
@@ -288,7 +217,8 @@ def append_rows(rows: list[dict], history_dir: Path | str | None = None, name: s
     """Add ``rows`` to the history table (``name``: another table of the history folder, such as the bisects')
     under the lock (module docstring); returns the table's path.
 
-    A row whose ``key`` is already in the table replaces it.
+    A row whose ``key`` is already in the table replaces it. The table's columns keep their order, a new column
+    after them (also when every row is replaced).
 
     Raises:
         filelock.Timeout: another append held the lock for :data:`LOCK_TIMEOUT_S`.
@@ -302,7 +232,8 @@ def append_rows(rows: list[dict], history_dir: Path | str | None = None, name: s
             old = _read_table(table)
             kept = old[~old[key].isin(new[key])]
             new = pd.concat([kept, new], ignore_index=True) if len(kept) else new
-        paths.write_atomic(table, new.to_parquet(index=False))
+            new = new[[c for c in old.columns if c in new] + [c for c in new.columns if c not in old.columns]]
+        paths.write_atomic(table, mark_history(new).to_parquet(index=False))
     return table
 
 
@@ -327,6 +258,7 @@ def set_aside(history_dir: Path | str | None = None, force: bool = False) -> Pat
 
     Raises:
         ReadableHistoryError: the table reads fine and ``force`` is False (naming it and its runs).
+        NewerHistoryError: the table is of a newer version and ``force`` is False.
         filelock.Timeout: an append held the lock for :data:`LOCK_TIMEOUT_S`.
     """
     table = history_file(history_dir)
@@ -336,6 +268,8 @@ def set_aside(history_dir: Path | str | None = None, force: bool = False) -> Pat
         if not force:
             try:
                 runs = len(_read_table(table))
+            except NewerHistoryError:
+                raise  # a newer titanflow reads it
             except HistoryError:
                 runs = None  # what --set-aside is for
             if runs is not None:

@@ -37,16 +37,20 @@ import pandas as pd
 from pydantic import BaseModel, Field
 
 from titanflow import paths
+from titanflow.history_row import METRICS, HistoryRow, extra
 from titanflow.judge import regression
 from titanflow.record import history
 from titanflow.record.summary import NON_FINITE_STOP, SUMMARY, read_summary
 
-#: Columns compared side by side besides the per-task times (``seconds_<task>``), in this order.
-SIDE_BY_SIDE = ("tokens_per_s", "peak_memory_gib", "peak_rss_bytes", "compile_warmup_s", "slot_wait_s", "total_s")
+#: Columns compared side by side besides the per-task times (``seconds_<task>``), in this order: the history's
+#: metrics (titanflow.history_row.METRICS) but the losses (the curves are compared step by step), then the wait for
+#: the training slot and the total.
+SIDE_BY_SIDE = (*(m for m in METRICS if m not in ("first_step_loss", "final_loss", "total_s")), "slot_wait_s",
+                "total_s")
 
-#: Row columns that record what the run ran with besides its parameters: versions, commit, numerics.
-PROVENANCE = ("torch_version", "torchtitan_version", "transformers_version", "prefect_version", "git_commit",
-              "git_dirty", "environment_key", "weights_digest")
+#: Row columns that record what the run ran with besides its parameters: versions, commit, numerics (the
+#: history row's fields marked ``"provenance": True``).
+PROVENANCE = tuple(name for name, field in HistoryRow.model_fields.items() if extra(field).get("provenance"))
 
 #: Parameters that name a run rather than configure it: never listed as a difference.
 IDENTITY_PARAMETERS = ("run_id",)

@@ -8,8 +8,9 @@ a task raises, the recorder records the failed task and its error, and the flow 
 ``finally`` before the exception propagates (the flow run ends Failed, its logs stay in
 ``runs/<id>/``). A run stopped from outside (a Prefect cancel, Ctrl-C: titanflow.prefect_ops.stopped.cancel_cause) is
 recorded as a :class:`Cancellation` instead: verdict ``cancelled``, the task it happened in and the
-losses of the steps it logged, never a failure. Summaries written before the record was typed (the
-results' fields at the top level) are read too.
+losses of the steps it logged, never a failure. The file carries ``schema_version``; summaries of
+earlier versions (the results' fields at the top level, written before the record was typed) are read as
+the current one (titanflow.record.schema).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from titanflow.judge.verdict import Verdict
 from titanflow.launch.metrics import non_finite_steps
 from titanflow.launch.torchrun import TrainResult
 from titanflow.launch.warmup import WarmupResult
+from titanflow.record.schema import SUMMARY_VERSION, upgrade_summary
 from titanflow.task_names import TaskName
 
 #: torchtitan's message when a step's loss is NaN or inf (torchtitan/trainer.py, Trainer.train_step).
@@ -73,6 +75,8 @@ class Continuation(BaseModel):
 class RunSummary(BaseModel):
     """Everything a run produced and how it ended; ``None`` parts were not reached."""
 
+    schema_version: int = Field(SUMMARY_VERSION, description="the file's format (titanflow.record.schema); a file "
+                                "without it is version 1, read as the current one")
     run_id: str = Field(description="the run folder's name, runs/<run_id>")
     flow_run_id: str | None = Field(None, description="the Prefect flow run that ran it")
     scenario: str = Field(description="titan_cfg.scenarios name")
@@ -153,27 +157,9 @@ class RunSummary(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _nest_flat_results(cls, data):
-        """Read summaries whose task results sat at the top level (written before this model)."""
-        if not isinstance(data, dict) or "losses" not in data and "export_dir" not in data \
-                and "first_step_loss" not in data:
-            return data
-        data = dict(data)
-        if "losses" in data and "train" not in data:
-            data["train"] = {"log_path": data.pop("train_log", None), "metrics_path": None,
-                             "losses": data.pop("losses"), "tokens_per_s": data.pop("tokens_per_s", None),
-                             "peak_memory_gib": data.pop("peak_memory_gib", None),
-                             "peak_rss_bytes": data.pop("peak_rss_bytes", None),
-                             "wall_s": (data.get("timings_s") or {}).get("train", 0.0)}
-        if "export_dir" in data and "export" not in data:
-            data["export"] = {"export_dir": data.pop("export_dir"),
-                              "untied_lm_head": data.pop("export_untied_lm_head", False)}
-        if "first_step_loss" in data and "loss" not in data:
-            data["loss"] = {name: data.pop(name, None) for name in
-                            ("first_step_loss", "expected_first_step_loss", "tolerance", "expectation_source")}
-            data["loss"].update(verdict=data.get("verdict"), reason=data.get("reason"))
-        data.pop("regressions", None)
-        return data
+    def _upgrade(cls, data):
+        """Read summaries of every version (titanflow.record.schema.upgrade_summary)."""
+        return upgrade_summary(data) if isinstance(data, dict) else data
 
 
 def read_summary(path: Path | str) -> RunSummary:

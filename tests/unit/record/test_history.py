@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from helpers import FIXTURES
+from helpers.history_rows import history_row
 
 from titanflow import paths
 from titanflow.record import history
@@ -129,3 +130,12 @@ def test_four_concurrent_processes_appending_ten_rows_each_leave_forty_rows(pass
     assert sorted(df.run_id) == sorted(f"p{n}-{i}" for n in range(4) for i in range(10))
     assert not list(store.glob(".*.tmp"))  # no temporary sibling left behind
     assert len(pd.read_parquet(store)) == 40  # the folder reads as the table: the lock file is hidden
+
+
+def test_a_table_keeps_its_column_order_when_every_row_is_replaced(tmp_path):
+    """A table written in another order (an earlier titanflow's) keeps it, and a column new to it comes after."""
+    row = history_row("r1", 2)
+    older = {k: v for k, v in reversed(row.items()) if k != "resumes"}
+    history.append_rows([older], tmp_path)
+    history.append_rows([row], tmp_path)  # the same run_id: every row of the table replaced
+    assert list(pd.read_parquet(tmp_path / history.HISTORY_FILE).columns) == [*older, "resumes"]

@@ -19,9 +19,10 @@ def test_world_size_is_nodes_times_ranks_per_node_and_many_nodes_run_on_slurm():
     assert cluster.kernels_resolved == ScenarioRun(target="trn2").kernels_resolved  # trn2's per-node tables
 
 
-def test_summaries_written_before_nodes_keep_their_ranks_as_ranks_per_node():
-    legacy = ScenarioRun.model_validate({"scenario": "native", "target": "cpu", "nproc": 1})
-    assert (legacy.nproc_per_node, legacy.world_size) == (1, 1) and "nproc" not in legacy.model_dump()
+def test_the_nproc_keyword_is_the_ranks_per_node():
+    """titanflow doctor passes its --nproc as ``nproc``."""
+    given = ScenarioRun.model_validate({"scenario": "native", "target": "cpu", "nproc": 1})
+    assert (given.nproc_per_node, given.world_size) == (1, 1) and "nproc" not in given.model_dump()
 
 
 @pytest.mark.parametrize(("given", "message"), [
