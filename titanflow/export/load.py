@@ -21,23 +21,9 @@ import os
 import tempfile
 from pathlib import Path
 
-from pydantic import BaseModel, Field
-
 from titan_cfg.probe import PROBE_TEXT
 from titanflow.export.structure import INDEX, read_headers
-
-
-class LoadReport(BaseModel):
-    """Outcome of loading the export in transformers; ``problems`` lists each failed check in words."""
-
-    missing_in_files: list[str] = Field(description="state-dict keys of the loaded model absent from the files")
-    missing: list[str] = Field(description="transformers' missing_keys (randomly initialised on load)")
-    unexpected: list[str] = Field(description="transformers' unexpected_keys")
-    mismatched: list[str] = Field(description="transformers' mismatched_keys (shape differs)")
-    tied: bool = Field(description="config.json tie_word_embeddings")
-    lm_head_is_embedding: bool | None = Field(description="tied models only: lm_head is the embedding after load")
-    forward_finite: bool = Field(description="one forward on the probe sentence gave finite logits")
-    problems: list[str] = Field(description="each failed load check, in words")
+from titanflow.results import LoadReport
 
 
 def load_export(export_dir: Path):

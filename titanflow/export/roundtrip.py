@@ -27,21 +27,11 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
-from pydantic import BaseModel
-
 from titan_cfg.model_spec import Qwen3Shape
 from titanflow.export.structure import read_headers
+from titanflow.results import RoundTripReport
 
 _LAYER = re.compile(r"model\.layers\.(\d+)\.")
-
-
-class RoundTripReport(BaseModel):
-    """Tensors compared, and the keys that did not come back identical, went missing or appeared."""
-
-    tensors: int
-    differing: list[str]
-    lost: list[str]
-    gained: list[str]
 
 
 def conversion_groups(names) -> list[list[str]]:

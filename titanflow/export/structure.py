@@ -14,25 +14,16 @@ import re
 from collections import Counter
 from pathlib import Path
 
-from pydantic import BaseModel
 from safetensors import SafetensorError, safe_open
 
 from titan_cfg.model_spec import rope_theta_of
+from titanflow.results import StructureReport
 
 INDEX = "model.safetensors.index.json"
 
 #: torch dtype names (export_dtype) -> safetensors header dtype codes.
 HEADER_DTYPE = {"float32": "F32", "bfloat16": "BF16", "float16": "F16"}
 _FLOAT_CODES = {"F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2"}
-
-
-class StructureReport(BaseModel):
-    """Counts read from the headers, and ``problems`` (each a sentence naming the file or field)."""
-
-    tensors: int
-    shards: int
-    dtypes: dict[str, int]   # header dtype code -> number of tensors
-    problems: list[str]
 
 
 def read_headers(export_dir: Path) -> dict[str, dict[str, tuple[str, list[int]]]]:

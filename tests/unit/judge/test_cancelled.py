@@ -21,10 +21,9 @@ from prefect.states import Failed
 from tasks.retry import retry_infrastructure_only
 from tasks.train import train
 from tasks.validate import validate
-from titanflow.judge.failures import classify_exception
 from titanflow.judge.regression import evaluate
 from titanflow.judge.verdict import final_verdict
-from titanflow.prefect_ops.stopped import cancel_cause
+from titanflow.prefect_ops.stopped import cancel_cause, classify_exception
 from titanflow.record import history
 from titanflow.record.summary import RunSummary, classify, read_summary
 from titanflow.report.markdown import summary_markdown

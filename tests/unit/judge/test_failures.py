@@ -10,7 +10,8 @@ from helpers import FIXTURES
 from prefect.states import Failed
 
 from tasks.retry import retry_infrastructure_only
-from titanflow.judge.failures import classify_exception, classify_failure, matching_signature
+from titanflow.judge.failures import classify_failure, matching_signature
+from titanflow.prefect_ops.stopped import classify_exception
 from titanflow.record.summary import RunSummary, classify
 
 LOGS = FIXTURES / "failure_logs"

@@ -20,13 +20,12 @@ from matplotlib.image import imread
 
 from tasks.report import report
 from tasks.train import train
-from titanflow.judge.loss import LossVerdict
-from titanflow.judge.regression import Finding
 from titanflow.launch.metrics import log_tail, metrics_table
 from titanflow.record.summary import RunSummary, read_summary
 from titanflow.report.artifacts import TrainingProgress, artifact_key, findings_rows
 from titanflow.report.markdown import LOG_TAIL_LINES, fenced, summary_markdown
 from titanflow.report.plots import DPI, FIGSIZE_IN, curve_points, loss_curve_figure, write_loss_curve
+from titanflow.results import Finding, LossVerdict
 from titanflow.run.recorder import RunRecorder
 
 LOG = FIXTURES / "train-native-cpu-3steps.log"
