@@ -1,7 +1,7 @@
 """The floors: flows -> tasks -> titanflow -> titan_cfg, and inside titanflow/ the floors listed in pyproject.toml's
 [tool.importlinter] (README "Layout"), checked by import-linter over every import statement, those inside a function
-included, so a change that climbs a floor or closes a circle fails here with the two modules named. A task module is
-kept thin."""
+included, so a change that climbs a floor, joins two leaves (assets, export, weights), brings Prefect into the record
+or its judge, or closes a circle fails here with the two modules named. A task module is kept thin."""
 
 import importlib
 import shutil
@@ -33,7 +33,7 @@ def lint_imports(root: Path) -> subprocess.CompletedProcess:
 def test_every_contract_is_kept():
     result = lint_imports(REPO_ROOT)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "Contracts: 3 kept, 0 broken." in result.stdout
+    assert "Contracts: 5 kept, 0 broken." in result.stdout
 
 
 @pytest.fixture(scope="module")
@@ -56,6 +56,13 @@ def tree_copy(tmp_path_factory) -> Path:
     # a circle between two modules of one floor: torchrun imports resume
     ("titanflow/launch/resume.py", "from titanflow.launch.torchrun import run_training",
      ["No cycles are allowed in titanflow.launch", ".torchrun -> .resume"]),
+    # Prefect in the judge: reading a run record would start loading Prefect again
+    ("titanflow/judge/verdict.py", "import prefect",
+     ["titanflow.judge is not allowed to import prefect", "titanflow.judge.verdict -> prefect"]),
+    # one leaf reaching into another: the export naming the run's weights
+    ("titanflow/export/assemble.py", "from titanflow.weights.identity import weights_id",
+     ["titanflow.export is not allowed to import titanflow.weights",
+      "titanflow.export.assemble -> titanflow.weights.identity"]),
 ])
 def test_a_planted_import_inside_a_function_breaks_a_contract_naming_both_modules(tree_copy, module, planted, named):
     path = tree_copy / module
@@ -67,6 +74,20 @@ def test_a_planted_import_inside_a_function_breaks_a_contract_naming_both_module
         path.write_text(original)
     assert result.returncode == 1 and "BROKEN" in result.stdout, result.stdout
     assert [line for line in named if line not in result.stdout] == [], result.stdout
+
+
+@pytest.mark.parametrize("module, absent", [
+    ("titanflow.results", ("prefect", "pandas", "torch")),
+    ("titanflow.record.summary", ("prefect", "pandas", "torch")),
+    ("titanflow.record.comparison", ("prefect", "torch")),
+    ("titanflow.judge.verdict", ("prefect", "pandas", "torch")),
+    ("titanflow.judge.trends", ("prefect", "torch")),
+])
+def test_the_record_and_its_judge_load_no_prefect(module, absent):
+    """What importing ``module`` loads, in a fresh interpreter: the contracts see imports, this sees modules."""
+    loaded = subprocess.run([sys.executable, "-c", f"import sys, {module}; print(' '.join(sys.modules))"],
+                            cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, check=True).stdout.split()
+    assert sorted(name for name in absent if name in loaded) == []
 
 
 def test_task_modules_are_thin():

@@ -23,13 +23,8 @@ from pathlib import Path
 
 from titan_cfg.job import Job
 from titan_cfg.probe import UNTIED_HEAD_FILE
-from titanflow.export.structure import INDEX
+from titanflow.hf_folder import INDEX, SIDE_FILES
 from titanflow.results import ExportResult
-
-#: Files copied from the weights folder when present (tokenizer and generation settings).
-SIDE_FILES = ("generation_config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-              "vocab.json", "merges.txt", "chat_template.jinja")
-
 
 class ExportError(RuntimeError):
     """torchtitan's save is missing or incomplete; the message names the file."""

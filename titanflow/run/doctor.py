@@ -439,7 +439,7 @@ def model_size(folder: Path) -> ModelSize:
     """
     import torch
 
-    from titanflow.export.structure import read_headers
+    from titanflow.hf_folder import read_headers
     from titanflow.weights.check import meta_model
 
     config = json.loads((folder / "config.json").read_text())
