@@ -26,16 +26,16 @@ from prefect.logging import get_run_logger
 from prefect.settings import PREFECT_API_URL
 from prefect.states import Completed, Failed, State
 
-from flows.scenario import qwen3_scenario
-from tasks.probe import probe
 from titan_cfg.job import Init
 from titanflow.bisect.probe import BisectFolder
 from titanflow.bisect.record import append_bisect
 from titanflow.bisect.search import BisectResult, bisect_range, check_inputs, new_bisect_id, new_result
+from titanflow.flows.scenario import qwen3_scenario
 from titanflow.params import ScenarioName, TargetName
 from titanflow.paths import REPO_ROOT, runs_root, write_atomic
 from titanflow.prefect_ops.stopped import cancelled_not_crashed
 from titanflow.report.bisect import bisect_markdown, headline, publish_bisect
+from titanflow.tasks.probe import probe
 
 #: The bisect's record in its folder (titanflow.bisect.search.BisectResult as JSON), and its report.
 RESULT_FILE, REPORT_FILE = "bisect.json", "bisect.md"

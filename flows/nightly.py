@@ -27,15 +27,15 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.logging import get_run_logger
 from prefect.states import Cancelled, State
 
-from flows.scenario import qwen3_scenario
-from tasks.compare import compare_last_pass
-from tasks.trends import trends
 from titan_cfg.job import Init
-from titanflow.params import ScenarioName, TargetName, nightly_runs
+from titanflow.flows.scenario import qwen3_scenario
+from titanflow.params import ScenarioName, TargetName, new_run_id
 from titanflow.prefect_ops.alerts import emit_regression_alert
 from titanflow.prefect_ops.stopped import cancel_cause, cancelled_not_crashed
 from titanflow.report.nightly import SuiteRow, outcome, suite_markdown, suite_state, total_flagged
-from titanflow.run.preflight import new_run_id
+from titanflow.run.nightly_plan import nightly_runs
+from titanflow.tasks.compare import compare_last_pass
+from titanflow.tasks.trends import trends
 
 
 def _report_task(task, *args):
@@ -73,7 +73,7 @@ def qwen3_nightly(
 
     Raises:
         ValueError: unknown scenario or init, or a parameter no run can take, before anything runs
-            (titanflow.params.nightly_runs).
+            (titanflow.run.nightly_plan.nightly_runs).
     """
     logger = get_run_logger()
     rows: list[SuiteRow] = []

@@ -28,16 +28,6 @@ from typing import Literal
 from prefect import flow
 from prefect.logging import get_run_logger
 
-from tasks.export import export
-from tasks.history import append_history, compare_history
-from tasks.judge import compare_loss
-from tasks.render import render_config
-from tasks.report import report
-from tasks.train import train
-from tasks.trim import trim_weights
-from tasks.validate import validate
-from tasks.warmup import compile_warmup
-from tasks.weights import pull_weights
 from titan_cfg.job import ExportDtype, Init, ModelSpecSource
 from titan_cfg.scenarios import SCENARIOS
 from titanflow.export.imports import import_ahead, modules_for
@@ -48,6 +38,16 @@ from titanflow.record.history import history_file
 from titanflow.run.recorder import RunRecorder
 from titanflow.run.session import scenario_session
 from titanflow.task_names import TaskName
+from titanflow.tasks.export import export
+from titanflow.tasks.history import append_history, compare_history
+from titanflow.tasks.judge import compare_loss
+from titanflow.tasks.render import render_config
+from titanflow.tasks.report import report
+from titanflow.tasks.train import train
+from titanflow.tasks.trim import trim_weights
+from titanflow.tasks.validate import validate
+from titanflow.tasks.warmup import compile_warmup
+from titanflow.tasks.weights import pull_weights
 from titanflow.weights.digest import weights_digest
 
 

@@ -8,7 +8,7 @@ from prefect import task
 from prefect.logging import get_run_logger
 
 from titan_cfg.job import Job
-from titan_cfg.targets import TARGETS
+from titanflow.judge.expectations import wants_independent
 from titanflow.judge.first_step import independent_first_step_loss
 from titanflow.judge.loss import judge
 from titanflow.params import ScenarioRun
@@ -24,7 +24,7 @@ def compare_loss(losses: list[float], job_path: str, run: ScenarioRun) -> LossVe
     logger = get_run_logger()
     job = Job.read(Path(job_path))
     independent = None
-    if run.init == "pretrained" and TARGETS[run.target]().independent_first_step:
+    if wants_independent(run):
         independent = independent_first_step_loss(Path(job.weights_dir), Path(job.dump_folder))
         logger.info("independent first-step expectation %.5f (%d tokens, %d ranks, %.1f s)", independent.loss,
                     independent.tokens, independent.ranks, independent.seconds)

@@ -7,7 +7,6 @@ from pathlib import Path
 from prefect import task
 from prefect.logging import get_run_logger
 
-from tasks.retry import retry_infrastructure_only
 from titan_cfg.job import Job
 from titanflow.launch.metrics import strip_ansi
 from titanflow.launch.render import RenderedJob
@@ -18,6 +17,7 @@ from titanflow.prefect_ops import caching
 from titanflow.report.artifacts import TrainingProgress, artifact_key
 from titanflow.results import TrainResult
 from titanflow.task_names import TaskName
+from titanflow.tasks.retry import retry_infrastructure_only
 
 
 @task(name=TaskName.train, retries=2, retry_delay_seconds=10, retry_condition_fn=retry_infrastructure_only,
@@ -29,7 +29,7 @@ def train(rendered: RenderedJob, timeout_s: float) -> TrainResult:
     slots of its nodes.
 
     Retried twice, 10 s apart, only for an infrastructure failure (a killed or timed-out
-    launch, a taken port: :func:`tasks.retry.retry_infrastructure_only`); a retry resumes from the
+    launch, a taken port: :func:`titanflow.tasks.retry.retry_infrastructure_only`); a retry resumes from the
     newest complete step checkpoint (titanflow.launch.resume), and its progress goes on from there.
     A NaN or infinite loss fails as numerics and is never retried.
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 from prefect import task
 from prefect.logging import get_run_logger
 
-from tasks.retry import retry_transient_download
 from titanflow.assets import TINY_SPECS, ensure_assets
-from titanflow.params import is_hub_id
+from titanflow.hub_id import is_hub_id
 from titanflow.prefect_ops import caching
 from titanflow.run.pretrained import ensure_pretrained
 from titanflow.task_names import TaskName
+from titanflow.tasks.retry import retry_transient_download
 from titanflow.weights.resolve import hub_token, resolve_weights
 
 

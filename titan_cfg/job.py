@@ -26,6 +26,9 @@ JOB_FILE = "job.json"
 
 #: Weight inits of a run: torchtitan's random init, or the weights folder's safetensors.
 Init = Literal["random", "pretrained"]
+#: Whether each init starts from the weights folder's safetensors (loaded weights) rather than torchtitan's
+#: random init: what the loss verdict's expectation sources read (titanflow.judge.expectations).
+LOADS_WEIGHTS: dict[Init, bool] = {"random": False, "pretrained": True}
 #: dtypes of the Hugging Face export (torchtitan's ``checkpoint.export_dtype``).
 ExportDtype = Literal["float32", "bfloat16", "float16"]
 #: A dense or MoE Qwen3 shape, told apart by config.json's ``model_type``.

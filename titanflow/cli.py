@@ -119,7 +119,7 @@ def print_summary(summary: RunSummary, run_dir: Path | None = None) -> None:
     if summary.train:
         rows += [("tokens/s", f"{summary.train.tokens_per_s:.0f} (all ranks)"),
                  ("peak RSS", f"{summary.train.peak_rss_bytes / 2**30:.2f} GiB (the launch's largest process)")]
-        if (summary.train.attempts or 1) > 1:  # the train task's retries (tasks.retry) relaunched it
+        if (summary.train.attempts or 1) > 1:  # the train task's retries (titanflow.tasks.retry) relaunched it
             rows += [("training launches", f"{summary.train.attempts} (retried or resumed; train.log has every "
                                            f"launch's output)")]
     if summary.parameters.get("model_spec") == "walkthrough":  # its own goldens and history (docs/trn2-walkthrough.md)
@@ -169,7 +169,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         view.message(None, f"run {run_dir.name}: the Prefect flow run qwen3-scenario")
     try:
         with view or contextlib.nullcontext():  # the live row ends before the summary prints
-            reached, state = _with_api(lambda: _run_flow(given, run_dir, view), imports=("flows.scenario",))
+            reached, state = _with_api(lambda: _run_flow(given, run_dir, view), imports=("titanflow.flows.scenario",))
     except (KeyboardInterrupt, Terminated) as stop:  # before the flow started (the temporary server starting, imports)
         reached, state = True, stop
     if not reached:
@@ -244,7 +244,7 @@ def cmd_nightly(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from titan_cfg.targets import TARGETS
-    from titanflow.params import nightly_runs
+    from titanflow.run.nightly_plan import nightly_runs
     from titanflow.refusal import describe
 
     try:
@@ -260,7 +260,7 @@ def cmd_nightly(args: argparse.Namespace) -> int:
         return 2
 
     def call():
-        from flows.nightly import qwen3_nightly
+        from titanflow.flows.nightly import qwen3_nightly
 
         return qwen3_nightly(target=args.target, scenarios=args.scenarios, inits=args.inits, steps=args.steps,
                              lr=args.lr, runs_dir=args.runs_dir, return_state=True)
@@ -295,7 +295,7 @@ def _run_flow(given: dict, run_dir: Path, view: RunView | None = None):
     kept)."""
     from prefect.exceptions import TerminationSignal
 
-    from flows.scenario import qwen3_scenario
+    from titanflow.flows.scenario import qwen3_scenario
     from titanflow.prefect_ops.drain import send_buffered
 
     with view.attached() if view else contextlib.nullcontext():
@@ -463,8 +463,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     import math
 
     from titanflow.bisect.search import check_inputs, new_bisect_id
-    from titanflow.params import check_writable
-    from titanflow.paths import runs_root
+    from titanflow.paths import check_runs_dir_writable, runs_root
 
     parameters = {"scenario": args.scenario, "target": args.target, "init": args.init, "steps": args.steps}
     folder = Path(args.runs_dir).resolve() if args.runs_dir else runs_root()
@@ -473,7 +472,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
         if args.probe_timeout_s is not None and not (math.isfinite(args.probe_timeout_s) and args.probe_timeout_s > 0):
             raise ValueError(f"probe_timeout_s: {args.probe_timeout_s} is not a number of seconds above 0; fix: pass "
                              "one, e.g. 1800")
-        check_writable(folder, "runs_dir", "pass --runs-dir a folder you can write")
+        check_runs_dir_writable(folder)
     except ValueError as err:
         print(f"titanflow: bad input:\n{err}", file=sys.stderr)
         return 2
@@ -482,7 +481,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
           f"{folder / bisect_id}", flush=True)
 
     def call():
-        from flows.bisection import qwen3_bisect
+        from titanflow.flows.bisection import qwen3_bisect
 
         options = {"probe_timeout_s": args.probe_timeout_s} if args.probe_timeout_s is not None else {}
         try:
@@ -495,8 +494,8 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     reached, state = _with_api(lambda: _drained(call))
     if not reached:
         return 2
-    from flows.bisection import RESULT_FILE
     from titanflow.bisect.search import BisectResult
+    from titanflow.flows.bisection import RESULT_FILE
     from titanflow.report.bisect import bisect_text
 
     record = folder / bisect_id / RESULT_FILE

@@ -7,12 +7,9 @@ fails in seconds rather than minutes into training.
 
 from __future__ import annotations
 
-import contextlib
-import errno
-import json
+import datetime
 import os
-import re
-import tempfile
+import secrets
 from pathlib import Path
 from typing import Literal, get_args
 
@@ -21,8 +18,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from titan_cfg import kernels
 from titan_cfg.job import ExportDtype, Init, ModelSpecSource
 from titan_cfg.scenarios import ON_NODE, SCENARIOS, WALKTHROUGH, Walkthrough, on_node
-from titan_cfg.targets import TARGETS, Target, implied_scheduler, node_of
+from titan_cfg.targets import TARGETS, Target, implied_scheduler
 from titanflow import paths
+from titanflow.hub_id import is_hub_id, looks_like_path
+from titanflow.pairs import key_value_pairs
 
 # Closed choices typed as such: the flows' signatures use them, so a deployment's parameter schema
 # (enforced by the server) and the UI's run form refuse or offer exactly these values.
@@ -62,38 +61,6 @@ class Tolerances(BaseModel):
                                  "top-k experts are the same, trained vs export")
 
 
-def key_value_pairs(text: str, field: str, form: str) -> dict:
-    """``"a=1,b=2"``, the command line's form of a mapping, as ``{"a": "1", "b": "2"}`` (spaces around items,
-    keys and values dropped); text that starts with ``{`` is read as a JSON object instead (its values as JSON
-    gives them).
-
-    Raises:
-        ValueError: an item without ``=``, text that is not a JSON object, or a key given twice (which would
-            silently keep the last), naming ``field`` and the expected ``form``.
-    """
-    if text.lstrip().startswith("{"):
-        try:
-            pairs = json.loads(text, object_pairs_hook=list)  # every key, duplicates included
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{field}: {text!r} is not a JSON object ({err.msg}); fix: give {form} or a "
-                             "JSON object") from None
-        if twice := given_twice([key for key, _ in pairs]):
-            raise ValueError(f"{field}: {', '.join(twice)} given more than once in {text!r}; fix: give each once")
-        return dict(pairs)
-    pairs = [item.split("=", 1) for item in text.split(",") if item.strip()]
-    if any(len(pair) != 2 for pair in pairs):
-        raise ValueError(f"{field}: {text!r} is not {form}; fix: give {form}")
-    keys = [key.strip() for key, _ in pairs]
-    if twice := given_twice(keys):
-        raise ValueError(f"{field}: {', '.join(twice)} given more than once in {text!r}; fix: give each once: {form}")
-    return dict(zip(keys, (v.strip() for _, v in pairs)))
-
-
-def given_twice(names: list[str]) -> list[str]:
-    """The names that occur more than once in ``names``, sorted."""
-    return sorted({name for name in names if names.count(name) > 1})
-
-
 #: How the command line gives a :class:`Trim` (``--trim``).
 TRIM_FORM = "layers=N,experts=E,top_k=K"
 
@@ -130,6 +97,12 @@ RUN_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 #: The longest run id: a folder name, well within the file systems' 255-byte name limit with what is named after it
 #: (``compare-<run id>.png``, a ``.partial`` sibling).
 RUN_ID_MAX = 128
+
+
+def new_run_id(run: ScenarioRun) -> str:
+    """``<scenario>-<target>-<init>-<UTC time>-<4 hex>``: sortable and unique."""
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M%S")
+    return f"{run.scenario}-{run.target}-{run.init}-{stamp}-{secrets.token_hex(2)}"
 
 
 def _shown(value) -> str:
@@ -317,7 +290,7 @@ class ScenarioRun(BaseModel):
         if self.weights is not None and not self.weights.strip():  # else it would name the working directory
             raise ValueError("weights: empty; fix: give a local HF folder or a Hub id, or leave --weights out for the "
                              "embedded tiny model")
-        if self.weights is not None and _looks_like_path(self.weights):
+        if self.weights is not None and looks_like_path(self.weights):
             given = os.path.expanduser(self.weights)
             if not os.path.exists(given):  # os.path's: False, not an OSError, for a name too long to look up
                 raise ValueError(f"weights: folder {self.weights} does not exist; fix: give a local HF folder or a Hub id")
@@ -427,45 +400,8 @@ def resolved_warmup_steps(steps: int, warmup_steps: int | None, scenario: str = 
     return min(default, steps)
 
 
-#: Weight inits a suite runs per scenario.
+#: The weight inits a run takes (titan_cfg.job.Init); a nightly suite runs each per scenario.
 INITS: tuple[str, ...] = get_args(Init)
-
-
-def nightly_suite(scenarios: list[str] | None = None, inits: list[str] | None = None) -> list[tuple[str, str]]:
-    """(scenario, init) pairs of a nightly suite, in order; default every scenario x both inits.
-
-    Raises:
-        ValueError: an unknown scenario or init (names the known ones), or one given twice (its runs would be
-            the same pair run twice).
-    """
-    unknown = sorted(set(scenarios or []) - set(SCENARIOS)) + sorted(set(inits or []) - set(INITS))
-    if unknown:
-        raise ValueError(f"scenarios/inits: unknown {unknown}; scenarios: {', '.join(SCENARIOS)}; "
-                         f"inits: {', '.join(INITS)}")
-    for field, given in (("scenarios", scenarios or []), ("inits", inits or [])):
-        if twice := given_twice(given):
-            raise ValueError(f"{field}: {', '.join(twice)} given more than once; fix: give each once")
-    return [(s, i) for s in (scenarios or list(SCENARIOS)) for i in (inits or list(INITS))]
-
-
-def nightly_runs(target: str, scenarios: list[str] | None = None, inits: list[str] | None = None,
-                 **overrides) -> list[tuple[dict, ScenarioRun]]:
-    """(parameters, ScenarioRun) of each scenario run of a nightly suite on ``target``, in order: every pair of
-    :func:`nightly_suite` with the ``overrides`` given (``steps``, ``lr``, ``runs_dir``; None: ScenarioRun's
-    default) and the scenario's weights on the target (titan_cfg.scenarios.ON_NODE), all
-    validated before the first run starts.
-
-    Raises:
-        ValueError: an unknown scenario or init; pydantic.ValidationError (a ValueError): a parameter no run
-            of the suite can take (titanflow.refusal.describe tells it).
-    """
-    runs = []
-    for scenario, init in nightly_suite(scenarios, inits):
-        given = {"scenario": scenario, "target": target, "init": init, **overrides}
-        params = {k: v for k, v in given.items() if v is not None}
-        params |= on_node(scenario, node_of(target)).run_parameters  # trn2: the walkthrough's models
-        runs.append((params, ScenarioRun(**params)))
-    return runs
 
 
 def check_resumed_id(resume: str | None, run_id: str | None) -> None:
@@ -480,49 +416,3 @@ def check_resumed_id(resume: str | None, run_id: str | None) -> None:
                          "--run-id")
 
 
-def _looks_like_path(weights: str) -> bool:
-    """A Hub id is ``name`` or ``org/name``; anything absolute, relative-dotted or deeper is a path, and so is a name
-    that is a file or folder here (``README.md``, ``models/tiny``)."""
-    return weights.startswith(("/", ".", "~")) or weights.count("/") > 1 or os.path.exists(weights)
-
-
-def is_hub_id(weights: str) -> bool:
-    """True for ``org/name``-style ids (what ``huggingface_hub.snapshot_download`` takes)."""
-    return not _looks_like_path(weights) and re.fullmatch(r"[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)?", weights) is not None
-
-
-def check_writable(folder: Path, field: str, fix: str) -> None:
-    """Fail before compute when ``folder`` cannot be created and written.
-
-    Creates ``folder`` if needed and writes (then removes) one probe file; a
-    permission check alone is not enough (root passes every ``os.access``). The folders it made are removed again:
-    nothing is left of a run refused later.
-
-    Raises:
-        ValueError: ``<field>: <folder> is a file, not a folder; fix: <fix>``, or ``<field>: <folder> is not writable
-            (<OS error>); fix: <fix>``.
-    """
-    made = [p for p in (folder, *folder.parents) if not p.exists()]
-    try:
-        if folder.exists() and not folder.is_dir():  # mkdir would say "File exists", which reads as a folder there
-            raise ValueError(f"{field}: {folder} is a file, not a folder; fix: {fix}")
-        folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-probe-"):
-            pass
-        for new in made:  # deepest first; one another process filled meanwhile is kept
-            with contextlib.suppress(OSError):
-                new.rmdir()
-    except OSError as err:
-        why = err.strerror or str(err)
-        if err.errno == errno.ENOENT and folder.is_dir():  # /proc, /sys: the folder is there, a new file is refused
-            why = f"the folder exists but its file system takes no new file: {why}"
-        raise ValueError(f"{field}: {folder} is not writable ({why}); fix: {fix}") from None
-
-
-def check_runs_dir_writable(root: Path) -> None:
-    """Fail before compute when the runs folder cannot be created and written (:func:`check_writable`).
-
-    Raises:
-        ValueError: names ``runs_dir``, the path and the OS error.
-    """
-    check_writable(root, "runs_dir", "pass --runs-dir a folder you can write")

@@ -2,14 +2,17 @@
 
 Every run writes under ``runs/<run-id>/``; shared, content-addressed caches
 (built assets, compile caches) live under the cache root. Both roots can be
-moved with environment variables so CI and users can point them elsewhere.
+moved with environment variables so CI and users can point them elsewhere. A folder is probed for writing
+(:func:`check_writable`) before anything is computed into it, and a full disk is told as :class:`DiskFull`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 #: The repository root (this file lives in ``<root>/titanflow/``).
@@ -39,6 +42,43 @@ def _root(variable: str, default: Path) -> Path:
     """``$variable`` as an absolute folder, or ``default`` when it is unset or empty (``Path("")`` is the working
     folder: an empty variable would put the caches, runs or history wherever the command was started)."""
     return Path(os.environ.get(variable) or default).resolve()
+
+
+def check_writable(folder: Path, field: str, fix: str) -> None:
+    """Fail before compute when ``folder`` cannot be created and written.
+
+    Creates ``folder`` if needed and writes (then removes) one probe file; a
+    permission check alone is not enough (root passes every ``os.access``). The folders it made are removed again:
+    nothing is left of a run refused later.
+
+    Raises:
+        ValueError: ``<field>: <folder> is a file, not a folder; fix: <fix>``, or ``<field>: <folder> is not writable
+            (<OS error>); fix: <fix>``.
+    """
+    made = [p for p in (folder, *folder.parents) if not p.exists()]
+    try:
+        if folder.exists() and not folder.is_dir():  # mkdir would say "File exists", which reads as a folder there
+            raise ValueError(f"{field}: {folder} is a file, not a folder; fix: {fix}")
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-probe-"):
+            pass
+        for new in made:  # deepest first; one another process filled meanwhile is kept
+            with contextlib.suppress(OSError):
+                new.rmdir()
+    except OSError as err:
+        why = err.strerror or str(err)
+        if err.errno == errno.ENOENT and folder.is_dir():  # /proc, /sys: the folder is there, a new file is refused
+            why = f"the folder exists but its file system takes no new file: {why}"
+        raise ValueError(f"{field}: {folder} is not writable ({why}); fix: {fix}") from None
+
+
+def check_runs_dir_writable(root: Path) -> None:
+    """Fail before compute when the runs folder cannot be created and written (:func:`check_writable`).
+
+    Raises:
+        ValueError: names ``runs_dir``, the path and the OS error.
+    """
+    check_writable(root, "runs_dir", "pass --runs-dir a folder you can write")
 
 
 #: errno values of a full file system: no space left (ENOSPC), a disk quota reached (EDQUOT).

@@ -95,8 +95,8 @@ class WarmupResult(BaseModel):
                         "(compiles_when_eager)")
 
     def from_cache(self) -> WarmupResult:
-        """This result as a later run of the same job gets it from Prefect's cache (tasks.warmup): it compiled
-        nothing, so a ``warmed`` result reads ``reused`` and 0 s, its reason kept."""
+        """This result as a later run of the same job gets it from Prefect's cache (titanflow.tasks.warmup): it
+        compiled nothing, so a ``warmed`` result reads ``reused`` and 0 s, its reason kept."""
         if self.status != "warmed":
             return self
         return self.model_copy(update={"status": "reused", "seconds": 0.0,

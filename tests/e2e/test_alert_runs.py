@@ -52,7 +52,7 @@ def test_a_failed_nightly_alerts_once_a_passing_one_never_and_a_flagged_regressi
     from prefect.events.worker import EventsWorker
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    from flows.nightly import conclude
+    from titanflow.flows.nightly import conclude
     from titanflow.prefect_ops import alerts, server
     from titanflow.report.nightly import SuiteRow
 
@@ -91,7 +91,7 @@ def test_a_failed_nightly_alerts_once_a_passing_one_never_and_a_flagged_regressi
                 "POST", "/nightly-alerts", "application/json")
 
             # 2. a passing nightly and 3. one that flagged two regressions: the nightly's own last step
-            #    (flows.nightly.conclude) on rows of runs that passed, in a flow run named as the nightly's
+            #    (titanflow.flows.nightly.conclude) on rows of runs that passed, in a flow run named as the nightly's
             @flow(name=alerts.NIGHTLY_FLOW)
             def nightly_ending(flagged: int):
                 return conclude("cpu", [SuiteRow(scenario="native", init="random", run_id="r", verdict="pass",

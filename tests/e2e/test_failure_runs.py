@@ -23,7 +23,7 @@ def test_planted_nan_fails_as_numerics_once_while_a_timed_out_launch_is_retried_
     with its logs kept."""
     from prefect.testing.utilities import prefect_test_harness
 
-    from flows.scenario import qwen3_scenario
+    from titanflow.flows.scenario import qwen3_scenario
     from titanflow.record.history import row_from_summary
 
     with prefect_test_harness(server_startup_timeout=90):

@@ -131,7 +131,7 @@ def test_a_hung_rank_then_a_killed_rank_are_ended_and_each_retry_resumes_with_th
     disk stays bounded (keep_latest_k = 2 saves and the export); nothing is left running."""
     from prefect.testing.utilities import prefect_test_harness
 
-    from flows.scenario import qwen3_scenario
+    from titanflow.flows.scenario import qwen3_scenario
     from titanflow.judge.environment import environment_key
     from titanflow.judge.goldens import curve_path, read_curve
     from titanflow.judge.regression import load_rules

@@ -41,7 +41,7 @@ def _worker_manifest(api_url: str, parameters: dict) -> tuple[str, dict]:
     from prefect.settings import PREFECT_API_URL, temporary_settings
     from prefect_kubernetes.worker import KubernetesWorkerJobConfiguration
 
-    from flows.scenario import qwen3_scenario
+    from titanflow.flows.scenario import qwen3_scenario
 
     async def make():
         async with get_client() as client:

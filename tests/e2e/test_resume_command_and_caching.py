@@ -183,11 +183,11 @@ def test_a_retried_flow_run_continues_its_own_run_folder(tmp_path, monkeypatch):
     the export again, and passes."""
     from prefect.testing.utilities import prefect_test_harness
 
-    import tasks.export
-    from flows.scenario import qwen3_scenario
+    import titanflow.tasks.export
     from titanflow.export.assemble import ExportError
+    from titanflow.flows.scenario import qwen3_scenario
 
-    real, calls = tasks.export.export_run, []
+    real, calls = titanflow.tasks.export.export_run, []
 
     def export_failing_once(job, run_dir):
         calls.append(run_dir)
@@ -195,7 +195,7 @@ def test_a_retried_flow_run_continues_its_own_run_folder(tmp_path, monkeypatch):
             raise ExportError("export: planted failure of the first attempt")
         return real(job, run_dir)
 
-    monkeypatch.setattr(tasks.export, "export_run", export_failing_once)
+    monkeypatch.setattr(titanflow.tasks.export, "export_run", export_failing_once)
     with prefect_test_harness(server_startup_timeout=90):
         state = qwen3_scenario.with_options(retries=1, retry_delay_seconds=1)(
             steps=3, runs_dir=str(tmp_path), run_id="retried", return_state=True)

@@ -170,7 +170,7 @@ def test_two_nodes_of_one_rank_train_the_curve_of_one_node_of_two_step_for_step(
     nothing left in the queue."""
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    from flows.scenario import qwen3_scenario
+    from titanflow.flows.scenario import qwen3_scenario
     from titanflow.record.summary import read_summary
 
     started = time.monotonic()

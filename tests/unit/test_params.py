@@ -8,7 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from titanflow.cli import main
-from titanflow.params import ScenarioRun, check_runs_dir_writable, is_hub_id
+from titanflow.params import ScenarioRun
 
 
 @pytest.mark.fault
@@ -41,30 +41,6 @@ def test_defaults_resolve_from_the_target():
     assert (run.world_size, run.global_batch_size_resolved, run.seq_len_resolved) == (2, 4, 256)
     trn2 = ScenarioRun(target="trn2")
     assert (trn2.world_size, trn2.global_batch_size_resolved) == (64, 64)
-
-
-def test_runs_dir_under_a_file_is_refused(tmp_path):
-    blocker = tmp_path / "a-file"
-    blocker.write_text("")
-    with pytest.raises(ValueError, match="runs_dir"):
-        check_runs_dir_writable(blocker / "runs")
-    # the runs folder named is itself a file: said so, not mkdir's "File exists" as "not writable"
-    with pytest.raises(ValueError, match=rf"^runs_dir: {blocker} is a file, not a folder; "):
-        check_runs_dir_writable(blocker)
-    # a folder of a file system that takes no new file (procfs answers the probe file with ENOENT): said so
-    with pytest.raises(ValueError, match=r"^runs_dir: /proc/sys is not writable \(the folder exists but its file "
-                                         r"system takes no new file: No such file or directory\); fix: "):
-        check_runs_dir_writable(Path("/proc/sys"))
-
-
-def test_hub_ids_and_paths_are_told_apart(tmp_path, monkeypatch):
-    assert is_hub_id("Qwen/Qwen3-4B-Instruct-2507")
-    assert not is_hub_id("/models/qwen")
-    assert not is_hub_id("./models/qwen")
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "README.md").write_text("not a model")
-    (tmp_path / "org" / "tiny").mkdir(parents=True)
-    assert not is_hub_id("README.md") and not is_hub_id("org/tiny")  # named like Hub ids, but here
 
 
 def test_a_file_given_as_weights_is_refused_before_anything_runs_naming_the_fix(tmp_path, monkeypatch, capsys):

@@ -1,10 +1,12 @@
-"""titanflow.paths.write_atomic on a full disk: the temporary file removed, the run folder's reserve given up once for
-the record, then DiskFull naming what, where and how much is free. A real full file system: a 1 MiB tmpfs."""
+"""titanflow.paths: write_atomic on a full disk (the temporary file removed, the run folder's reserve given up once
+for the record, then DiskFull naming what, where and how much is free; a real full file system: a 1 MiB tmpfs), the
+roots, and the probe that a folder can be written."""
 
 from __future__ import annotations
 
 import os
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -61,3 +63,17 @@ def test_an_empty_root_variable_means_the_default_not_the_working_folder(monkeyp
         assert root() == paths.REPO_ROOT / default
         monkeypatch.setenv(variable, str(tmp_path / "x"))
         assert root() == tmp_path / "x"
+
+
+def test_runs_dir_under_a_file_is_refused(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with pytest.raises(ValueError, match="runs_dir"):
+        paths.check_runs_dir_writable(blocker / "runs")
+    # the runs folder named is itself a file: said so, not mkdir's "File exists" as "not writable"
+    with pytest.raises(ValueError, match=rf"^runs_dir: {blocker} is a file, not a folder; "):
+        paths.check_runs_dir_writable(blocker)
+    # a folder of a file system that takes no new file (procfs answers the probe file with ENOENT): said so
+    with pytest.raises(ValueError, match=r"^runs_dir: /proc/sys is not writable \(the folder exists but its file "
+                                         r"system takes no new file: No such file or directory\); fix: "):
+        paths.check_runs_dir_writable(Path("/proc/sys"))

@@ -124,7 +124,7 @@ def check_inputs(repo: Path | str, good: str, bad: str, parameters: dict) -> Bis
 
 def new_bisect_id(parameters: dict) -> str:
     """``bisect-<scenario>-<target>-<init>-<UTC time>-<4 hex>``: the bisect's folder name, sortable and unique
-    (as titanflow.run.preflight.new_run_id makes run ids)."""
+    (as titanflow.params.new_run_id makes run ids)."""
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M%S")
     return f"bisect-{parameters['scenario']}-{parameters['target']}-{parameters['init']}-{stamp}-{secrets.token_hex(2)}"
 

@@ -242,7 +242,7 @@ def render(run: ScenarioRun, weights_dir: Path, run_dir: Path, files_only: bool 
            trainer_config: Callable[[Job, dict[str, str]], dict] | None = None) -> RenderedJob:
     """Write ``run_dir/job/`` (module docstring) and return where everything is; ``files_only``: see
     :func:`make_job`. ``trainer_config(job, env)``: torchtitan's config of :func:`without_run` of the job, e.g.
-    a cached :func:`build_config` (tasks.render), placed in the run's folder; None: :func:`build_config`.
+    a cached :func:`build_config` (titanflow.tasks.render), placed in the run's folder; None: :func:`build_config`.
 
     Raises:
         RenderError: as :func:`make_job` and :func:`build_config`.

@@ -11,24 +11,20 @@ Each failure is a :class:`ValueError` whose message starts with the field to cha
 
 from __future__ import annotations
 
-import datetime
 import os
-import secrets
 from pathlib import Path
 
 from titan_cfg.model_spec import config_shape
 from titan_cfg.scenarios import SCENARIOS, on_node
 from titanflow import paths
-from titanflow.params import ScenarioRun, check_runs_dir_writable, check_writable, is_hub_id
+from titanflow.hub_id import is_hub_id
+from titanflow.launch.kubernetes import pods
+from titanflow.launch.slurm.job import check_submission
+from titanflow.params import ScenarioRun, new_run_id
+from titanflow.run.checks import check_cuda, check_upstream, run_checks
 from titanflow.run.disk import check_space
 from titanflow.run.model_config import check_trim_fits, embedded_config, trained_config
 from titanflow.weights.fit import check_hub_weights, check_shape_fits, check_weights_folder
-
-
-def new_run_id(run: ScenarioRun) -> str:
-    """``<scenario>-<target>-<init>-<UTC time>-<4 hex>``: sortable and unique."""
-    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M%S")
-    return f"{run.scenario}-{run.target}-{run.init}-{stamp}-{secrets.token_hex(2)}"
 
 
 def check_pretrained_weights_given(run: ScenarioRun) -> None:
@@ -48,6 +44,23 @@ def check_pretrained_weights_given(run: ScenarioRun) -> None:
                                                                      f"{usual})" if usual else ""))
 
 
+def require_ready(run: ScenarioRun) -> None:
+    """The checks of a scenario run on trn2 before anything else: titanflow doctor's (titanflow.run.checks), less the
+    weights.
+
+    Raises:
+        ValueError: ``target: ...`` with one line per failed check and its fix.
+    """
+    # the upstream names are resolved in a Python of their own (seconds): only once everything else holds
+    failed = [check for check in run_checks(run, run.weights, with_weights=False, with_upstream=False) if not check.ok]
+    if not failed and not (upstream_names := check_upstream(run.target_spec.node)).ok:
+        failed = [upstream_names]
+    if failed:
+        raise ValueError(f"target: {run.target} is not ready on this machine (`titanflow doctor --target {run.target}` "
+                         f"shows every check; `titanflow render {run.scenario} --target {run.target}` writes the job "
+                         "files anywhere):\n" + "\n".join(check.line() for check in failed))
+
+
 def check_this_machine(run: ScenarioRun) -> None:
     """This machine can run the target's ranks: on trn2 every check of titanflow doctor, on cuda its GPUs, else the
     target's runtime (titan_cfg.targets.Target.missing_runtime).
@@ -55,13 +68,10 @@ def check_this_machine(run: ScenarioRun) -> None:
     Raises:
         ValueError: ``target: ...`` with what is missing and the fix.
     """
-    if run.target_spec.device == "neuron":  # every missing piece of the node at once: titanflow doctor's checks
-        from titanflow.run.doctor import require_ready
-
+    device = run.target_spec.device
+    if device == "neuron":  # every missing piece of the node at once: titanflow doctor's checks
         require_ready(run)
-    if run.target_spec.device == "cuda":  # GPUs for the run's own ranks
-        from titanflow.run.doctor import check_cuda
-
+    elif device == "cuda":  # GPUs for the run's own ranks
         gpus = check_cuda(run)
         if not gpus.ok:
             raise ValueError(f"target: {run.target} cannot run on this machine: {gpus.detail}; fix: {gpus.fix} "
@@ -81,8 +91,6 @@ def check_pod_zero(nnodes: int) -> None:
         ValueError: ``scheduler: ...`` when this process is not pod 0 of one, ``nnodes: ...`` when the job has
             another number of pods, each with the fix.
     """
-    from titanflow.launch.kubernetes import pods
-
     try:
         pods.group()
         index = pods.index()
@@ -113,15 +121,13 @@ def preflight(run: ScenarioRun, *, launch: bool = True) -> Path:
     if launch and run.scheduler_resolved == "kubernetes":
         check_pod_zero(run.nnodes_resolved)
     elif launch and run.scheduler_resolved == "slurm":  # its nodes run it, not this machine: Slurm says now whether it would
-        from titanflow.launch.slurm.job import check_submission
-
         check_submission(run.nnodes_resolved, run.timeout_s)
     elif launch:
         check_this_machine(run)
     root = run.runs_root()
-    check_runs_dir_writable(root)
-    check_writable(paths.cache_root(), "TITANFLOW_CACHE", "export TITANFLOW_CACHE=<a folder you can write> (the "
-                                                          "built assets, compile caches and trims live there)")
+    paths.check_runs_dir_writable(root)
+    paths.check_writable(paths.cache_root(), "TITANFLOW_CACHE", "export TITANFLOW_CACHE=<a folder you can write> (the "
+                                                                "built assets, compile caches and trims live there)")
     run_dir = root / (run.resume or run.run_id or new_run_id(run))
     if run.resume is not None and not run_dir.is_dir():
         raise ValueError(f"resume: no run folder {run_dir}; fix: pass the id of a run under {root} (--runs-dir names "

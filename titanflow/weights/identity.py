@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from titanflow.params import is_hub_id
+from titanflow.hub_id import is_hub_id
 
 #: The config.json key ``titanflow trim`` records its trim under.
 TRIM_KEY = "titanflow_trim"

@@ -29,7 +29,7 @@ from typing import NamedTuple
 
 from pydantic import SecretStr
 
-from titanflow.params import is_hub_id
+from titanflow.hub_id import is_hub_id
 
 #: What a training run needs from a Hub repo (no optimizer states, no other formats).
 HUB_PATTERNS = ["config.json", "generation_config.json", "*.safetensors", "model.safetensors.index.json",

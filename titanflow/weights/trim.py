@@ -39,7 +39,8 @@ from pathlib import Path
 
 from titanflow.build_cache import build_once, cache_key
 from titanflow.hf_folder import INDEX, SIDE_FILES
-from titanflow.params import Trim, check_writable
+from titanflow.params import Trim
+from titanflow.paths import check_writable
 from titanflow.weights.identity import TRIM_KEY
 
 #: Largest shard written (bytes of tensor data): transformers' own default for save_pretrained, 5 GB.

@@ -59,8 +59,8 @@ def _probe(repo, revision, folder):
     from prefect import flow
     from prefect.settings import PREFECT_API_URL
 
-    from flows.scenario import qwen3_scenario
-    from tasks.probe import probe
+    from titanflow.flows.scenario import qwen3_scenario
+    from titanflow.tasks.probe import probe
 
     @flow(name="bisect-stand-in")
     def caller():

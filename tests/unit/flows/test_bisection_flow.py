@@ -30,7 +30,7 @@ def fake_probe(tmp_path, hashes, bad_from):
 
 
 def test_a_found_bisect_completes_and_is_reported_and_recorded(prefect_server, chained, tmp_path, monkeypatch):
-    from flows import bisection
+    from titanflow.flows import bisection
 
     repo, hashes = chained
     monkeypatch.setattr(bisection, "probe", fake_probe(tmp_path, hashes, PLANT_AT))
@@ -49,7 +49,7 @@ def test_a_found_bisect_completes_and_is_reported_and_recorded(prefect_server, c
 
 
 def test_a_refused_bisect_fails_saying_why_and_is_recorded(prefect_server, chained, tmp_path, monkeypatch):
-    from flows import bisection
+    from titanflow.flows import bisection
 
     repo, hashes = chained
     monkeypatch.setattr(bisection, "probe", fake_probe(tmp_path, hashes, COMMITS + 1))  # nothing fails
@@ -61,7 +61,7 @@ def test_a_refused_bisect_fails_saying_why_and_is_recorded(prefect_server, chain
 
 
 def test_bad_input_fails_before_any_probe(prefect_server, chained, tmp_path, monkeypatch):
-    from flows import bisection
+    from titanflow.flows import bisection
 
     repo, hashes = chained
     monkeypatch.setattr(bisection, "probe", lambda *a: pytest.fail("probed"))

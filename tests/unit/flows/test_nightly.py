@@ -2,7 +2,7 @@
 
 import pytest
 
-from titanflow.params import nightly_suite
+from titanflow.run.nightly_plan import nightly_suite
 
 
 def test_default_suite_is_every_scenario_with_both_inits():
@@ -41,7 +41,7 @@ def test_cli_refuses_bad_input_before_any_server_starts(capsys):
 
 
 def test_cli_tells_bad_numbers_as_titanflow_run_does_before_any_server_starts(capsys):
-    """Every run's parameters are validated first (titanflow.params.nightly_runs), each error told by
+    """Every run's parameters are validated first (titanflow.run.nightly_plan.nightly_runs), each error told by
     titanflow.refusal.describe, not as the failed state of a flow run."""
     import time
 
@@ -59,7 +59,7 @@ def test_cli_tells_bad_numbers_as_titanflow_run_does_before_any_server_starts(ca
 def test_the_suite_runs_take_the_targets_weights():
     """trn2's runs are the walkthrough's models (titan_cfg.scenarios.ON_NODE); cpu's the
     embedded tiny ones."""
-    from titanflow.params import nightly_runs
+    from titanflow.run.nightly_plan import nightly_runs
 
     trn2 = {(p["scenario"], p["init"]): (p.get("weights"), run.trim) for p, run in nightly_runs("trn2", steps=3)}
     assert trn2[("hf_backend", "pretrained")] == ("Qwen/Qwen3-4B-Instruct-2507", None)
@@ -110,10 +110,10 @@ def test_a_cancelled_run_is_counted_apart_from_the_failed_ones(tmp_path):
     from prefect.exceptions import TerminationSignal
     from prefect.states import Cancelled, Failed
 
-    from tasks.train import train
     from titanflow.record.summary import RunSummary
     from titanflow.report.nightly import SuiteRow, outcome, suite_markdown, suite_state
     from titanflow.run.recorder import RunRecorder
+    from titanflow.tasks.train import train
 
     # a run cancelled in train after 2 logged steps (losses of tests/fixtures/run_folders/native-cpu-nan/metrics.csv)
     (tmp_path / "c").mkdir()

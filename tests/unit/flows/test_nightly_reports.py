@@ -22,10 +22,10 @@ FAILED_LOSSES = NATIVE_CPU_RANDOM_LOSSES[:3] + [x + 0.05 for x in NATIVE_CPU_RAN
 def test_failed_run_compared_and_trends_published(prefect_server, tmp_path, monkeypatch):
     from prefect import flow
 
-    from flows.nightly import _report_task
-    from tasks.compare import compare_last_pass
-    from tasks.trends import trends
+    from titanflow.flows.nightly import _report_task
     from titanflow.report.nightly import SuiteRow, suite_markdown
+    from titanflow.tasks.compare import compare_last_pass
+    from titanflow.tasks.trends import trends
 
     monkeypatch.setenv("TITANFLOW_HISTORY", str(tmp_path / "history"))
     (tmp_path / "n4").mkdir()

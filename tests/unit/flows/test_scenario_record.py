@@ -1,6 +1,6 @@
-"""flows.scenario.write_record: a run folder too full for summary.json even after its space reserve. The run's record
-goes to the history (its row: verdict, failure class) and into the error the flow run ends with; the summary.json
-written before keeps what it held."""
+"""titanflow.flows.scenario.write_record: a run folder too full for summary.json even after its space reserve. The
+run's record goes to the history (its row: verdict, failure class) and into the error the flow run ends with; the
+summary.json written before keeps what it held."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import shutil
 import pytest
 from helpers import FIXTURES
 
-from flows.scenario import RecordNotWritten, write_record
+from titanflow.flows.scenario import RecordNotWritten, write_record
 from titanflow.paths import disk_full
 from titanflow.record.history import read_history
 from titanflow.record.summary import read_summary

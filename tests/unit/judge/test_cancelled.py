@@ -18,9 +18,6 @@ from helpers import FIXTURES
 from prefect.exceptions import CancelledRun, TerminationSignal
 from prefect.states import Failed
 
-from tasks.retry import retry_infrastructure_only
-from tasks.train import train
-from tasks.validate import validate
 from titanflow.judge.regression import evaluate
 from titanflow.judge.verdict import final_verdict
 from titanflow.prefect_ops.stopped import cancel_cause, classify_exception
@@ -28,6 +25,9 @@ from titanflow.record import history
 from titanflow.record.summary import RunSummary, classify, read_summary
 from titanflow.report.markdown import summary_markdown
 from titanflow.run.recorder import RunRecorder
+from titanflow.tasks.retry import retry_infrastructure_only
+from titanflow.tasks.train import train
+from titanflow.tasks.validate import validate
 
 pytestmark = pytest.mark.fault
 

@@ -9,10 +9,10 @@ import pytest
 from helpers import FIXTURES
 from prefect.states import Failed
 
-from tasks.retry import retry_infrastructure_only
 from titanflow.judge.failures import classify_failure, matching_signature
 from titanflow.prefect_ops.stopped import classify_exception
 from titanflow.record.summary import RunSummary, classify
+from titanflow.tasks.retry import retry_infrastructure_only
 
 LOGS = FIXTURES / "failure_logs"
 PASSING_RUN = FIXTURES / "run_folders" / "native-cpu-random"

@@ -180,11 +180,11 @@ def test_a_wait_for_the_training_slot_is_never_a_regression(tmp_path, golden_dir
     """A run that waited 100 s for the slot, then trained 40 s as the last five did: the wait goes to
     slot_wait_s, not to seconds_train or total_s, and no rule flags it (before, it was counted as training
     and flagged +250 %)."""
-    from tasks.train import train
     from titanflow.record import history
     from titanflow.record.summary import RunSummary
     from titanflow.run import recorder as run_recorder
     from titanflow.run.recorder import RunRecorder
+    from titanflow.tasks.train import train
 
     clock = iter([1000.0, 1140.0])  # the train block: 140 s from entering it to leaving it
     monkeypatch.setattr(run_recorder.time, "monotonic", lambda: next(clock))

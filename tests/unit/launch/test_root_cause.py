@@ -15,11 +15,11 @@ from prefect.states import Failed
 
 from helpers import FIXTURES
 from helpers.torchrun_reports import KILLED, LOST_PEER, child_failed_report
-from tasks.retry import retry_infrastructure_only
 from titanflow.judge.failures import classify_failure, root_cause
 from titanflow.launch.process import ProcessResult
 from titanflow.launch.root_cause import MAX_MESSAGE_CHARS, first_rank_error
 from titanflow.launch.torchrun import launch_error
+from titanflow.tasks.retry import retry_infrastructure_only
 
 pytestmark = pytest.mark.fault
 

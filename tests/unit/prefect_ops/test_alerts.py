@@ -43,7 +43,7 @@ def _state_event(state: str, flow_name: str, message: str = ""):
 
 
 def test_the_automations_watch_the_nightly_flow_as_flows_nightly_names_it():
-    from flows.nightly import qwen3_nightly
+    from titanflow.flows.nightly import qwen3_nightly
 
     assert qwen3_nightly.name == alerts.NIGHTLY_FLOW
 
@@ -152,7 +152,7 @@ def test_the_regression_event_is_emitted_only_for_a_nightly_that_flagged_and_did
 
 
 def test_the_nightly_concludes_with_the_suite_state_outside_a_flow_run_emitting_nothing():
-    from flows.nightly import conclude
+    from titanflow.flows.nightly import conclude
     from titanflow.report.nightly import SuiteRow
 
     rows = [SuiteRow(scenario="native", init="random", run_id="r", verdict="pass", flagged=2)]

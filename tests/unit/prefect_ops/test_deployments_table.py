@@ -8,11 +8,11 @@ import typing
 
 import pytest
 
-from flows.bisection import qwen3_bisect
-from flows.nightly import qwen3_nightly
-from flows.scenario import qwen3_scenario
 from titan_cfg.scenarios import SCENARIOS
 from titan_cfg.targets import TARGETS
+from titanflow.flows.bisection import qwen3_bisect
+from titanflow.flows.nightly import qwen3_nightly
+from titanflow.flows.scenario import qwen3_scenario
 from titanflow.params import INITS, ScenarioRun
 from titanflow.paths import REPO_ROOT
 from titanflow.prefect_ops.deployments import BISECT_TARGETS, WORK_POOLS, check_prefect_yaml, expected_deployments
@@ -98,8 +98,8 @@ def test_trn2_deployments_train_the_walkthroughs_models():
 def test_the_trn2_nightly_runs_take_the_deployments_weights(monkeypatch, tmp_path):
     """nightly-trn2 passes only the target: each of its scenario runs gets the weights of the scenario's
     deployment (titan_cfg.scenarios.ON_NODE: the walkthrough's trimmed Qwen3-30B-A3B), not the embedded tiny models."""
-    from flows import nightly
     from titan_cfg.scenarios import WALKTHROUGH_TRIM
+    from titanflow.flows import nightly
 
     calls = []
 
@@ -143,13 +143,13 @@ def test_every_trn2_deployment_installs_the_trn2_profile_before_it_runs_and_no_c
 def test_the_pull_step_of_a_trn2_deployment_has_doctor_check_its_own_scenario(deployment, doctors):
     """The pull step's script, run as Prefect runs it (split as a shell would) with PRINT=1: the doctor it ends with
     checks the deployment's scenario, whose weights doctor then takes from the deployments (moe: Qwen3-30B-A3B
-    trimmed; titanflow.run.doctor.default_weights), not native's."""
+    trimmed; titanflow.run.checks.default_weights), not native's."""
     import shlex
 
     import yaml
 
     from titanflow.prefect_ops.deployments import PREFECT_YAML, pull_scripts
-    from titanflow.run.doctor import default_weights
+    from titanflow.run.checks import default_weights
 
     config = yaml.safe_load(PREFECT_YAML.read_text())
     (script,) = pull_scripts(next(d for d in config["deployments"] if d["name"] == deployment), config)

@@ -120,12 +120,12 @@ def test_the_callers_imports_run_while_the_temporary_server_starts_with_its_url_
     real_import = cli.importlib.import_module
 
     def import_module(name, *args, **kwargs):  # the flow module probed; any other import (the server's own, lazily) made
-        if name != "flows.scenario":
+        if name != "titanflow.flows.scenario":
             return real_import(name, *args, **kwargs)
         return while_starting_probe(os.environ["PREFECT_API_URL"])
 
     monkeypatch.setattr(cli.importlib, "import_module", import_module)
-    reached, url = cli._with_api(lambda: os.environ["PREFECT_API_URL"], imports=("flows.scenario",))
+    reached, url = cli._with_api(lambda: os.environ["PREFECT_API_URL"], imports=("titanflow.flows.scenario",))
     assert reached and seen["url_at_import"] == url and seen["healthy_at_import"] is False
     assert "PREFECT_API_URL" not in os.environ
 

@@ -106,9 +106,9 @@ def test_the_task_run_the_stop_came_in_ends_cancelled_too_and_a_finished_one_kee
 
 
 def test_every_titanflow_flow_has_the_hook():
-    from flows.bisection import qwen3_bisect
-    from flows.nightly import qwen3_nightly
-    from flows.scenario import qwen3_scenario
+    from titanflow.flows.bisection import qwen3_bisect
+    from titanflow.flows.nightly import qwen3_nightly
+    from titanflow.flows.scenario import qwen3_scenario
 
     assert all(cancelled_not_crashed in f.on_crashed_hooks for f in (qwen3_scenario, qwen3_nightly, qwen3_bisect))
 
@@ -119,15 +119,15 @@ def test_a_nightly_interrupted_in_a_scenario_run_names_that_run_in_its_log_and_e
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName, LogFilter, LogFilterFlowRunId
     from prefect.logging.handlers import APILogWorker
 
-    import flows.nightly
+    import titanflow.flows.nightly
 
     def interrupted_scenario(**params):  # Ctrl-C while the suite's first scenario run trains
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(flows.nightly, "qwen3_scenario", interrupted_scenario)
+    monkeypatch.setattr(titanflow.flows.nightly, "qwen3_scenario", interrupted_scenario)
     name = f"nightly-{uuid.uuid4().hex[:8]}"
     with pytest.raises(KeyboardInterrupt):
-        flows.nightly.qwen3_nightly.with_options(flow_run_name=name)(
+        titanflow.flows.nightly.qwen3_nightly.with_options(flow_run_name=name)(
             target="cpu", scenarios=["native", "moe"], inits=["random"], runs_dir=str(tmp_path))
     APILogWorker.drain_all(timeout=10)
     with get_client(sync_client=True) as client:
@@ -135,6 +135,6 @@ def test_a_nightly_interrupted_in_a_scenario_run_names_that_run_in_its_log_and_e
         messages = [log.message for log in client.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[run.id])))]
     assert run.state.type.value == "CANCELLED"
     (named,) = [m for m in messages if "cancelled (interrupted (Ctrl-C))" in m]
-    # the run the suite was in, by the run id it gave it (titanflow.run.preflight.new_run_id); the second never started
+    # the run the suite was in, by the run id it gave it (titanflow.params.new_run_id); the second never started
     assert re.fullmatch(r"native/random: cancelled \(interrupted \(Ctrl-C\)\) in run native-cpu-random-\d{8}-\d{6}-"
                         r"[0-9a-f]{4}; the suite stops at run 1 of 2", named), named

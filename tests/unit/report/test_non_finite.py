@@ -15,8 +15,6 @@ from pathlib import Path
 import pytest
 from helpers import FIXTURES
 
-from tasks.report import report
-from tasks.train import train
 from titanflow.launch.metrics import metrics_table
 from titanflow.record.summary import RunSummary
 from titanflow.report import artifacts
@@ -27,6 +25,8 @@ from titanflow.report.plots import (
     write_loss_curve,
 )
 from titanflow.run.recorder import RunRecorder
+from titanflow.tasks.report import report
+from titanflow.tasks.train import train
 
 FIELDS = {"run_id": "native-cpu-random-diverged", "scenario": "native", "target": "cpu", "init": "random", "steps": 3}
 #: The fixture log's three losses, step 2 made inf and step 3 NaN.

@@ -4,12 +4,12 @@ summary.json (task_peak_rss_bytes) and validate's in the history row (validate_p
 import re
 from pathlib import Path
 
-from tasks.export import export
-from tasks.validate import validate
 from titanflow.record.history import row_from_summary
 from titanflow.record.summary import RunSummary, read_summary
 from titanflow.run.peak_rss import peak_rss_bytes, reset_peak_rss
 from titanflow.run.recorder import RunRecorder
+from titanflow.tasks.export import export
+from titanflow.tasks.validate import validate
 
 MIB = 2**20
 

@@ -14,12 +14,12 @@ import pandas as pd
 import pytest
 from helpers import FIXTURES
 
-from tasks.train import train
 from titanflow.judge.verdict import final_verdict
 from titanflow.record import history
 from titanflow.record.summary import RunSummary, read_summary
 from titanflow.results import Finding, LossVerdict
 from titanflow.run.recorder import RunRecorder
+from titanflow.tasks.train import train
 
 LEGACY = FIXTURES / "legacy_run"
 LEGACY_LOSSES = [11.94006, 11.93394, 11.89889, 11.85279, 11.8061, 11.71372, 11.69535, 11.65731, 11.63609, 11.62677]

@@ -204,7 +204,7 @@ def test_every_private_name_has_its_reason_in_the_table():
 def test_every_cpu_name_resolves_in_this_install_as_doctor_finds_them():
     """In a Python of its own, after the cpu target's compatibility layers (torchtitan needs them on CPU): every
     torchtitan and private torch name resolves; the Neuron ones are not asked for."""
-    from titanflow.run.doctor import check_upstream
+    from titanflow.run.checks import check_upstream
 
     check = check_upstream("cpu")
     assert (check.name, check.ok) == ("upstream names", True), check.detail

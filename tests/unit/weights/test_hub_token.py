@@ -231,7 +231,7 @@ def test_block_token_used_when_huggingface_hub_has_none(prefect_db, monkeypatch,
                                                         spy_download, caplog):
     from prefect import flow
 
-    from tasks.weights import pull_weights
+    from titanflow.tasks.weights import pull_weights
 
     caplog.set_level(logging.DEBUG)
     monkeypatch.setenv(TOKEN_BLOCK_ENV, BLOCK_NAME)
@@ -260,7 +260,7 @@ def test_failed_pull_with_block_token_leaves_it_nowhere(prefect_db, monkeypatch,
                                                        echoing_hub, caplog):
     from prefect import flow
 
-    from tasks.weights import pull_weights
+    from titanflow.tasks.weights import pull_weights
 
     caplog.set_level(logging.DEBUG)
     monkeypatch.setattr(hf_constants, "HF_HUB_CACHE", str(tmp_path / "empty-hub"))
@@ -325,7 +325,7 @@ def test_secret_search_finds_it_in_text_and_in_compressed_parquet(tmp_path):
 def test_an_unknown_hub_host_is_not_retried_while_a_failed_connection_is(cause, error_type):
     """snapshot_download falls back to the local cache when the Hub cannot be reached, and raises
     LocalEntryNotFoundError chained to the connection's error: that error decides whether the train of retries of
-    pull_weights (tasks.retry.retry_transient_download) is worth starting."""
+    pull_weights (titanflow.tasks.retry.retry_transient_download) is worth starting."""
     import httpx
     from huggingface_hub.errors import LocalEntryNotFoundError
 

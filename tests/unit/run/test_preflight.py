@@ -1,0 +1,34 @@
+"""A trn2 run's gate (titanflow/run/preflight.py): titanflow doctor's checks (titanflow.run.checks), less the weights,
+refuse it before anything runs."""
+
+import pytest
+
+from titanflow.params import ScenarioRun
+from titanflow.run import checks, preflight
+
+
+def test_a_trn2_run_is_refused_before_anything_runs(tmp_path):
+    """titanflow.run.preflight runs the doctor's checks (less the weights) for trn2 launches only."""
+    with pytest.raises(ValueError) as refused:
+        preflight.preflight(ScenarioRun(scenario="moe", target="trn2", runs_dir=str(tmp_path)))  # moe takes rope=neuron
+    message = str(refused.value)
+    assert message.startswith("target: trn2 is not ready on this machine (`titanflow doctor --target trn2`")
+    assert "FAIL  kernel rope=neuron: torch_neuronx is not installed" in message and "FAIL  weights" not in message
+    assert preflight.preflight(ScenarioRun(target="trn2", runs_dir=str(tmp_path)), launch=False).parent == tmp_path
+
+
+def test_a_run_on_trn2_is_refused_for_a_missing_upstream_name_only_once_everything_else_holds(monkeypatch):
+    """require_ready (a trn2 run's preflight) resolves the upstream names (seconds, a Python of their own) only when
+    every other check passed, so a machine that is no trn2 node is refused at once; then a missing name refuses it."""
+    calls = []
+    failing = checks.Check("upstream names", False, "lacks torchtitan.models.qwen3._qwen3_norm (gone)", "adapt it")
+    monkeypatch.setattr(preflight, "check_upstream", lambda target: calls.append(target) or failing)
+    run = ScenarioRun(scenario="native", target="trn2")
+    monkeypatch.setattr(preflight, "run_checks", lambda *a, **k: [checks.Check("python", False, "3.11", "use 3.12")])
+    with pytest.raises(ValueError, match="python"):
+        preflight.require_ready(run)
+    assert calls == []
+    monkeypatch.setattr(preflight, "run_checks", lambda *a, **k: [checks.Check("python", True, "3.12", "")])
+    with pytest.raises(ValueError, match=r"upstream names: lacks torchtitan.models.qwen3._qwen3_norm"):
+        preflight.require_ready(run)
+    assert calls == ["trn2"]
