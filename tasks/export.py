@@ -8,7 +8,8 @@ from prefect import task
 from prefect.logging import get_run_logger
 
 from titan_cfg.job import Job
-from titanflow.export.assemble import ExportResult, export_run
+from titanflow.export.assemble import export_run
+from titanflow.results import ExportResult
 from titanflow.task_names import TaskName
 
 

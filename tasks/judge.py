@@ -10,8 +10,9 @@ from prefect.logging import get_run_logger
 from titan_cfg.job import Job
 from titanflow.judge.expectations import wants_independent
 from titanflow.judge.first_step import independent_first_step_loss
-from titanflow.judge.loss import LossVerdict, judge
+from titanflow.judge.loss import judge
 from titanflow.params import ScenarioRun
+from titanflow.results import LossVerdict
 from titanflow.task_names import TaskName
 
 

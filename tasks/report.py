@@ -7,9 +7,9 @@ from pathlib import Path
 
 from prefect import task
 
-from titanflow.judge.regression import Finding
 from titanflow.report.plots import Curve
 from titanflow.report.publish import publish_report
+from titanflow.results import Finding
 from titanflow.task_names import TaskName
 
 

@@ -6,7 +6,7 @@ result is the raised exception. True retries the task run.
 
 from __future__ import annotations
 
-from titanflow.judge.failures import classify_exception
+from titanflow.prefect_ops.stopped import classify_exception
 from titanflow.weights.resolve import TransientDownloadError
 
 

@@ -12,9 +12,10 @@ from titanflow.launch.metrics import strip_ansi
 from titanflow.launch.render import RenderedJob
 from titanflow.launch.resume import prepare
 from titanflow.launch.slot import node_slots
-from titanflow.launch.torchrun import TrainResult, run_training
+from titanflow.launch.torchrun import run_training
 from titanflow.prefect_ops import caching
 from titanflow.report.artifacts import TrainingProgress, artifact_key
+from titanflow.results import TrainResult
 from titanflow.task_names import TaskName
 from titanflow.tasks.retry import retry_infrastructure_only
 

@@ -8,8 +8,9 @@ from prefect import task
 from prefect.logging import get_run_logger
 
 from titan_cfg.job import Job
-from titanflow.export.validate import ValidationReport, validate_export
+from titanflow.export.validate import validate_export
 from titanflow.params import Tolerances
+from titanflow.results import ValidationReport
 from titanflow.task_names import TaskName
 
 

@@ -7,8 +7,9 @@ from prefect import task
 from prefect.logging import get_run_logger
 
 from titanflow.launch.render import RenderedJob
-from titanflow.launch.warmup import WarmupResult, warm_up
+from titanflow.launch.warmup import warm_up
 from titanflow.prefect_ops import caching
+from titanflow.results import WarmupResult
 from titanflow.task_names import TaskName
 
 

@@ -42,6 +42,6 @@ def pull_weights(weights: str | None, init: str, model_type: str = "qwen3") -> s
         token = hub_token() if is_hub_id(weights) else None
         if is_hub_id(weights):
             logger.info("Hub token: %s", f"from {token.source}" if token else "none (public repos only)")
-        folder = resolve_weights(weights, model_type, token=token)
+        folder = resolve_weights(weights, token=token)
     logger.info("weights folder: %s", folder)
     return str(folder)

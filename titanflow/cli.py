@@ -368,7 +368,7 @@ def cmd_trim(args: argparse.Namespace) -> int:
     try:
         trim = Trim(layers=args.layers, experts=args.experts, top_k=args.top_k)
         check_dest(Path(args.dest), local_folder(args.source))
-        source = resolve_weights(args.source, "qwen3_moe")
+        source = resolve_weights(args.source)
         print(trim_moe(source, Path(args.dest), trim, source_id=weights_id(args.source, source)))
     except ValidationError as err:  # field, what is wrong, the fix: as titanflow run prints it
         print(f"titanflow: bad input:\n{describe(err)}", file=sys.stderr)

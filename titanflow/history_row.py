@@ -32,10 +32,7 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 from pydantic.fields import FieldInfo
 
-from titanflow.export.assemble import ExportResult
-from titanflow.export.validate import ValidationReport
-from titanflow.launch.torchrun import TrainResult
-from titanflow.launch.warmup import WarmupResult
+from titanflow.results import ExportResult, TrainResult, ValidationReport, WarmupResult
 
 #: The run record's results whose metric fields the row lifts: RunSummary field -> its type (the loss verdict's
 #: joins once its type sits below titanflow.judge).

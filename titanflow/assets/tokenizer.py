@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from titanflow import paths
-from titanflow.assets.cache import FORMAT_VERSION, build_once, cache_key, installed_versions, sha256_file
+from titanflow.build_cache import FORMAT_VERSION, build_once, cache_key, installed_versions, sha256_file
 
 log = logging.getLogger(__name__)
 

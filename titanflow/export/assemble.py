@@ -21,16 +21,10 @@ import os
 import shutil
 from pathlib import Path
 
-from pydantic import BaseModel, Field
-
 from titan_cfg.job import Job
 from titan_cfg.probe import UNTIED_HEAD_FILE
-from titanflow.export.structure import INDEX
-
-#: Files copied from the weights folder when present (tokenizer and generation settings).
-SIDE_FILES = ("generation_config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-              "vocab.json", "merges.txt", "chat_template.jinja")
-
+from titanflow.hf_folder import INDEX, SIDE_FILES
+from titanflow.results import ExportResult
 
 class ExportError(RuntimeError):
     """torchtitan's save is missing or incomplete; the message names the file."""
@@ -101,14 +95,6 @@ def assemble_export(job: Job, run_dir: Path) -> Path:
     shutil.rmtree(final, ignore_errors=True)
     os.replace(partial, final)
     return final
-
-
-class ExportResult(BaseModel):
-    """Where the export is, and whether training untied a tied checkpoint's lm_head."""
-
-    export_dir: str = Field(description="the complete Hugging Face folder, runs/<id>/export")
-    untied_lm_head: bool = Field(description="training untied a tied checkpoint's lm_head; the export carries "
-                                 "the trained head, untied")
 
 
 def export_run(job: Job, run_dir: Path) -> ExportResult:

@@ -21,23 +21,9 @@ import os
 import tempfile
 from pathlib import Path
 
-from pydantic import BaseModel, Field
-
 from titan_cfg.probe import PROBE_TEXT
-from titanflow.export.structure import INDEX, read_headers
-
-
-class LoadReport(BaseModel):
-    """Outcome of loading the export in transformers; ``problems`` lists each failed check in words."""
-
-    missing_in_files: list[str] = Field(description="state-dict keys of the loaded model absent from the files")
-    missing: list[str] = Field(description="transformers' missing_keys (randomly initialised on load)")
-    unexpected: list[str] = Field(description="transformers' unexpected_keys")
-    mismatched: list[str] = Field(description="transformers' mismatched_keys (shape differs)")
-    tied: bool = Field(description="config.json tie_word_embeddings")
-    lm_head_is_embedding: bool | None = Field(description="tied models only: lm_head is the embedding after load")
-    forward_finite: bool = Field(description="one forward on the probe sentence gave finite logits")
-    problems: list[str] = Field(description="each failed load check, in words")
+from titanflow.hf_folder import INDEX, checkpoint_keys, read_headers
+from titanflow.results import LoadReport
 
 
 def load_export(export_dir: Path):
@@ -119,24 +105,3 @@ def check_tied_as_saved(export_dir: Path, input_ids=None) -> LoadReport:
         config = json.loads((export_dir / "config.json").read_text())
         (tied / "config.json").write_text(json.dumps({**config, "tie_word_embeddings": True}))
         return check_export(tied, input_ids=input_ids)
-
-
-def checkpoint_keys(model) -> set[str]:
-    """The checkpoint keys ``model``'s state dict is loaded from: its own keys, except those transformers
-    builds by merging checkpoint tensors (its conversion mapping for the model_type, e.g. Qwen3 MoE's
-    ``mlp.experts.gate_up_proj`` [E, 2F, D] from ``mlp.experts.{e}.gate_proj/up_proj.weight``), which
-    are replaced by their sources, ``*`` taking every expert index 0..num_experts-1."""
-    from transformers.conversion_mapping import WeightConverter, get_checkpoint_conversion_mapping
-
-    converters = [c for c in get_checkpoint_conversion_mapping(model.config.model_type) or []
-                  if isinstance(c, WeightConverter)]
-    experts = range(getattr(model.config, "num_experts", 0) or 0)
-    keys = set()
-    for key in model.state_dict():
-        converter = next((c for c in converters for t in c.target_patterns if key.endswith(t)), None)
-        if converter is None:
-            keys.add(key)
-            continue
-        prefix = key[: -len(next(t for t in converter.target_patterns if key.endswith(t)))]
-        keys |= {prefix + source.replace("*", str(e)) for source in converter.source_patterns for e in experts}
-    return keys

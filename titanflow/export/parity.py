@@ -11,25 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel
-
-
-class ParityReport(BaseModel):
-    """KL(trained || export) in nats per token (mean over positions), top-1 agreement (fraction),
-    and the largest absolute logit difference, on ``tokens`` probe positions. For an MoE,
-    ``router_agreement`` is the fraction of (layer, token) pairs whose top-k expert set is the
-    same in both models, over ``router_layers`` layers (None for a dense model). An MoE trained with expert-bias
-    load balancing is compared as it routes without that bias (titan_cfg.probe), and
-    ``expert_bias_router_agreement`` is the fraction of pairs whose experts the trained model, with its bias,
-    chose as the export does (None without a bias): what the export gives up of the trained routing."""
-
-    kl: float
-    top1_agreement: float
-    max_abs_logit_diff: float
-    tokens: int
-    router_agreement: float | None = None
-    router_layers: int = 0
-    expert_bias_router_agreement: float | None = None
+from titanflow.results import ParityReport
 
 
 #: Vocabulary entries per chunk of :func:`kl_and_top1`: [batch, seq, 8192] float32 temporaries

@@ -27,21 +27,11 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
-from pydantic import BaseModel
-
 from titan_cfg.model_spec import Qwen3Shape, torchtitan_model_spec
-from titanflow.export.structure import read_headers
+from titanflow.hf_folder import read_headers
+from titanflow.results import RoundTripReport
 
 _LAYER = re.compile(r"model\.layers\.(\d+)\.")
-
-
-class RoundTripReport(BaseModel):
-    """Tensors compared, and the keys that did not come back identical, went missing or appeared."""
-
-    tensors: int
-    differing: list[str]
-    lost: list[str]
-    gained: list[str]
 
 
 def conversion_groups(names) -> list[list[str]]:
@@ -73,7 +63,7 @@ def check_round_trip(export_dir: Path, shape: Qwen3Shape) -> RoundTripReport:
     (module docstring); peak memory is about two copies of the largest group, not of the model.
 
     Raises:
-        ValueError: a shard cannot be read (titanflow.export.structure.read_headers), or the adapter converts
+        ValueError: a shard cannot be read (titanflow.hf_folder.read_headers), or the adapter converts
             a tensor to another shape than the torchtitan model's (naming the key and both shapes).
     """
     from titan_cfg.compat.cpu import make_importable_without_triton  # lazy: torch

@@ -14,42 +14,13 @@ import re
 from collections import Counter
 from pathlib import Path
 
-from pydantic import BaseModel
-from safetensors import SafetensorError, safe_open
-
 from titan_cfg.model_spec import rope_theta_of
-
-INDEX = "model.safetensors.index.json"
+from titanflow.hf_folder import INDEX, read_headers
+from titanflow.results import StructureReport
 
 #: torch dtype names (export_dtype) -> safetensors header dtype codes.
 HEADER_DTYPE = {"float32": "F32", "bfloat16": "BF16", "float16": "F16"}
 _FLOAT_CODES = {"F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2"}
-
-
-class StructureReport(BaseModel):
-    """Counts read from the headers, and ``problems`` (each a sentence naming the file or field)."""
-
-    tensors: int
-    shards: int
-    dtypes: dict[str, int]   # header dtype code -> number of tensors
-    problems: list[str]
-
-
-def read_headers(export_dir: Path) -> dict[str, dict[str, tuple[str, list[int]]]]:
-    """{shard file name: {tensor name: (dtype code, shape)}} for every ``*.safetensors`` in the folder.
-
-    Raises:
-        ValueError: a shard whose header cannot be read (truncated or not safetensors), naming the file.
-    """
-    headers = {}
-    for shard in sorted(export_dir.glob("*.safetensors")):
-        try:
-            with safe_open(shard, "pt") as f:
-                headers[shard.name] = {k: (f.get_slice(k).get_dtype(), list(f.get_slice(k).get_shape()))
-                                       for k in f.keys()}
-        except (SafetensorError, OSError) as err:
-            raise ValueError(f"export: {shard} cannot be read as safetensors ({err}); the file is damaged") from err
-    return headers
 
 
 def _config_problems(config: dict, shapes: dict[str, list[int]], expected_rope_theta: float | None) -> list[str]:

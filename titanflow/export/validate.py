@@ -18,49 +18,18 @@ import gc
 import time
 from pathlib import Path
 
-from pydantic import BaseModel, Field
-
 from titan_cfg.job import Job
 from titan_cfg.probe import PROBE_FILE
 from titan_cfg.scenarios import SCENARIOS
-from titanflow.export.load import (
-    LoadReport,
-    check_export,
-    check_tied_as_saved,
-    load_export,
-)
-from titanflow.export.parity import ParityReport, check_parity, read_probe
-from titanflow.export.roundtrip import RoundTripReport, check_round_trip
-from titanflow.export.structure import StructureReport, check_structure
+from titanflow.export.load import check_export, check_tied_as_saved, load_export
+from titanflow.export.parity import check_parity, read_probe
+from titanflow.export.roundtrip import check_round_trip
+from titanflow.export.structure import check_structure
 from titanflow.params import Tolerances
+from titanflow.results import ValidationReport
 
 #: The levels in report order (ValidationReport.seconds, problems); they run in another (validate_export).
 LEVELS = ("structure", "round_trip", "load", "walkthrough_tie", "parity")
-
-
-class ExportCheckError(RuntimeError):
-    """The export failed a check; the message lists every failed check."""
-
-
-class ValidationReport(BaseModel):
-    """The four levels' reports, seconds per check, and every problem found."""
-
-    structure: StructureReport = Field(description="level 1: safetensors headers, index, dtypes, config.json")
-    round_trip: RoundTripReport | None = Field(
-        description="level 2; None: the scenario has no torchtitan <-> HF conversion to test")
-    load: LoadReport = Field(description="level 3: the load in transformers")
-    walkthrough_tie: LoadReport | None = Field(
-        None, description="level 3 as the walkthrough checks a tied checkpoint's export: without the trained "
-        "head, under the tied config.json, only lm_head.weight missing and tied to the embedding; None unless "
-        "the checkpoint is tied and its export untied (then `load` is the untied export's)")
-    parity: ParityReport | None = Field(description="level 4: export against the trained model")
-    seconds: dict[str, float] = Field(description="wall seconds per level")
-    problems: list[str] = Field(description="every failed check of every level, prefixed by its level")
-
-    def raise_for_problems(self) -> None:
-        """Raises :class:`ExportCheckError` listing every failed check, if any failed."""
-        if self.problems:
-            raise ExportCheckError("validate: " + "; ".join(self.problems))
 
 
 def validate_export(export_dir: Path, job: Job, tolerances: Tolerances) -> ValidationReport:

@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 
 from titan_cfg.cpu_isa import cpu_capability, cpu_model_and_flags
-from titanflow.assets.cache import installed_versions
+from titanflow.build_cache import installed_versions
 
 #: Libraries whose version changes the numbers.
 NUMERICS_PACKAGES = ("torch", "torchtitan", "transformers")

@@ -24,9 +24,9 @@ from titan_cfg.model_spec import Qwen3Shape
 from titan_cfg.scenarios import SCENARIOS
 from titan_cfg.targets import TARGETS
 from titanflow.judge.expected_loss import OUTPUT_INIT_VARIANCE, random_init_first_step_loss
-from titanflow.judge.first_step import IndependentLoss
 from titanflow.judge.goldens import GOLDEN_DIR, RECORD_COMMAND, GoldenCurve, curve_path, golden_for
 from titanflow.params import ScenarioRun, Tolerances
+from titanflow.results import IndependentLoss
 
 
 @dataclass(frozen=True)

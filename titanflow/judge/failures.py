@@ -20,7 +20,8 @@ checked in this order (the first that matches wins):
 | ``export_validation`` | the ``export`` or ``validate`` task failing (parity, missing keys, structure) |
 
 A cancelled run (verdict ``cancelled``: a Prefect cancel, Ctrl-C; titanflow.prefect_ops.stopped.cancel_cause)
-did not fail and has no class, whatever its log shows.
+did not fail and has no class, whatever its log shows. A task's exception is classified, a cancel apart, by
+titanflow.prefect_ops.stopped.classify_exception (Prefect's exceptions are known there, not here).
 
 The machine's classes come first (a full disk, an exhausted memory, then infrastructure): their signals (a save
 that found no space, a rank the out-of-memory killer took, a taken port) explain whatever else the log shows, and
@@ -36,16 +37,11 @@ tests use, and the commands that produced them, are in ``tests/fixtures/failure_
 from __future__ import annotations
 
 import re
-from typing import Literal, get_args
+from typing import get_args
 
-from titanflow.launch.metrics import non_finite_steps
 from titanflow.paths import DISK_FULL_TEXT
-from titanflow.prefect_ops.stopped import cancel_cause
+from titanflow.results import FailureClass, non_finite_steps
 from titanflow.task_names import TaskName
-
-#: Why a run failed; the order is the order of the checks on a root cause.
-FailureClass = Literal["input", "disk_full", "out_of_memory", "infrastructure", "compile", "numerics",
-                       "export_validation"]
 
 #: Every failure class, in the order they are checked.
 FAILURE_CLASSES: tuple[str, ...] = get_args(FailureClass)
@@ -180,13 +176,3 @@ def classify_failure(*, verdict: str | None, failed_task: str | None, error: str
     if failed_task:
         return CLASS_OF_TASK.get(failed_task, "infrastructure")
     return "numerics"  # only the verdict failed: compare_loss found the loss out of its band
-
-
-def classify_exception(task_name: str, error: BaseException) -> FailureClass | None:
-    """Class of an exception raised by Prefect task ``task_name`` (its message is the log tail,
-    as :class:`titanflow.launch.torchrun.TrainingError` carries it); None for a cancel
-    (titanflow.prefect_ops.stopped.cancel_cause), which is no failure and never retried."""
-    if cancel_cause(error) is not None:
-        return None
-    message = f"{type(error).__name__}: {error}"
-    return classify_failure(verdict="fail", failed_task=task_name, error=message, losses=None) or "infrastructure"

@@ -14,22 +14,11 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from pydantic import BaseModel, Field
-
 from titan_cfg.first_batch import FIRST_BATCH_DIR
+from titanflow.results import IndependentLoss
 
 #: torchtitan's ignored label (torchtitan.components.loss.IGNORE_INDEX).
 IGNORE_INDEX = -100
-
-
-class IndependentLoss(BaseModel):
-    """transformers' cross-entropy of the loaded weights on the trainer's step-1 batch."""
-
-    loss: float = Field(description="sum of token cross-entropies / valid tokens, all ranks (nats)")
-    tokens: int = Field(description="valid (not ignored) label tokens over all ranks")
-    forwards: int = Field(description="forward passes run (documents, or rows without a document mask)")
-    ranks: int = Field(description="rank files read")
-    seconds: float = Field(description="wall seconds of load and forwards")
 
 
 def documents(positions_L) -> list[tuple[int, int]]:

@@ -20,38 +20,13 @@ infinite loss at any step fails regardless.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
-
-from pydantic import BaseModel, Field
 
 from titan_cfg.job import PublishedFirstStep
 from titan_cfg.model_spec import Qwen3Shape
 from titanflow.judge.expectations import GOLDEN_CURVE, Evidence, Expectation, decide
-from titanflow.judge.first_step import IndependentLoss
 from titanflow.judge.goldens import GOLDEN_DIR
-from titanflow.launch.metrics import non_finite_steps
 from titanflow.params import ScenarioRun
-
-Verdict = Literal["pass", "fail"]
-
-
-class LossVerdict(BaseModel):
-    """The first-step loss against its expectation."""
-
-    first_step_loss: float = Field(description="loss of step 1 (nats), rank 0")
-    expected_first_step_loss: float = Field(description="what step 1 should give (nats)")
-    tolerance: float = Field(description="allowed |measured - expected| (nats); 0 for a one-sided bound")
-    expectation_source: str = Field(description="where the expectation comes from (formula, golden file)")
-    verdict: Verdict = Field(description="pass or fail of this check")
-    reason: str = Field(description="the comparison in numbers")
-    independent: IndependentLoss | None = Field(
-        None, description="pretrained init: transformers' loss of the loaded weights on the step-1 batch, "
-        "when the target computes it (then it is the expectation)")
-    golden_first_step_loss: float | None = Field(
-        None, description="the golden's step 1 (nats), reported beside the independent expectation")
-    published: PublishedFirstStep | None = Field(
-        None, description="the published first-step loss for the job's weights (titan_cfg.published): "
-        "the expectation (role expectation) or reported beside it")
+from titanflow.results import IndependentLoss, LossOutcome, LossVerdict, non_finite_steps
 
 
 def judge(losses: list[float], shape: Qwen3Shape, run: ScenarioRun, golden_dir: Path = GOLDEN_DIR,
@@ -81,7 +56,7 @@ def judge(losses: list[float], shape: Qwen3Shape, run: ScenarioRun, golden_dir: 
                        published=published)
 
 
-def _verdict(evidence: Evidence, expectation: Expectation) -> tuple[Verdict, str]:
+def _verdict(evidence: Evidence, expectation: Expectation) -> tuple[LossOutcome, str]:
     """The one verdict step: every step finite; loaded weights ``pretrained_gap`` below the random-init value
     (:attr:`Evidence.gap_bound`); then step 1 against the expectation (two-sided, or at most its bound)."""
     first, bound = evidence.losses[0], evidence.gap_bound

@@ -36,15 +36,15 @@ import math
 import statistics
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from titanflow.history_row import METRICS
 from titanflow.judge.environment import describe
-from titanflow.judge.failures import FailureClass
 from titanflow.judge.goldens import GOLDEN_DIR, curve_path, golden_for
+from titanflow.results import Finding, FindingClass, Status
 
 #: The committed rules.
 RULES_PATH = Path(__file__).with_name("regression_rules.toml")
@@ -55,10 +55,6 @@ HISTORY_METRICS = (*METRICS, "task_seconds")
 
 #: Row columns a ``golden_curve`` rule may name.
 CURVE_METRICS = ("losses",)
-
-#: A rule's class: a failure class (the loss curve's is numerics), or performance (slower, larger).
-FindingClass = Literal["performance"] | FailureClass
-Status = Literal["pass", "fail", "no baseline", "no value"]
 
 
 class Rule(BaseModel):
@@ -134,28 +130,6 @@ def load_rules(path: Path | str = RULES_PATH) -> Rules:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg'].removeprefix('Value error, ')}"
                              for e in err.errors())
         raise ValueError(f"{path}: {problems}") from None
-
-
-class Finding(BaseModel):
-    """One rule checked on one run: ``value`` against ``baseline`` within ``margin``.
-
-    ``passed`` is None when nothing could be compared (status "no baseline" or "no value").
-    """
-
-    model_config = ConfigDict(populate_by_name=True)
-
-    metric: str
-    value: float | None
-    baseline: float | None
-    margin: float
-    passed: bool | None
-    status: Status
-    finding_class: FindingClass = Field(alias="class")
-    detail: str
-
-    def as_record(self) -> dict[str, Any]:
-        """A flat dict (key ``class``) for a table artifact or a DataFrame row."""
-        return self.model_dump(by_alias=True)
 
 
 def _check_curve(rule: Rule, row: dict, golden_dir: Path) -> Finding:

@@ -8,19 +8,14 @@
     pass       the first-step loss is within its band and no numerics finding failed;
     None       the run has not got that far (nothing judged yet).
 
-Performance findings (slower, larger) never fail a run: they are flagged in the report.
+Performance findings (slower, larger) never fail a run: they are flagged in the report. The verdict's type is
+titanflow.results.Verdict.
 """
 
 from __future__ import annotations
 
-from typing import Literal
-
-from titanflow.judge.loss import LossVerdict
-from titanflow.judge.regression import Finding
+from titanflow.results import Finding, LossVerdict, Verdict
 from titanflow.task_names import TaskName
-
-#: Every verdict a run can end with (None: not judged yet).
-Verdict = Literal["pass", "fail", "cancelled"]
 
 
 def final_verdict(failed_task: TaskName | None, loss: LossVerdict | None, findings: list[Finding],

@@ -12,7 +12,6 @@ or ``titanflow: launch 1 starts at step 1: ...``. The run's curve folds them (:f
 
 from __future__ import annotations
 
-import math
 import os
 import re
 from pathlib import Path
@@ -144,8 +143,3 @@ def logged_losses(metrics_path: Path) -> list[float]:
         return []
     table = pd.read_csv(metrics_path)
     return [float(x) for x in table.sort_values("step").loss] if "loss" in table else []
-
-
-def non_finite_steps(losses: list[float] | None) -> list[int]:
-    """1-based steps whose loss is NaN or infinite (or missing)."""
-    return [i for i, x in enumerate(losses or [], 1) if x is None or not math.isfinite(float(x))]

@@ -18,19 +18,18 @@ import shutil
 import sys
 from pathlib import Path
 
-from pydantic import BaseModel, Field
-
 from titan_cfg.job import Job
 from titanflow import paths
 from titanflow.launch import oom
 from titanflow.launch.kubernetes.launch import run_pods
-from titanflow.launch.metrics import log_tail, non_finite_steps, run_curve
+from titanflow.launch.metrics import log_tail, run_curve
 from titanflow.launch.nodes import first_node_error, nodes_dir
 from titanflow.launch.process import ProcessResult, run_streaming
 from titanflow.launch.render import RenderedJob
 from titanflow.launch.resume import Resume, checkpoint_folder, prepare, remove_incomplete
 from titanflow.launch.root_cause import first_rank_error
 from titanflow.launch.slurm.job import recover_rank0_steps, run_job
+from titanflow.results import TrainResult, non_finite_steps
 
 #: Lines of the launcher's log an error carries, and the characters kept of each.
 ERROR_TAIL_LINES, ERROR_LINE_CHARS = 25, 500
@@ -72,27 +71,6 @@ def launch_error(what: str, why: str, result: ProcessResult, log_path: Path, ran
                      for line in result.tail[-ERROR_TAIL_LINES:])
     said = f"\n--- last lines ---\n{tail}" if tail else "; the launch printed nothing before it ended"
     return TrainingError(f"{what}: {why}{cause}; full log {log_path}{said}")
-
-
-class TrainResult(BaseModel):
-    """Summary of a finished training launch. A field marked ``"metric": True`` is a column of the history
-    (titanflow.history_row) that a regression rule may judge."""
-
-    log_path: str | None = Field(description="runs/<id>/train.log, rank 0")
-    metrics_path: str | None = Field(description="runs/<id>/metrics.csv (step, loss, grad_norm, memory_gib, tps)")
-    losses: list[float] = Field(description="loss per step (nats), step 1 first, rank 0: every step once, from "
-                                "the last launch that trained it")
-    tokens_per_s: float = Field(description="all ranks: median per-rank tokens/s over steps >= 2, times world size",
-                                 json_schema_extra={"metric": True})
-    peak_memory_gib: float = Field(description="largest per-rank peak memory torchtitan reported (GiB)",
-                                    json_schema_extra={"metric": True})
-    peak_rss_bytes: int = Field(description="largest resident set of any process of the launch (bytes)",
-                                json_schema_extra={"metric": True})
-    wall_s: float = Field(description="seconds from launch to exit (the last launch)")
-    resumed_from_step: int | None = Field(None, description="step of the step checkpoint the last launch resumed "
-                                          "from (titanflow.launch.resume); None: it started at step 1")
-    attempts: int | None = Field(None, description="launches of this run's training, the last included (a retry "
-                                 "relaunches); None: a summary written before launches were counted")
 
 
 def _spans(steps: list[int]) -> str:

@@ -22,40 +22,19 @@ skipped.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
-
-from pydantic import BaseModel, Field
 
 from titan_cfg.compile_cache import CACHE_ENV, cache_entries, cache_folder
 from titan_cfg.job import JOB_ENV, Job
 from titan_cfg.scenarios import SCENARIOS
 from titanflow.launch.render import RenderedJob
 from titanflow.launch.torchrun import launch, launch_error, ranks_dir
+from titanflow.results import WarmupResult
 
 #: Marker of a completed warm-up of a compiled job (its first step compiled, the block-mask builder included).
 WARM_MARKER = ".warm"
 #: Marker of a completed warm-up of an eager job: the block-mask builder only (the folder is shared with the
 #: compiled job of the same key, whose model it does not warm).
 EAGER_WARM_MARKER = ".warm-eager"
-
-
-class WarmupResult(BaseModel):
-    """What the warm-up did."""
-
-    status: Literal["skipped", "reused", "warmed"] = Field(description="compile off / cache already warm / warmed now")
-    reason: str = Field(description="why, in words")
-    seconds: float = Field(description="wall seconds of the one-step compile run (0 unless warmed)")
-    cache_dir: str | None = Field(description="the keyed compile-cache folder, when the job compiles")
-    eager: bool = Field(False, description="compile is off: what is warmed, if anything, is the block-mask builder only "
-                        "(compiles_when_eager)")
-
-    def from_cache(self) -> WarmupResult:
-        """This result as a later run of the same job gets it from Prefect's cache (titanflow.tasks.warmup): it
-        compiled nothing, so a ``warmed`` result reads ``reused`` and 0 s, its reason kept."""
-        if self.status != "warmed":
-            return self
-        return self.model_copy(update={"status": "reused", "seconds": 0.0,
-                                       "reason": f"Prefect's cache: an earlier run of this job warmed it ({self.reason})"})
 
 
 def is_warm(folder: Path, backend: str, eager: bool = False) -> bool:

@@ -14,6 +14,8 @@ process's events, which the server records in the background; the hook sends wha
 run of the flow run the server holds as not ended (or Crashed) Cancelled. The server keeps a task run's newest state
 (its task-run recorder updates a row only with a later state timestamp), so the Crashed event recorded after the
 hook cannot undo it. A task run whose start the server had not recorded yet keeps Prefect's Crashed.
+
+A task's retry asks :func:`classify_exception`: a cancel is no failure, any other exception has its failure class.
 """
 
 from __future__ import annotations
@@ -23,8 +25,10 @@ import signal
 
 from prefect.exceptions import CancelledRun, TerminationSignal
 
+from titanflow.judge.failures import classify_failure
 from titanflow.prefect_ops.cancel_watch import SENT_SIGTERM
 from titanflow.prefect_ops.drain import send_buffered
+from titanflow.results import FailureClass
 from titanflow.terminated import Terminated
 
 
@@ -52,6 +56,16 @@ def cancel_cause(err: BaseException) -> str | None:
     if isinstance(err, CancelledRun):
         return f"cancelled ({err})" if str(err) else "cancelled (a Prefect run it waited on was cancelled)"
     return None
+
+
+def classify_exception(task_name: str, error: BaseException) -> FailureClass | None:
+    """Class of an exception raised by Prefect task ``task_name`` (its message is the log tail,
+    as :class:`titanflow.launch.torchrun.TrainingError` carries it; titanflow.judge.failures.classify_failure); None
+    for a cancel (:func:`cancel_cause`), which is no failure and never retried."""
+    if cancel_cause(error) is not None:
+        return None
+    message = f"{type(error).__name__}: {error}"
+    return classify_failure(verdict="fail", failed_task=task_name, error=message, losses=None) or "infrastructure"
 
 
 def cancelled_not_crashed(flow, flow_run, state) -> None:

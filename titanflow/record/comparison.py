@@ -16,18 +16,19 @@ from titanflow.judge import regression
 from titanflow.judge.goldens import golden_for
 from titanflow.record import history
 from titanflow.record.summary import read_summary
+from titanflow.results import Finding
 
 
 class HistoryComparison(BaseModel):
     """What comparing a run with the history found."""
 
-    findings: list[regression.Finding] = Field(description="every rule on the run, in rule order")
+    findings: list[Finding] = Field(description="every rule on the run, in rule order")
     golden: dict[int, float] | None = Field(description="{step: loss} of the golden curve of the run's workload; "
                                             "None when there is none")
     previous: dict[str, list[float]] = Field(description="{run id: losses} of the last passing comparable runs")
 
     @property
-    def regressions(self) -> list[regression.Finding]:
+    def regressions(self) -> list[Finding]:
         """The findings out of margin."""
         return regression.regressions(self.findings)
 

@@ -23,16 +23,19 @@ from typing import Any
 from pydantic import BaseModel, Field, computed_field, model_validator
 
 from titan_cfg.job import Init
-from titanflow.export.assemble import ExportResult
-from titanflow.export.validate import ValidationReport
-from titanflow.judge.failures import FailureClass, classify_failure
-from titanflow.judge.loss import LossVerdict
-from titanflow.judge.regression import Finding
-from titanflow.judge.verdict import Verdict
-from titanflow.launch.metrics import non_finite_steps
-from titanflow.launch.torchrun import TrainResult
-from titanflow.launch.warmup import WarmupResult
+from titanflow.judge.failures import classify_failure
 from titanflow.record.schema import SUMMARY_VERSION, upgrade_summary
+from titanflow.results import (
+    ExportResult,
+    FailureClass,
+    Finding,
+    LossVerdict,
+    TrainResult,
+    ValidationReport,
+    Verdict,
+    WarmupResult,
+    non_finite_steps,
+)
 from titanflow.task_names import TaskName
 
 #: torchtitan's message when a step's loss is NaN or inf (torchtitan/trainer.py, Trainer.train_step).

@@ -30,8 +30,8 @@ from prefect.client.schemas.actions import ArtifactUpdate
 from prefect.exceptions import MissingContextError
 from prefect.logging import get_run_logger
 
-from titanflow.judge.regression import Finding
 from titanflow.launch.metrics import parse_step_line
+from titanflow.results import Finding
 
 
 def artifact_key(fields: Mapping[str, Any]) -> str:
@@ -165,7 +165,7 @@ def table_rows(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 
 def findings_rows(findings: Iterable[Finding]) -> list[dict[str, Any]]:
-    """Table rows of the findings (column ``class``; titanflow.judge.regression.Finding.as_record)."""
+    """Table rows of the findings (column ``class``; titanflow.results.Finding.as_record)."""
     return table_rows(f.as_record() for f in findings)
 
 

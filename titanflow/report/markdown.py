@@ -8,9 +8,9 @@ import re
 from pathlib import Path
 
 from titanflow.judge.environment import describe
-from titanflow.judge.regression import Finding
 from titanflow.record.summary import RunSummary
 from titanflow.report.artifacts import png_markdown
+from titanflow.results import Finding
 
 #: Lines of train.log shown in a failed run's report.
 LOG_TAIL_LINES = 40

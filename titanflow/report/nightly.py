@@ -18,8 +18,8 @@ from prefect.states import Cancelled, Completed, Failed, State
 from pydantic import BaseModel, Field
 
 from titan_cfg.job import Init
-from titanflow.judge.verdict import Verdict
 from titanflow.record.summary import classify, read_summary
+from titanflow.results import Verdict
 
 
 class SuiteRow(BaseModel):

@@ -18,7 +18,7 @@ from pathlib import Path
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from titanflow.launch.metrics import non_finite_steps
+from titanflow.results import non_finite_steps
 
 #: Figure size in inches and resolution: 6.4 x 3.6 in at 100 dpi = 640 x 360 px.
 FIGSIZE_IN = (6.4, 3.6)
@@ -43,7 +43,7 @@ def curve_points(curve: Curve) -> tuple[list[int], list[float]]:
 
 def non_finite_steps_of(curve: Curve) -> list[int]:
     """Steps of ``curve`` (numbered as :func:`curve_points` numbers them, so a curve logged every few
-    steps keeps its step numbers) whose loss is NaN or infinite (titanflow.launch.metrics.non_finite_steps)."""
+    steps keeps its step numbers) whose loss is NaN or infinite (titanflow.results.non_finite_steps)."""
     steps, values = curve_points(curve)
     return [steps[i - 1] for i in non_finite_steps(values)]
 

@@ -15,12 +15,12 @@ from pathlib import Path
 import pandas as pd
 from prefect.artifacts import create_markdown_artifact
 
-from titanflow.judge.regression import Finding
 from titanflow.launch.metrics import log_tail
 from titanflow.record.summary import read_summary
 from titanflow.report.artifacts import artifact_key, publish_findings, publish_metrics
 from titanflow.report.markdown import LOG_TAIL_LINES, summary_markdown
 from titanflow.report.plots import Curve, write_loss_curve
+from titanflow.results import Finding
 
 #: The plot written into the run folder.
 LOSS_CURVE = "loss_curve.png"

@@ -50,7 +50,7 @@ from titan_cfg.scenarios import SCENARIOS, on_node
 from titan_cfg.targets import TARGETS, node_of
 from titanflow import paths
 from titanflow.assets import TINY_SPECS, ensure_assets
-from titanflow.export.structure import read_headers
+from titanflow.hf_folder import read_headers
 from titanflow.hub_id import is_hub_id
 from titanflow.launch.dataset import C4_TEST_ENV, locate
 from titanflow.params import ScenarioRun

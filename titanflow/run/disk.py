@@ -139,7 +139,7 @@ def cache_writes(run: ScenarioRun, config: dict) -> list[Write]:
     ``torch_dtype``; titanflow.weights.trim.cached_trim finds one made); the embedded tiny model's pretrained checkpoint
     (pretrained init, no ``weights``): its pretraining run's writes (:func:`run_bytes` of its recipe,
     titanflow.run.pretrained.RECIPES) and the float32 checkpoint copied out of it. ``config``: the trained model's
-    config.json (titanflow.weights.fit.trained_config)."""
+    config.json (titanflow.run.model_config.trained_config)."""
     root, writes = paths.cache_root(), []
     shape = config_shape(config, SCENARIOS[run.scenario].model_type)
     if run.trim is not None and run.init == "pretrained" and cached_trim(root, config) is None:

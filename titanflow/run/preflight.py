@@ -3,7 +3,8 @@
 Nothing here trains, builds or imports torch in this process: parameters, the target's runtime (titanflow doctor's
 checks on a Neuron node), the scheduler's own check (Slurm's ``sbatch --test-only``, pod 0 of a Kubernetes job), the
 runs folder, whether the weights fit the run (titanflow.weights.fit: a local folder's config.json, a Hub id's copy
-on this machine, none while offline refused, or the embedded tiny model's fields, known before the flow builds it),
+on this machine, none while offline refused; titanflow.run.model_config: the embedded tiny model's fields, known
+before the flow builds it, and the trim),
 and whether what the run writes fits the space free under its runs folder (titanflow.run.disk).
 Each failure is a :class:`ValueError` whose message starts with the field to change.
 """
@@ -22,14 +23,8 @@ from titanflow.launch.slurm.job import check_submission
 from titanflow.params import ScenarioRun, new_run_id
 from titanflow.run.checks import check_cuda, check_upstream, run_checks
 from titanflow.run.disk import check_space
-from titanflow.weights.fit import (
-    check_hub_weights,
-    check_shape_fits,
-    check_trim_fits,
-    check_weights_folder,
-    embedded_config,
-    trained_config,
-)
+from titanflow.run.model_config import check_trim_fits, embedded_config, trained_config
+from titanflow.weights.fit import check_hub_weights, check_shape_fits, check_weights_folder
 
 
 def check_pretrained_weights_given(run: ScenarioRun) -> None:

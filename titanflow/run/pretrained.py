@@ -17,12 +17,11 @@ from titan_cfg.job import Job
 from titanflow import paths
 from titanflow.assets import TINY_SPECS, ensure_assets
 from titanflow.assets.botchan import DATASET_FILE
-from titanflow.assets.cache import build_once, cache_key, installed_versions, sha256_file
+from titanflow.build_cache import build_once, cache_key, installed_versions, sha256_file
 from titanflow.export.assemble import assemble_export
 from titanflow.launch.render import render
 from titanflow.launch.torchrun import run_training
 from titanflow.params import ScenarioRun
-from titanflow.weights.resolve import resolve_weights
 
 #: The pretraining recipe (one rank, batch 4 x 256 tokens): 20 steps at lr 1e-2 after 4 of warm-up, a third of a
 #: pass over the 63k-token text, take the dense tiny model from 11.94 to 7.53 nats in 47 CPU-s on 2 cores (measured;
@@ -79,8 +78,9 @@ def ensure_pretrained(cache_root: Path | None = None, model_type: str = "qwen3")
 
 
 def embedded_weights(init: str, model_type: str = "qwen3") -> Path:
-    """The weights folder of a run that names none (absolute): the embedded tiny model of ``model_type`` (random init,
-    titanflow.weights.resolve), or its pretrained checkpoint (:func:`ensure_pretrained`, built on first use)."""
+    """The weights folder of a run that names none (absolute): the embedded tiny model of ``model_type``, "qwen3" or
+    "qwen3_moe" (random init, titanflow.assets.ensure_assets), or its pretrained checkpoint (:func:`ensure_pretrained`,
+    built on first use)."""
     if init == "pretrained":
         return ensure_pretrained(model_type=model_type).resolve()
-    return resolve_weights(None, model_type)
+    return ensure_assets(spec=TINY_SPECS[model_type]).weights_dir.resolve()

@@ -5,7 +5,7 @@ checkpoint alike) must hold every shard its ``model.safetensors.index.json`` nam
 safetensors header must read, and every tensor the model of its config.json has must be in some shard
 with that shape (a tied config's ``lm_head.weight`` excepted). The expected tensors come from
 transformers itself: the config's model built on the meta device (no memory, a few seconds), its
-state-dict keys mapped to the checkpoint keys they load from (titanflow.export.load.checkpoint_keys).
+state-dict keys mapped to the checkpoint keys they load from (titanflow.hf_folder.checkpoint_keys).
 A Hugging Face cache filled file by file can hold a partial snapshot without any error from
 huggingface_hub; the message then says how to complete it.
 
@@ -22,8 +22,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from titanflow.export.load import checkpoint_keys
-from titanflow.export.structure import INDEX, read_headers
+from titanflow.hf_folder import INDEX, checkpoint_keys, read_headers
 
 #: How many missing or mismatched tensor names a message lists before "and N more".
 LISTED = 8

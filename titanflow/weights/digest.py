@@ -8,7 +8,7 @@ import hashlib
 import re
 from pathlib import Path
 
-from titanflow.assets.cache import sha256_file
+from titanflow.build_cache import sha256_file
 
 #: A Hugging Face cache blob is named by the sha256 of an LFS file's content (huggingface_hub's cache layout).
 _SHA256_NAME = re.compile(r"[0-9a-f]{64}")

@@ -1,23 +1,21 @@
 """Whether weights fit the run, read without building or training anything: the model's config.json against the
-run's sequences and memory, the folder's tokenizer, index and shards, a Hub id's copy on this machine, and a trim
-against the checkpoint it cuts. Each failure is a :class:`ValueError` whose message starts with the field to change
-(``weights``, ``seq_len``, ``global_batch_size``, ``trim``).
+run's sequences and memory, the folder's tokenizer, index and shards, and a Hub id's copy on this machine (a trim
+against the checkpoint it cuts: titanflow.run.model_config). Each failure is a :class:`ValueError` whose message
+starts with the field to change (``weights``, ``seq_len``, ``global_batch_size``).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from titan_cfg.model_spec import Qwen3Shape, qwen3_shape, read_config
+from titan_cfg.model_spec import Qwen3Shape, qwen3_shape
 from titan_cfg.scenarios import SCENARIOS
 from titan_cfg.trainer_config import check_pretrained_source
 from titanflow import paths
-from titanflow.assets import TINY_SPECS
-from titanflow.assets.cache import build_once, sha256_file
+from titanflow.build_cache import build_once, sha256_file
 from titanflow.params import ScenarioRun
 from titanflow.weights.check import check_checkpoint, check_save_index
 from titanflow.weights.resolve import download_command, local_copy
-from titanflow.weights.trim import check_trim, trimmed_config
 
 
 def check_weights_folder(run: ScenarioRun, folder: Path, complete: bool = True) -> Qwen3Shape:
@@ -78,13 +76,6 @@ def check_shape_fits(run: ScenarioRun, shape: Qwen3Shape) -> None:
             f"{shape.max_position_embeddings}; fix: pass --seq-len {shape.max_position_embeddings} or less"
         )
     check_logits_fit(run, shape.vocab_size)
-
-
-def embedded_config(run: ScenarioRun) -> dict:
-    """The config.json fields of the run's embedded tiny model (titanflow.assets.TinySpec.config_fields), known
-    without building it: preflight checks a run against them in milliseconds, and the flow's pull_weights builds the
-    model (seconds on a fresh clone), whose folder render_config checks whole."""
-    return TINY_SPECS[SCENARIOS[run.scenario].model_type].config_fields()
 
 
 #: The shortest sequence a run may ask for (ScenarioRun.seq_len's bound).
@@ -189,38 +180,3 @@ def check_tokenizer_fits(folder: Path, vocab_size: int) -> None:
                          f"ids up to {largest}, which would index past the embedding's last row; fix: give a folder "
                          f"whose config.json vocab_size is at least {largest + 1} (the model's own tokenizer and "
                          "config)")
-
-
-def trim_source_config(run: ScenarioRun) -> dict | None:
-    """The config.json contents the run's ``trim`` cuts, when they are on this machine without downloading or
-    building anything: the embedded tiny MoE's (:func:`embedded_config`, also the config of its pretrained
-    checkpoint), a local folder's, or a Hub id's copy (titanflow.weights.resolve.local_copy); None otherwise (checked
-    by the flow's trim step)."""
-    if run.weights is None:
-        return embedded_config(run)
-    folder = local_copy(run.weights)
-    return read_config(folder) if folder is not None else None
-
-
-def trained_config(run: ScenarioRun) -> dict | None:
-    """The config.json fields of the model the run trains, when they are on this machine without downloading or
-    building anything (as :func:`trim_source_config`), trimmed as the run's ``trim`` asks; None otherwise."""
-    config = trim_source_config(run)
-    if config is None or run.trim is None:
-        return config
-    return trimmed_config(config, run.trim, source="", source_id=None)
-
-
-def check_trim_fits(run: ScenarioRun) -> None:
-    """``trim`` only removes from the model it is given: at most its layers, experts and experts per token
-    (titanflow.weights.trim.check_trim against :func:`trim_source_config`).
-
-    Raises:
-        ValueError: ``trim: layers 5 > 4 (the checkpoint's) ...``, naming what to pass at most.
-    """
-    if run.trim is None:
-        return
-    config = trim_source_config(run)
-    if config is None:
-        return
-    check_trim(config, run.trim)

@@ -1,8 +1,7 @@
-"""Weight resolution: the run's Hugging Face weights folder.
+"""Weight resolution: the run's Hugging Face weights folder, when the run names one (a run that names none trains
+the embedded tiny Qwen3, built offline by titanflow.assets, or its pretrained checkpoint: titanflow.run.pretrained).
 
-``None`` -> the embedded tiny Qwen3 (built offline by ``titanflow assets``; its pretrained checkpoint, a
-training, is titanflow.run.pretrained's);
-a local folder -> used in place; a Hub id -> ``$TITANFLOW_WEIGHTS_ROOT/<org>/<name>`` when that
+A local folder -> used in place; a Hub id -> ``$TITANFLOW_WEIGHTS_ROOT/<org>/<name>`` when that
 folder holds a config.json (a node's own copy, named once, read offline: ``hf download <id>
 --local-dir $TITANFLOW_WEIGHTS_ROOT/<id>``), else ``huggingface_hub.snapshot_download`` (honours
 ``HF_HOME``, ``HF_HUB_OFFLINE``; files land in the HF cache). Either way the run keeps the Hub id as its
@@ -30,7 +29,6 @@ from typing import NamedTuple
 
 from pydantic import SecretStr
 
-from titanflow.assets import TINY_SPECS, ensure_assets
 from titanflow.hub_id import is_hub_id
 
 #: What a training run needs from a Hub repo (no optimizer states, no other formats).
@@ -221,18 +219,15 @@ def download_command(repo_id: str, folder: Path | None = None) -> str:
     return f"hf download {repo_id} (into the Hugging Face cache {constants.HF_HUB_CACHE})"
 
 
-def resolve_weights(weights: str | None, model_type: str = "qwen3", token: HubToken | None = None) -> Path:
-    """The local weights folder for ``weights`` (see module docstring); absolute. With no
-    ``weights``, the embedded tiny model of ``model_type`` ("qwen3" or "qwen3_moe"), random init (its pretrained
-    checkpoint is titanflow.run.pretrained.embedded_weights's). A Hub id is downloaded with ``token``, or with
-    :func:`hub_token` when none is given.
+def resolve_weights(weights: str, token: HubToken | None = None) -> Path:
+    """The local weights folder for ``weights``, a local folder or a Hub id (see module docstring); absolute (a run
+    that names none trains the embedded tiny model: titanflow.run.pretrained.embedded_weights). A Hub id is
+    downloaded with ``token``, or with :func:`hub_token` when none is given.
 
     Raises:
         WeightsError: missing folder, folder without config.json, a Secret block that cannot be
             loaded, or a failed download.
     """
-    if weights is None:
-        return ensure_assets(spec=TINY_SPECS[model_type]).weights_dir.resolve()
     folder = local_folder(weights)
     if folder is None:
         folder = download(weights, token or hub_token())

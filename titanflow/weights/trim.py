@@ -14,7 +14,7 @@ full folder (config.json, safetensors, tokenizer) :func:`trim_moe` writes a new 
   ``layer_types`` cut to the kept layers, and ``titanflow_trim`` recording the source, the sizes
   before and after and the trimmed weights' id (titanflow.weights.identity), also written as
   ``_name_or_path`` so the trimmed folder never claims the source's id;
-- the tokenizer and generation files (titanflow.export.assemble.SIDE_FILES).
+- the tokenizer and generation files (titanflow.hf_folder.SIDE_FILES).
 
 Tensors are read one at a time with safetensors (``safe_open``; a slice reads only its rows) and
 written in shards of at most ``SHARD_BYTES`` (an index beside them when there is more than one): the
@@ -37,9 +37,8 @@ import re
 import shutil
 from pathlib import Path
 
-from titanflow.assets.cache import build_once, cache_key
-from titanflow.export.assemble import SIDE_FILES
-from titanflow.export.structure import INDEX
+from titanflow.build_cache import build_once, cache_key
+from titanflow.hf_folder import INDEX, SIDE_FILES
 from titanflow.params import Trim
 from titanflow.paths import check_writable
 from titanflow.weights.check import check_checkpoint, check_save_index
@@ -249,7 +248,7 @@ def trim_moe(source: Path, dest: Path, trim: Trim, source_id: str | None = None,
     (random init) trims such a folder to its config. Weights that are there are always trimmed, and checked
     complete first (titanflow.weights.check.check_checkpoint).
 
-    The folder is built in a temporary sibling and renamed onto ``dest`` (titanflow.assets.cache.build_once),
+    The folder is built in a temporary sibling and renamed onto ``dest`` (titanflow.build_cache.build_once),
     so a failure leaves nothing at ``dest``, and a folder that appears at ``dest`` meanwhile is never replaced.
 
     Raises:

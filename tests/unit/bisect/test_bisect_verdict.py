@@ -6,8 +6,8 @@ from helpers import FIXTURES
 from helpers.bisect_runs import judged_summary, planted_losses
 
 from titanflow.bisect.verdict import BisectRefused, Check, failed_checks, learn_check, probe_verdict
-from titanflow.judge.loss import LossVerdict
 from titanflow.record.summary import Cancellation, read_summary
+from titanflow.results import LossVerdict
 
 #: What the planted run fails: titanflow's numerics class, and the golden_curve rule on its losses.
 PLANTED_CHECK = Check(failure_class="numerics", check="golden_curve losses")

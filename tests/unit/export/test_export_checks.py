@@ -11,7 +11,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from titanflow.export.parity import check_parity, kl_and_top1
-from titanflow.export.structure import check_structure, read_headers
+from titanflow.export.structure import check_structure
+from titanflow.hf_folder import read_headers
 
 SHARD = "model-00001-of-00001.safetensors"
 

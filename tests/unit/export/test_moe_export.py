@@ -7,7 +7,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from titanflow.export.load import checkpoint_keys, load_export
+from titanflow.export.load import load_export
+from titanflow.hf_folder import checkpoint_keys
 from titanflow.assets import TINY_MOE, ensure_assets
 from titanflow.export.parity import router_agreement
 

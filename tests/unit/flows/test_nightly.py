@@ -72,10 +72,9 @@ def test_the_suite_runs_take_the_targets_weights():
 def test_outcome_and_report_of_a_failed_and_a_passed_run(tmp_path):
     from prefect.states import Completed, Failed
 
-    from titanflow.judge.loss import LossVerdict
-    from titanflow.judge.regression import Finding
     from titanflow.record.summary import RunSummary
     from titanflow.report.nightly import outcome, suite_markdown
+    from titanflow.results import Finding, LossVerdict
 
     loss = LossVerdict(first_step_loss=11.94, expected_first_step_loss=11.944, tolerance=0.15,
                        expectation_source="derived", verdict="pass", reason="|11.9400 - 11.9440| = 0.0040 <= 0.15")

@@ -18,10 +18,9 @@ from helpers import FIXTURES
 from prefect.exceptions import CancelledRun, TerminationSignal
 from prefect.states import Failed
 
-from titanflow.judge.failures import classify_exception
 from titanflow.judge.regression import evaluate
 from titanflow.judge.verdict import final_verdict
-from titanflow.prefect_ops.stopped import cancel_cause
+from titanflow.prefect_ops.stopped import cancel_cause, classify_exception
 from titanflow.record import history
 from titanflow.record.summary import RunSummary, classify, read_summary
 from titanflow.report.markdown import summary_markdown

@@ -26,10 +26,10 @@ from titanflow.judge.expectations import (
     decide,
     wants_independent,
 )
-from titanflow.judge.first_step import IndependentLoss
 from titanflow.judge.goldens import read_curve, write_curve
 from titanflow.params import ScenarioRun
 from titanflow.paths import REPO_ROOT
+from titanflow.results import IndependentLoss
 
 INSTRUCT = "Qwen/Qwen3-4B-Instruct-2507"
 #: The walkthrough's scenario 1 workload: c4_test, 64 ranks x 1 sequence x 2048 tokens.

@@ -9,7 +9,8 @@ import pytest
 from helpers import FIXTURES
 from prefect.states import Failed
 
-from titanflow.judge.failures import classify_exception, classify_failure, matching_signature
+from titanflow.judge.failures import classify_failure, matching_signature
+from titanflow.prefect_ops.stopped import classify_exception
 from titanflow.record.summary import RunSummary, classify
 from titanflow.tasks.retry import retry_infrastructure_only
 

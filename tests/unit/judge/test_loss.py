@@ -6,10 +6,10 @@ import pytest
 
 from titan_cfg.model_spec import qwen3_shape
 from titanflow.judge.expected_loss import random_init_first_step_loss
-from titanflow.judge.first_step import IndependentLoss
 from titanflow.judge.goldens import write_curve
 from titanflow.judge.loss import judge
 from titanflow.params import ScenarioRun
+from titanflow.results import IndependentLoss
 
 TINY_EXPECTED = random_init_first_step_loss(151_936, 64)  # the tiny model's vocab and hidden size
 

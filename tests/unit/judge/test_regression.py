@@ -11,7 +11,8 @@ import pytest
 
 from titanflow.judge.environment import environment_key
 from titanflow.judge.goldens import read_curve, write_curve
-from titanflow.judge.regression import Finding, Rule, Rules, evaluate, load_rules
+from titanflow.judge.regression import Rule, Rules, evaluate, load_rules
+from titanflow.results import Finding
 
 #: Per-step losses of a real run: native, cpu, random init, 10 steps (runs/<id>/metrics.csv, measured).
 NATIVE_CPU_RANDOM_LOSSES = [11.94006, 11.93394, 11.89889, 11.85279, 11.8061,

@@ -120,8 +120,8 @@ def test_a_training_is_cached_for_its_own_run_folder_while_its_final_save_and_me
     same job (another folder) does not; the stored TrainResult holds while metrics.csv and every shard the final
     step's index names are there."""
     from titanflow.launch.render import RenderedJob, make_job
-    from titanflow.launch.torchrun import TrainResult
     from titanflow.params import ScenarioRun
+    from titanflow.results import TrainResult
 
     def rendered(run_id: str) -> RenderedJob:
         run_dir = tmp_path / run_id

@@ -44,8 +44,8 @@ def test_a_run_against_a_corrupt_history_says_so_and_keeps_its_verdict(corrupt_h
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     from titanflow.flows.scenario import judge_against_history
-    from titanflow.judge.loss import LossVerdict
     from titanflow.record.summary import RunSummary, read_summary
+    from titanflow.results import LossVerdict
     from titanflow.run.recorder import RunRecorder
 
     run_dir = tmp_path / "runs" / "r"

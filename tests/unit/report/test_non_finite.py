@@ -98,7 +98,7 @@ def test_prefect_alone_would_write_inf_as_invalid_json():
 
 @pytest.mark.fault
 def test_findings_table_cells_are_strict_json(monkeypatch):
-    from titanflow.judge.regression import Finding
+    from titanflow.results import Finding
 
     finding = Finding(metric="losses", value=math.inf, baseline=11.93389, margin=0.02, passed=False, status="fail",
                       finding_class="numerics", detail="step 2")

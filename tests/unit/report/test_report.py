@@ -18,13 +18,12 @@ from helpers import FIXTURES
 from helpers.prefect_harness import artifacts_of
 from matplotlib.image import imread
 
-from titanflow.judge.loss import LossVerdict
-from titanflow.judge.regression import Finding
 from titanflow.launch.metrics import log_tail, metrics_table
 from titanflow.record.summary import RunSummary, read_summary
 from titanflow.report.artifacts import TrainingProgress, artifact_key, findings_rows
 from titanflow.report.markdown import LOG_TAIL_LINES, fenced, summary_markdown
 from titanflow.report.plots import DPI, FIGSIZE_IN, curve_points, loss_curve_figure, write_loss_curve
+from titanflow.results import Finding, LossVerdict
 from titanflow.run.recorder import RunRecorder
 from titanflow.tasks.report import report
 from titanflow.tasks.train import train

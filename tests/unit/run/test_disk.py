@@ -13,8 +13,8 @@ import pytest
 from titan_cfg.model_spec import config_shape
 from titanflow.params import ScenarioRun
 from titanflow.run import disk
+from titanflow.run.model_config import trained_config
 from titanflow.run.preflight import preflight
-from titanflow.weights.fit import trained_config
 
 #: The embedded tiny dense model: a tied 151,936 x 64 embedding and 2 small layers (counted from its config.json,
 #: held to transformers' count by tests/unit/titan_cfg/test_model_spec.py).

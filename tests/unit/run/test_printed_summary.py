@@ -7,8 +7,8 @@ import re
 from helpers import FIXTURES
 
 from titanflow.cli import print_summary
-from titanflow.launch.torchrun import TrainResult
 from titanflow.record.summary import read_summary
+from titanflow.results import TrainResult
 
 
 def _legacy(**train):

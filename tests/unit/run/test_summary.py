@@ -14,11 +14,10 @@ import pandas as pd
 import pytest
 from helpers import FIXTURES
 
-from titanflow.judge.loss import LossVerdict
-from titanflow.judge.regression import Finding
 from titanflow.judge.verdict import final_verdict
 from titanflow.record import history
 from titanflow.record.summary import RunSummary, read_summary
+from titanflow.results import Finding, LossVerdict
 from titanflow.run.recorder import RunRecorder
 from titanflow.tasks.train import train
 

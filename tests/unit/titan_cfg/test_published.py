@@ -17,9 +17,9 @@ from titan_cfg.published import (
     published_for_job,
 )
 from titanflow.judge.expected_loss import random_init_first_step_loss
-from titanflow.judge.first_step import IndependentLoss
 from titanflow.judge.loss import judge
 from titanflow.params import ScenarioRun
+from titanflow.results import IndependentLoss
 from titanflow.weights.identity import weights_id
 
 INSTRUCT = "Qwen/Qwen3-4B-Instruct-2507"

@@ -277,7 +277,7 @@ def test_processes_building_the_same_folder_at_once_build_it_once(tmp_path):
     import threading
     import time
 
-    from titanflow.assets.cache import build_once
+    from titanflow.build_cache import build_once
 
     calls = []
 

@@ -2,11 +2,12 @@
 
 import pytest
 
+from titanflow.run.pretrained import embedded_weights
 from titanflow.weights.resolve import WeightsError, resolve_weights
 
 
 def test_default_is_the_embedded_tiny_model(tiny_assets):
-    assert resolve_weights(None) == tiny_assets.weights_dir.resolve()
+    assert embedded_weights("random") == tiny_assets.weights_dir.resolve()
 
 
 def test_local_folder_is_used_in_place(tiny_assets):

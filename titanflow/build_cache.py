@@ -1,4 +1,5 @@
-"""The content-addressed cache the asset builders share.
+"""The content-addressed cache the builders share: the assets (titanflow.assets), the trimmed weights and the
+tokenizer's largest id (titanflow.weights), the pretrained checkpoints (titanflow.run.pretrained).
 
 A built folder is ``<cache_root>/assets/<name>-<key>/`` where ``key`` hashes everything that
 decides its bytes (inputs, library versions, ``FORMAT_VERSION``). A folder appears under its final
