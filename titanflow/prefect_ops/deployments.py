@@ -170,9 +170,12 @@ _FOOT = """\
 # parameter schema comes from the flow's signature and is enforced, so `--param steps=abc`
 # is refused instead of falling back to a default."""
 
-_WORKDIR = """\
-    - prefect.deployments.steps.set_working_directory:
-        directory: "{{ $TITANFLOW_ROOT }}\""""
+
+def _workdir(indent: str) -> list[str]:
+    """The pull step every flow run starts with, as a list item at ``indent``: the worker's $TITANFLOW_ROOT (resolved
+    at run time) as the working directory."""
+    return [f"{indent}- prefect.deployments.steps.set_working_directory:",
+            f'{indent}    directory: "{{{{ $TITANFLOW_ROOT }}}}"']
 
 
 def _pool_comment(pool: str, target: str, record: WorkPool) -> list[str]:
@@ -211,7 +214,7 @@ def _definition_lines() -> list[str]:
     for pool in installing:
         for anchor, scenarios in ((f"pull_{_anchor(pool)}", tuple(SCENARIOS)),
                                   *((f"pull_{_anchor(pool)}_{s}", (s,)) for s in SCENARIOS)):
-            lines += [f"  {anchor}: &{anchor}", _WORKDIR, "    - prefect.deployments.steps.run_shell_script:",
+            lines += [f"  {anchor}: &{anchor}", *_workdir("    "), "    - prefect.deployments.steps.run_shell_script:",
                       f"        script: {_block_scalar(install_script(pool, scenarios))}",
                       "        stream_output: true"]
     lines.append("  work_pools:")
@@ -272,8 +275,7 @@ def prefect_yaml_text() -> str:
     them, each work pool and its worker), Prefect's project settings, the ``definitions:`` anchors and the
     ``deployments:`` list."""
     lines = [*_header_lines(), "name: titanflow", f"prefect-version: {PREFECT_VERSION}", "", "pull:",
-             _WORKDIR.replace("    ", "  ", 1).replace("\n    ", "\n  "), "", *_definition_lines(), "",
-             *deployment_lines()]
+             *_workdir("  "), "", *_definition_lines(), "", *deployment_lines()]
     return "\n".join(lines) + "\n"
 
 
