@@ -60,7 +60,7 @@ test-fast: setup
 	$(BIN)/python -m pytest -q -n 2 --dist loadgroup --no-loadscope-reorder -m "not e2e" $(PYTEST_ARGS)
 
 # Every golden the tests compare with, made again from the registries, real renders and real runs (then commit the
-# diff it leaves): prefect.yaml's deployments list (titanflow.prefect_ops.deployments), the trn2 renders and the
+# diff it leaves): deployments/prefect.yaml whole (titanflow.prefect_ops.deployments), the trn2 renders and the
 # Kubernetes pool template, and the cpu loss curves of every scenario x init (tests/e2e/test_scenarios.py: minutes) and of
 # the walkthrough mode (tests/e2e/test_walkthrough_mode.py).
 # After adding a scenario or a target, this is the one command to run.

@@ -18,12 +18,16 @@ import argparse
 import json
 import os
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
 import pandas as pd
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from titan_cfg.scenarios import SCENARIOS  # noqa: E402
 
 #: Mode name -> the options of its run (the attention implementation, titan_cfg.kernels).
 MODES = {"document": [], "row": ["--kernels", "attention=causal"]}
@@ -48,14 +52,14 @@ def losses_of(scenario: str, init: str, mode: str, work: Path) -> list[float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--scenario", action="append", choices=["native", "hf_backend", "moe"])
+    parser.add_argument("--scenario", action="append", choices=list(SCENARIOS))
     parser.add_argument("--init", action="append", choices=["random", "pretrained"])
     parser.add_argument("--work", type=Path, help="where runs and history go (default: a temporary folder)")
     args = parser.parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="attention-modes-"))
     rows = []
     for init in args.init or ["random", "pretrained"]:
-        for scenario in args.scenario or ["native", "hf_backend", "moe"]:
+        for scenario in args.scenario or list(SCENARIOS):
             curves = {mode: losses_of(scenario, init, mode, work) for mode in MODES}
             for step, (document, row) in enumerate(zip(curves["document"], curves["row"]), 1):
                 rows.append({"scenario": scenario, "init": init, "step": step, "document": document, "row": row,

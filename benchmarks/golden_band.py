@@ -28,6 +28,7 @@ import pandas as pd
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from titan_cfg.scenarios import SCENARIOS  # noqa: E402
 from titanflow.judge.goldens import golden_for  # noqa: E402
 
 #: ISA name -> the environment that holds torch (ATen), MKL and oneDNN to it.
@@ -54,14 +55,14 @@ def run_once(scenario: str, init: str, isa: str, work: Path) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--isa", action="append", choices=sorted(ISA_ENV))
-    parser.add_argument("--scenario", action="append", choices=["native", "hf_backend", "moe"])
+    parser.add_argument("--scenario", action="append", choices=list(SCENARIOS))
     parser.add_argument("--init", action="append", choices=["random", "pretrained"])
     parser.add_argument("--work", type=Path, help="where runs and caches go (default: a temporary folder)")
     args = parser.parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="golden-band-"))
     rows = []
     for init in args.init or ["random", "pretrained"]:
-        for scenario in args.scenario or ["native", "hf_backend", "moe"]:
+        for scenario in args.scenario or list(SCENARIOS):
             golden = golden_for(scenario, "cpu", init, None)
             for isa in args.isa or ["avx2", "default"]:
                 data = run_once(scenario, init, isa, work)

@@ -42,7 +42,7 @@ CHECKPOINT_FOLDER = "checkpoint"
 KEEP_LATEST_K = 2
 #: The run's mode: "config", titanflow's defaults (the native spec from the weights folder's config.json), or
 #: "walkthrough", every setting as the AWS walkthrough's config functions state it (the native spec as
-#: ``model_registry("4B", attn_backend="sdpa")`` builds it, and titan_cfg.scenarios.WALKTHROUGH).
+#: ``model_registry("4B", attn_backend="sdpa")`` builds it, and titan_cfg.scenarios.Scenario.walkthrough).
 ModelSpecSource = Literal["config", "walkthrough"]
 #: What torchtitan's Qwen3 "4B" flavor hard-codes beyond the shape (``model_registry("4B")``, the walkthrough's native
 #: spec): its RoPE base and context (tests/unit/titan_cfg/test_walkthrough.py holds both to the flavor).
@@ -104,7 +104,8 @@ class Job(BaseModel):
     mixed_precision_param: Literal["float32", "bfloat16"]
     weights_id: str | None = None  # which published weights the folder holds, if known (titanflow.weights.identity)
     published: PublishedFirstStep | None = None  # the published first-step loss for this job, if any
-    model_spec: ModelSpecSource = "config"  # config (titanflow's defaults) or walkthrough (titan_cfg.scenarios.WALKTHROUGH)
+    # config (titanflow's defaults) or walkthrough (titan_cfg.scenarios.Scenario.walkthrough)
+    model_spec: ModelSpecSource = "config"
     files_only: bool = False  # `titanflow render`: written to be read, not run; weights checked for config.json only
 
     @model_validator(mode="before")

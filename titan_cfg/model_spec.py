@@ -243,7 +243,7 @@ def _layers(shape: Qwen3Shape, rope, load_balance_coeff: float | None = None) ->
     ``Qwen3MoeForCausalLM`` has no such bias, so a trained bias makes the export route
     differently from the trained model; Qwen3 itself was trained with an auxiliary loss instead. So it is off
     (None) unless the run asks for it (the walkthrough mode keeps upstream's default:
-    titan_cfg.scenarios.WALKTHROUGH).
+    titan_cfg.scenarios.Scenario.walkthrough).
     """
     common = dict(n_layers=shape.num_hidden_layers, dim=shape.hidden_size, n_heads=shape.num_attention_heads,
                   n_kv_heads=shape.num_key_value_heads, head_dim=shape.head_dim, attn_backend="flex", rope=rope)

@@ -77,9 +77,9 @@ def native(job: Job) -> "Trainer.Config":
     The walkthrough swaps ``model_registry("4B", attn_backend="sdpa")`` into ``qwen3_32b()``; by default
     (``job.model_spec`` "config") the spec is built from the weights folder's config.json instead, which
     keeps Instruct-2507's rope_theta 5e6 (the "4B" flavor hard-codes 1e6). ``model_spec`` "walkthrough"
-    reproduces the walkthrough's swap (:func:`walkthrough_spec`); the rest of that mode (:data:`WALKTHROUGH`) is
-    resolved with the run's parameters. The 32B-specific ``hf_assets_path`` that ``qwen3_32b()`` carries is
-    replaced in :func:`titan_cfg.trainer_config.build`.
+    reproduces the walkthrough's swap (:func:`walkthrough_spec`); the rest of that mode (the scenario record's
+    ``walkthrough``) is resolved with the run's parameters. The 32B-specific ``hf_assets_path`` that ``qwen3_32b()``
+    carries is replaced in :func:`titan_cfg.trainer_config.build`.
     """
     from torchtitan.models.qwen3.config_registry import qwen3_32b
 
@@ -128,29 +128,23 @@ class Walkthrough:
     the values ``model_spec`` "walkthrough" trains with (each one a run may still override). Read from torchtitan
     0.3.0's functions (``qwen3_32b()``, ``qwen3_30b_a3b()`` in models/qwen3/config_registry.py,
     ``transformers_modeling_backend_full()`` in experiments/transformers_modeling_backend/config_registry.py;
-    tests/unit/titan_cfg/test_walkthrough.py holds them to those functions).
+    tests/unit/titan_cfg/test_walkthrough.py holds them to those functions). Each scenario's record carries its own
+    (:attr:`Scenario.walkthrough`).
 
-    ``warmup_steps``: the function's linear warm-up, which torchtitan caps to the run's steps (600 over a 10-step
-    run is a warm-up of all 10); ``export_dtype``: its checkpoint's HF export dtype; ``activation_checkpoint``:
+    ``config_function``: the torchtitan config function the values are read from, ``module:function`` (their source,
+    which the test imports); ``warmup_steps``: the function's linear warm-up, which torchtitan caps to the run's
+    steps (600 over a 10-step run is a warm-up of all 10); ``export_dtype``: its checkpoint's HF export dtype; ``activation_checkpoint``:
     "full" (FullAC) or "selective" (SelectiveAC); ``load_balance_coeff``: the MoE's expert-bias load balancing
     (torchtitan's MoE default; None for a dense model); ``attention``: the attention implementation
     (titan_cfg.kernels), "causal": the packed row as one sequence, as the walkthrough's fork trains it.
     """
 
+    config_function: str
     warmup_steps: int
     export_dtype: str
     activation_checkpoint: str
     load_balance_coeff: float | None = None
     attention: str = "causal"
-
-
-#: Every scenario's walkthrough mode (:class:`Walkthrough`).
-WALKTHROUGH: dict[str, Walkthrough] = {
-    "native": Walkthrough(warmup_steps=600, export_dtype="float16", activation_checkpoint="full"),
-    "moe": Walkthrough(warmup_steps=600, export_dtype="float16", activation_checkpoint="full",
-                       load_balance_coeff=1e-3),
-    "hf_backend": Walkthrough(warmup_steps=2, export_dtype="float32", activation_checkpoint="selective"),
-}
 
 
 @dataclass(frozen=True)
@@ -173,6 +167,8 @@ class Scenario:
     ``loss_chunks``: the sequence chunks of the loss (torchtitan's ``ChunkedLossWrapper``, ``loss.num_chunks`` of the
     rendered config: its default, 8, for torchtitan's own Qwen3 configs), which ``seq_len`` must be a multiple of,
     or None for an unchunked loss (the transformers backend's).
+    ``walkthrough``: what the scenario's config function in the walkthrough sets, the values ``model_spec``
+    "walkthrough" trains with (:class:`Walkthrough`).
     """
 
     build: Callable[[Job], "Trainer.Config"]
@@ -180,6 +176,7 @@ class Scenario:
     model_type: str
     output_init: str
     round_trip: bool
+    walkthrough: Walkthrough
     compat: tuple[str, ...] = ()
     document_mask: bool = True
     torchtitan_decoder: bool = True
@@ -187,16 +184,25 @@ class Scenario:
 
 
 SCENARIOS: dict[str, Scenario] = {
-    "native": Scenario(native, "torchtitan native Qwen3 (dense), spec from the checkpoint's config.json",
-                       model_type="qwen3", output_init="normal_0.02", round_trip=True),
+    "native": Scenario(
+        native, "torchtitan native Qwen3 (dense), spec from the checkpoint's config.json",
+        model_type="qwen3", output_init="normal_0.02", round_trip=True,
+        walkthrough=Walkthrough("torchtitan.models.qwen3.config_registry:qwen3_32b", warmup_steps=600,
+                                export_dtype="float16", activation_checkpoint="full"),
+    ),
     "hf_backend": Scenario(
         hf_backend, "torchtitan's transformers modeling backend, model from the folder's config.json",
         model_type="qwen3", output_init="trunc_normal_inv_sqrt_hidden", round_trip=False, compat=("hf_backend",),
         document_mask=False, torchtitan_decoder=False, loss_chunks=None,
+        walkthrough=Walkthrough(
+            "torchtitan.experiments.transformers_modeling_backend.config_registry:transformers_modeling_backend_full",
+            warmup_steps=2, export_dtype="float32", activation_checkpoint="selective"),
     ),
     "moe": Scenario(
         moe, "torchtitan native Qwen3 MoE (trimmed Qwen3-30B-A3B on trn2), RoPE through the kernel registry",
         model_type="qwen3_moe", output_init="normal_0.02", round_trip=True,
+        walkthrough=Walkthrough("torchtitan.models.qwen3.config_registry:qwen3_30b_a3b", warmup_steps=600,
+                                export_dtype="float16", activation_checkpoint="full", load_balance_coeff=1e-3),
     ),
 }
 

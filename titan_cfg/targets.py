@@ -13,11 +13,43 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
+from titan_cfg.profiles import PROFILES, Profile
+
 #: How a training is started: ``local`` runs torchrun on this machine (one node); ``slurm`` submits one Slurm job
 #: whose tasks run one torchrun agent per node (titanflow.launch.slurm); ``kubernetes``: the flow runs in pod 0 of a
 #: Kubernetes Indexed Job, one pod per node, and every pod runs a torchrun agent (titanflow.launch.kubernetes). A run on
 #: more than one node is a Slurm job unless it says ``kubernetes``.
 Scheduler = Literal["local", "slurm", "kubernetes"]
+
+
+class WorkPool(BaseModel):
+    """A Prefect work pool whose flow runs train on the target that names it (:attr:`Target.work_pools`); its
+    deployments are derived from it (titanflow.prefect_ops.deployments, which writes deployments/prefect.yaml).
+
+    ``kind``: Prefect's work-pool type, ``process`` (the worker starts each flow run as a process on its machine) or
+    ``kubernetes`` (each flow run is a Kubernetes job made from the base job template ``template``, a file relative to
+    the repository root that titanflow.launch.kubernetes.template writes for the target); ``parameters``: what every
+    run of the pool adds to its deployments' parameters; ``install``: each flow run first installs the target's install
+    profile on its node, the profile's pull step (titan_cfg.profiles.Profile.pull_script); ``note``: where its worker
+    runs and what its machines hold, ``worker``: the command that starts the worker there (both are comments of
+    deployments/prefect.yaml).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: Literal["process", "kubernetes"] = "process"
+    template: str | None = None
+    parameters: dict = {}
+    install: bool = False
+    note: str = ""
+    worker: str = ""
+
+    @model_validator(mode="after")
+    def _a_template_for_kubernetes(self) -> "WorkPool":
+        if (self.kind == "kubernetes") != (self.template is not None):
+            raise ValueError(f"a {self.kind} work pool {'needs' if self.kind == 'kubernetes' else 'takes no'} base job "
+                             "template file (template=...)")
+        return self
 
 
 class Target(BaseModel):
@@ -70,11 +102,12 @@ class Target(BaseModel):
     # (titanflow.weights.fit.check_logits_fit). None: on the CPU, the launching machine's memory shared by the
     # node's ranks; elsewhere (cuda: each GPU's own) not checked.
     rank_memory_bytes: int | None = None
-    # The install profile its nodes run (profiles/<profile>/: Python version, pinned stack; titanflow doctor checks it)
+    # The install profile its nodes run (profiles/<profile>/: Python version, pinned stack; titanflow doctor checks it):
+    # a key of titan_cfg.profiles.PROFILES
     profile: str = "cpu"
-    # Prefect work pools whose runs train on this target, each with the parameters every run of it adds
-    # (titanflow.prefect_ops.deployments derives the deployments from them); {}: no deployment, run by hand
-    work_pools: dict[str, dict] = {}
+    # Prefect work pools whose runs train on this target, by name (titanflow.prefect_ops.deployments derives the
+    # deployments from them); {}: no deployment, run by hand
+    work_pools: dict[str, WorkPool] = {}
     # A qwen3-bisect deployment: a bisect can build this target's environment for a revision whose dependencies
     # differ (titanflow.bisect.environment: the cpu install profile's Makefile target)
     bisect: bool = False
@@ -90,6 +123,22 @@ class Target(BaseModel):
             raise ValueError(f"{self.name}: {self.nnodes} nodes need scheduler='slurm' or 'kubernetes' (local runs "
                              "one node)")
         return self
+
+    @model_validator(mode="after")
+    def _a_profile_its_pools_can_install(self) -> "Target":
+        if self.profile not in PROFILES:
+            raise ValueError(f"{self.name}: no install profile {self.profile!r} (titan_cfg.profiles.PROFILES: "
+                             f"{', '.join(PROFILES)})")
+        installing = [pool for pool, record in self.work_pools.items() if record.install]
+        if installing and not self.install_profile.pull_step:
+            raise ValueError(f"{self.name}: work pool {installing[0]} installs the {self.profile} profile, which has "
+                             "no pull step; fix: install=False")
+        return self
+
+    @property
+    def install_profile(self) -> Profile:
+        """The record of the install profile its nodes run (titan_cfg.profiles)."""
+        return PROFILES[self.profile]()
 
     @property
     def world_size(self) -> int:
@@ -143,7 +192,7 @@ def cpu() -> Target:
         # a save (151 MB: weights and AdamW's two moments) took 0.5-1.2 s on 2 busy cores; a retry repeats at
         # most 4 steps
         checkpoint_interval=5,
-        work_pools={"cpu": {}},
+        work_pools={"cpu": WorkPool(note="a worker on this machine", worker="make server")},
         bisect=True,
         env={
             "OMP_NUM_THREADS": "1",  # 2 ranks on 2 cores
@@ -206,7 +255,8 @@ def trn2() -> Target:
         checkpoint_interval=TRN2_CHECKPOINT_INTERVAL,
         rank_memory_bytes=TRN2_RANK_MEMORY_BYTES,
         profile="trn2",  # the walkthrough's stack in the Neuron DLAMI (profiles/trn2)
-        work_pools={"trn2": {}},
+        work_pools={"trn2": WorkPool(install=True, note="its worker on the Neuron node",
+                                     worker="TITANFLOW_ROOT=<checkout> prefect worker start --pool trn2")},
         physical_cores_per_device=8,  # a Trainium2 chip (AWS Neuron docs, Trainium2 architecture)
         env={
             # The runtime's logical-NeuronCore degree, which neuronx-cc and NKI kernels follow: "Logical NeuronCore
@@ -277,16 +327,48 @@ def trn2_cluster() -> Target:
     node = trn2()
     return node.model_copy(update={
         "name": "trn2-cluster", "node_type": "trn2", "nnodes": TRN2_CLUSTER_NODES, "scheduler": "slurm",
-        # its worker runs on the Slurm cluster's login node and submits each training as a Slurm job
-        # (titanflow.launch.slurm); trn2-eks is a Kubernetes work pool (deployments/kubernetes/trn2-eks.json): each
-        # flow run is a Kubernetes job whose pods are the nodes (titanflow.launch.kubernetes)
-        "work_pools": {"trn2-cluster": {}, "trn2-eks": {"scheduler": "kubernetes"}},
+        "work_pools": {
+            "trn2-cluster": WorkPool(
+                note="its worker on the Slurm cluster's login node, which submits each run's training as one Slurm "
+                     "job over trn2.48xlarge nodes (titanflow/launch/slurm/; docs/many-nodes.md), with the cluster's "
+                     "settings in the worker's environment. The login node only renders and follows the Slurm job: no "
+                     "install step there (the nodes run the trn2 profile from the shared file system; check one with "
+                     "`srun -N1 titanflow doctor --target trn2`)",
+                worker="TITANFLOW_ROOT=<checkout on the shared file system> [TITANFLOW_SLURM_PARTITION=<p>] "
+                       "[TITANFLOW_SLURM_ACCOUNT=<a>] [TITANFLOW_SLURM_SBATCH_ARGS=...] prefect worker start --pool "
+                       "trn2-cluster"),
+            "trn2-eks": WorkPool(
+                kind="kubernetes", template="deployments/kubernetes/trn2-eks.json",
+                parameters={"scheduler": "kubernetes"},
+                note="each flow run is an Indexed Job of trn2.48xlarge pods, pod 0 the flow, the others torchrun "
+                     "agents (titanflow/launch/kubernetes/; docs/many-nodes.md). The pods' image holds the trn2 "
+                     "profile and titanflow; the checkout and run folders are on the shared file system every pod "
+                     "mounts (the work pool's variables). Its worker, with prefect-kubernetes, anywhere that reaches "
+                     "the cluster",
+                worker="prefect worker start --pool trn2-eks"),
+        },
         "global_batch_size": node.global_batch_size * TRN2_CLUSTER_NODES,
         "env": {**node.env, **EFA_ENV},
     })
 
 
 TARGETS = {"cpu": cpu, "trn2": trn2, "cuda": cuda, "trn2-cluster": trn2_cluster}
+
+
+def work_pools() -> dict[str, tuple[str, WorkPool]]:
+    """Work pool -> (the target its runs take, its record), from each target's ``work_pools``.
+
+    Raises:
+        ValueError: two targets name the same pool (a target copied with its pools), naming both and the fix.
+    """
+    pools: dict[str, tuple[str, WorkPool]] = {}
+    for name, target in TARGETS.items():
+        for pool, record in target().work_pools.items():
+            if pool in pools:
+                raise ValueError(f"work_pools: targets {pools[pool][0]} and {name} both name the work pool {pool}; "
+                                 f"fix: give {name} its own pool, or work_pools={{}} for none")
+            pools[pool] = (name, record)
+    return pools
 
 
 def node_of(target: str) -> str:

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from titan_cfg import kernels
 from titan_cfg.job import ExportDtype, Init, ModelSpecSource
-from titan_cfg.scenarios import ON_NODE, SCENARIOS, WALKTHROUGH, Walkthrough, on_node
+from titan_cfg.scenarios import ON_NODE, SCENARIOS, Walkthrough, on_node
 from titan_cfg.targets import TARGETS, Target, implied_scheduler
 from titanflow import paths
 from titanflow.hub_id import is_hub_id, looks_like_path
@@ -147,7 +147,8 @@ class ScenarioRun(BaseModel):
                                         "functions state it: native's spec as model_registry('4B', "
                                         "attn_backend='sdpa') builds it, attention causal over the packed row, and the "
                                         "functions' warm-up, export dtype, activation checkpointing and MoE load "
-                                        "balancing: titan_cfg.scenarios.WALKTHROUGH; a parameter given still wins)")
+                                        "balancing: each scenario's walkthrough in titan_cfg.scenarios; a parameter "
+                                        "given still wins)")
     steps: int = Field(10, ge=1, description="optimizer steps to train")
     checkpoint_interval: int | None = Field(
         None, ge=1, description="steps between full training-state checkpoints, which a retried launch resumes "
@@ -311,8 +312,9 @@ class ScenarioRun(BaseModel):
 
     @property
     def walkthrough(self) -> Walkthrough | None:
-        """The scenario's walkthrough settings (titan_cfg.scenarios.Walkthrough) in the walkthrough mode, else None."""
-        return WALKTHROUGH[self.scenario] if self.model_spec == "walkthrough" else None
+        """The scenario's walkthrough settings (its record's ``walkthrough``, titan_cfg.scenarios.Walkthrough) in the
+        walkthrough mode, else None."""
+        return SCENARIOS[self.scenario].walkthrough if self.model_spec == "walkthrough" else None
 
     @property
     def kernels_resolved(self) -> dict[str, str]:
@@ -394,11 +396,12 @@ def resolved_warmup_steps(steps: int, warmup_steps: int | None, scenario: str = 
                           model_spec: str = "config") -> int:
     """The linear lr warm-up a run of ``steps`` trains with: ``warmup_steps`` as given, else min(2, steps) (two
     steps of warm-up keep the first updates of the tiny models small), or in the walkthrough mode the scenario's
-    config function's (titan_cfg.scenarios.WALKTHROUGH) capped to ``steps``, as torchtitan caps it
+    config function's (its record's ``walkthrough``, titan_cfg.scenarios) capped to ``steps``, as torchtitan caps it
     (components/optimizer/lr_scheduler.py: "Warmup steps exceed total steps")."""
     if warmup_steps is not None:
         return warmup_steps
-    default = WALKTHROUGH[scenario].warmup_steps if model_spec == "walkthrough" and scenario in WALKTHROUGH else 2
+    default = (SCENARIOS[scenario].walkthrough.warmup_steps if model_spec == "walkthrough" and scenario in SCENARIOS
+               else 2)
     return min(default, steps)
 
 

@@ -30,7 +30,7 @@ SCENARIOS=()   # --scenario <name>, once per scenario the node is to run: doctor
 while (($#)); do
     case $1 in
         --print) PRINT=1 ;;
-        --scenario) SCENARIOS+=("${2:?--scenario needs a scenario name (native, hf_backend, moe)}"); shift ;;
+        --scenario) SCENARIOS+=("${2:?--scenario needs a scenario name (a key of SCENARIOS, titan_cfg/scenarios.py)}"); shift ;;
         *) echo "setup.sh: unknown argument $1; pass --print and --scenario <name> (make setup-trn2 PRINT=1 SCENARIOS=moe)" >&2
            exit 2 ;;
     esac

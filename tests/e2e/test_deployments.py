@@ -18,7 +18,7 @@ import pytest
 import yaml
 from helpers.deployment_runs import PASS_DEPLOYMENT, PASS_RUN_ID, PASS_STEPS, run_deployment, state_times
 
-from titanflow.launch.kubernetes.template import trn2_eks_job_template
+from titanflow.launch.kubernetes.template import pool_template
 from titanflow.params import ScenarioRun
 from titanflow.prefect_ops import server
 from titanflow.prefect_ops.deployments import WORK_POOLS
@@ -55,7 +55,7 @@ def test_server_has_the_pools_the_deployments_of_prefect_yaml_and_a_cpu_worker(d
     with _client(deployed) as client:
         assert {p: client.read_work_pool(p).type for p in pools} == {
             "cpu": "process", "trn2": "process", "trn2-cluster": "process", "trn2-eks": "kubernetes"}
-        assert client.read_work_pool("trn2-eks").base_job_template == trn2_eks_job_template()
+        assert client.read_work_pool("trn2-eks").base_job_template == pool_template("trn2-eks")
         assert len(client.read_workers_for_work_pool("cpu")) == 1
         found = {d.name: d for d in client.read_deployments(
             deployment_filter=DeploymentFilter(name=DeploymentFilterName(any_=names)))}

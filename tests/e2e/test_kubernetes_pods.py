@@ -27,7 +27,7 @@ from helpers.run_processes import wait_until
 
 from titan_cfg.targets import TARGETS
 from titanflow import paths
-from titanflow.launch.kubernetes.template import trn2_eks_job_template
+from titanflow.launch.kubernetes.template import pool_template
 
 #: 4 steps of the golden workload, all shared with the 10-step golden, which the flow judges them against (the
 #: reasons: tests/e2e/test_slurm_runs.py's STEPS).
@@ -49,7 +49,7 @@ def _worker_manifest(api_url: str, parameters: dict) -> tuple[str, dict]:
             deployment_id = await deployment.aapply()
             flow_run = await client.create_flow_run_from_deployment(deployment_id, parameters=parameters)
             config = await KubernetesWorkerJobConfiguration.from_template_and_values(
-                trn2_eks_job_template(), {"image": "titanflow:test", "nnodes": 2, "checkout": str(paths.REPO_ROOT)},
+                pool_template("trn2-eks"), {"image": "titanflow:test", "nnodes": 2, "checkout": str(paths.REPO_ROOT)},
                 client=client)
             config.prepare_for_flow_run(flow_run)
             return str(flow_run.id), config.job_manifest

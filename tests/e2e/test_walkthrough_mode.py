@@ -1,8 +1,9 @@
 """End to end on CPU in the walkthrough mode (``--model-spec walkthrough``): every setting as the AWS walkthrough's
-config functions state it (titan_cfg.scenarios.WALKTHROUGH), each run held to its own golden curve
+config functions state it (titan_cfg.scenarios.Scenario.walkthrough), each run held to its own golden curve
 (goldens/loss_curves/<scenario>-cpu-random-walkthrough.curve.csv; TITANFLOW_UPDATE_GOLDEN=1 records them again).
 
-The two scenarios whose walkthrough mode differs most from the default: native (the 4B flavor's spec, attention
+The scenarios whose walkthrough mode differs most from the default, those on torchtitan's own decoder
+(``Scenario.torchtitan_decoder``, where the mode's spec and attention apply): native (the 4B flavor's spec, attention
 causal over the packed row, a warm-up over all 10 steps, a float16 export) and moe (the same, and upstream's
 expert-bias load balancing, whose bias a Hugging Face checkpoint cannot hold).
 """
@@ -13,14 +14,18 @@ import pytest
 from helpers.scenario_runs import golden_run
 
 from titan_cfg.job import Job
-from titan_cfg.scenarios import WALKTHROUGH
+from titan_cfg.scenarios import SCENARIOS
 from titanflow.judge.expected_loss import random_init_first_step_loss
 
 
-@pytest.mark.parametrize("scenario", ["native", "moe"])
+#: The scenarios with a golden curve of their own in the walkthrough mode: torchtitan's own decoders (native, moe).
+DECODER_SCENARIOS = [name for name, scenario in SCENARIOS.items() if scenario.torchtitan_decoder]
+
+
+@pytest.mark.parametrize("scenario", DECODER_SCENARIOS)
 def test_the_walkthrough_mode_passes_against_its_own_golden(tmp_path, scenario, prefect_api):
     summary, _ = golden_run(tmp_path, scenario, "--model-spec", "walkthrough", api=prefect_api)
-    recipe = WALKTHROUGH[scenario]
+    recipe = SCENARIOS[scenario].walkthrough
     assert summary.parameters["model_spec"] == "walkthrough"
     assert summary.kernels["attention"] == "causal"  # the packed row as one sequence, no mask
     (curve,) = [f for f in summary.findings if f.metric == "losses"]
@@ -34,7 +39,7 @@ def test_the_walkthrough_mode_passes_against_its_own_golden(tmp_path, scenario, 
     assert summary.validation.structure.problems == []
     parity = summary.validation.parity
     assert parity.kl <= 1e-6 and parity.top1_agreement == 1.0
-    if scenario == "moe":
+    if SCENARIOS[scenario].model_type == "qwen3_moe":
         # the export routes as the trained model does once its load-balancing bias is set aside, and the bias
         # trained over 10 steps moved some tokens' experts (what the export gives up of the trained routing)
         assert parity.router_agreement == 1.0

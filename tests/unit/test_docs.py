@@ -214,3 +214,60 @@ def test_where_to_change_what_names_only_paths_that_exist():
     named = set(PROSE_PATH.findall(readme_section("Where to change what")))
     assert named, 'no path found in README "Where to change what"'
     assert sorted(path for path in named if not exists(path)) == []
+
+
+#: The record a new scenario, target or install profile is written in: the "Where to change what" row -> its file.
+RECORDS = {"add a scenario": "titan_cfg/scenarios.py", "add a target": "titan_cfg/targets.py",
+           "add an install profile": "titan_cfg/profiles.py"}
+#: Where the Python files that could list scenarios or targets by hand live.
+PYTHON_TREES = (*PACKAGES, "tests", "benchmarks")
+
+
+def where_to_change(task: str) -> str:
+    """The README's "Where to change what" row whose first cell is ``task``."""
+    rows = [line for line in readme_section("Where to change what").splitlines() if line.startswith(f"| {task} |")]
+    assert len(rows) == 1, f'README "Where to change what" has no row "{task}"'
+    return rows[0]
+
+
+def table_keys(markdown: str, title: str) -> set[str]:
+    """The first cells (a backticked name each) of the table in ``markdown``'s ``## title`` section."""
+    section = markdown.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+    return {match.group(1) for match in re.finditer(r"^\| `([^`]+)` \|", section, re.MULTILINE)}
+
+
+def lists_by_hand(names: set[str]) -> list[str]:
+    """``path:line`` of each list, tuple, set or dict literal of the Python trees whose strings include every one of
+    ``names``: a registry written out again, which a new entry would have to be added to."""
+    found = []
+    for path in sorted(p for tree in PYTHON_TREES for p in (ROOT / tree).rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.List, ast.Tuple, ast.Set, ast.Dict)):
+                items = node.keys if isinstance(node, ast.Dict) else node.elts
+                if names <= {item.value for item in items if isinstance(item, ast.Constant)}:
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    return found
+
+
+def test_where_to_change_what_names_every_file_a_new_scenario_target_or_profile_takes():
+    """Adding a scenario, a target or an install profile is one record, its rows in the documentation tables and
+    `make goldens` (deployments/prefect.yaml written whole from the registries, the goldens): each row names its
+    record's file, the scenario and target rows the tables and the deployments file; the tables list exactly the
+    registry; and no other Python file lists every scenario or every target by hand (tests, benchmarks and the
+    deployments take them from the registries), so nothing else is to be edited."""
+    from titan_cfg.scenarios import SCENARIOS
+    from titan_cfg.targets import TARGETS
+
+    for task, record in RECORDS.items():
+        assert record in PROSE_PATH.findall(where_to_change(task)), task
+    for task in ("add a scenario", "add a target"):
+        row = where_to_change(task)
+        assert {"docs/scenarios-and-targets.md", "deployments/prefect.yaml"} <= set(PROSE_PATH.findall(row)), task
+        assert "this README" in row and "`make goldens` writes the rest" in row, task
+    manual = (DOCS / "scenarios-and-targets.md").read_text()
+    for registry, title in ((SCENARIOS, "Scenarios"), (TARGETS, "Targets")):
+        assert table_keys(README.read_text(), title) == set(registry), f"README {title}"
+        assert table_keys(manual, title) == set(registry), f"docs/scenarios-and-targets.md {title}"
+    # the registry itself is the one literal that names every entry
+    assert [found.split(":")[0] for found in lists_by_hand(set(SCENARIOS))] == [RECORDS["add a scenario"]]
+    assert [found.split(":")[0] for found in lists_by_hand(set(TARGETS))] == [RECORDS["add a target"]]

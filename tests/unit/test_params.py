@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from titan_cfg.scenarios import SCENARIOS
 from titanflow.cli import main
 from titanflow.params import ScenarioRun
 
@@ -380,6 +381,6 @@ def test_the_top_level_help_lists_every_command_in_plain_text(capsys):
 
 def test_the_walkthrough_given_as_a_scenario_is_pointed_to_its_mode():
     """``titanflow run walkthrough``: no such scenario, and the fix says the walkthrough is the mode of every one."""
-    with pytest.raises(ValueError, match=r"unknown 'walkthrough'; fix: pass one of native, hf_backend, moe \(the "
+    with pytest.raises(ValueError, match=rf"unknown 'walkthrough'; fix: pass one of {', '.join(SCENARIOS)} \(the "
                                          r"walkthrough's settings are a mode of every scenario: --model-spec walkthrough\)"):
         ScenarioRun(scenario="walkthrough")

@@ -39,7 +39,7 @@ from titanflow.launch.process import alive, start_ticks, stop_group
 from titanflow.launch.slot import release_stale_slots
 from titanflow.paths import REPO_ROOT, write_atomic
 from titanflow.prefect_ops.alerts import alert_setting, ensure_alerts
-from titanflow.prefect_ops.deployments import POOL_TEMPLATES, PREFECT_YAML, check_prefect_yaml
+from titanflow.prefect_ops.deployments import PREFECT_YAML, WORK_POOLS, check_prefect_yaml
 from titanflow.prefect_ops.local_server import ServerError, api_healthy, free_port
 
 #: The project's Prefect home: SQLite database, logs, the record of started processes (git-ignored).
@@ -165,8 +165,8 @@ def deployment_plan(prefect_yaml: Path = PREFECT_YAML) -> tuple[list[str], list[
 
 
 def ensure_work_pools(api_url: str, pools: list[str], env: dict[str, str]) -> list[str]:
-    """Create each missing pool with ``prefect work-pool create NAME --type process``, or for a pool of
-    titanflow.prefect_ops.deployments.POOL_TEMPLATES of its type with its template file as the base job template;
+    """Create each missing pool with ``prefect work-pool create NAME --type process``, or for a pool whose record
+    (titan_cfg.targets.WorkPool) is of another kind, of that type with its template file as the base job template;
     returns the ones created (existing pools, and settings made on them, are left as they are)."""
     from prefect.client.orchestration import SyncPrefectClient
     from prefect.client.schemas.actions import WorkPoolCreate
@@ -178,10 +178,10 @@ def ensure_work_pools(api_url: str, pools: list[str], env: dict[str, str]) -> li
             try:
                 client.read_work_pool(pool)
             except ObjectNotFound:
-                if pool in POOL_TEMPLATES:
-                    kind, template = POOL_TEMPLATES[pool]
-                    client.create_work_pool(WorkPoolCreate(name=pool, type=kind,
-                                                           base_job_template=json.loads(template.read_text())))
+                record = WORK_POOLS[pool][1] if pool in WORK_POOLS else None
+                if record is not None and record.kind != "process":
+                    client.create_work_pool(WorkPoolCreate(name=pool, type=record.kind, base_job_template=json.loads(
+                        (REPO_ROOT / record.template).read_text())))
                 else:
                     _prefect(["work-pool", "create", pool, "--type", "process"], env)
                 created.append(pool)

@@ -19,8 +19,7 @@ def test_torchtitan_is_imported_ahead_only_for_a_scenario_whose_export_makes_the
     # hf_backend keeps transformers' names: its validate never imports torchtitan, so neither does the thread
     ahead = {name: modules_for(s.round_trip) == MODULES + ROUND_TRIP_MODULES for name, s in SCENARIOS.items()}
     assert ahead == {name: s.round_trip for name, s in SCENARIOS.items()}
-    assert {name: ahead[name] for name in ("native", "hf_backend", "moe")} == {
-        "native": True, "hf_backend": False, "moe": True}  # the walkthrough's three
+    assert (ahead["native"], ahead["hf_backend"], ahead["moe"]) == (True, False, True)  # the walkthrough's three
 
 
 def test_the_round_trip_imports_nothing_the_thread_left_out():

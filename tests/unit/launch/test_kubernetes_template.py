@@ -4,7 +4,8 @@ Job the official Kubernetes client's models read field for field, whose pods run
 (tests/e2e/test_kubernetes_pods.py runs the manifest Prefect's Kubernetes worker makes of it, as processes here.)
 
 Write the file again after an intended change with
-    TITANFLOW_UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/unit/kubernetes/test_kubernetes_template.py
+    TITANFLOW_UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/unit/launch/test_kubernetes_template.py
+(``make goldens`` does), or ``python -m titanflow.launch.kubernetes.template``.
 """
 
 import json
@@ -16,13 +17,22 @@ from prefect.server.schemas.actions import WorkPoolCreate
 from prefect.utilities.templating import apply_values
 
 from titan_cfg.targets import EFA_ENV
+from titan_cfg.targets import TARGETS, work_pools
 from titanflow.launch.kubernetes.template import (
     EFA_RESOURCE,
     NEURON_RESOURCE,
-    TEMPLATE_PATH,
-    trn2_eks_job_template,
+    job_template,
+    kubernetes_pools,
+    pool_template,
+    template_path,
     write_template,
 )
+from titanflow.paths import REPO_ROOT
+
+
+def trn2_eks_job_template() -> dict:
+    """The trn2-eks pool's template, the one these tests hold to Prefect's and Kubernetes' own checks."""
+    return pool_template("trn2-eks")
 
 
 def _filled(template: dict, **given) -> dict:
@@ -44,10 +54,23 @@ def _worker_manifest(**given) -> dict:
     return config.job_manifest
 
 
-def test_the_template_file_is_the_one_titanflow_writes():
+@pytest.mark.parametrize("pool", kubernetes_pools())
+def test_the_template_file_is_the_one_titanflow_writes(pool):
     if os.environ.get("TITANFLOW_UPDATE_GOLDEN"):
-        write_template()
-    assert json.loads(TEMPLATE_PATH.read_text()) == trn2_eks_job_template()
+        write_template(pool)
+    assert json.loads(template_path(pool).read_text()) == pool_template(pool)
+
+
+def test_the_template_files_are_exactly_the_kubernetes_pools_and_each_is_built_for_the_target_it_serves():
+    """deployments/kubernetes/ holds one file per Kubernetes work pool of the targets' records (trn2-cluster's
+    trn2-eks), written from that target: its rank environment and its nodes."""
+    assert sorted(p.relative_to(REPO_ROOT) for p in (REPO_ROOT / "deployments" / "kubernetes").glob("*.json")) == sorted(
+        template_path(pool).relative_to(REPO_ROOT) for pool in kubernetes_pools())
+    assert kubernetes_pools() == ["trn2-eks"] and work_pools()["trn2-eks"][0] == "trn2-cluster"
+    assert trn2_eks_job_template() == job_template(TARGETS["trn2-cluster"]())
+    assert trn2_eks_job_template()["variables"]["properties"]["nnodes"]["default"] == TARGETS["trn2-cluster"]().nnodes
+    with pytest.raises(ValueError, match="trn2 is no Kubernetes work pool of a target .*: trn2-eks"):
+        pool_template("trn2")
 
 
 def test_a_prefect_server_creates_the_work_pool_from_it(prefect_server):

@@ -256,7 +256,7 @@ def test_trn2_hf_backend_goldens_carry_the_walkthroughs_published_figures_and_it
 def test_the_walkthrough_switch_differs_from_the_default_in_the_spec_warm_up_and_export_dtype():
     """``model_registry("4B", attn_backend="sdpa")`` in ``qwen3_32b()`` against the spec from config.json:
     the 4B flavor's rope_theta 1e6 and 40960-token RoPE cache (Instruct-2507's config.json: 5e6, 262144), and
-    qwen3_32b()'s warm-up (600, capped to the 10 steps) and float16 export (titan_cfg.scenarios.WALKTHROUGH);
+    qwen3_32b()'s warm-up (600, capped to the 10 steps) and float16 export (titan_cfg.scenarios.Scenario.walkthrough);
     everything else the same, the attention included (causal over the packed row, trn2's default)."""
     default = json.loads((GOLDEN / golden_name("native", "random")).read_text())
     walkthrough = json.loads((GOLDEN / golden_name("native", "random", "walkthrough")).read_text())

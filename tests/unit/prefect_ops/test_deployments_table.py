@@ -31,7 +31,8 @@ def test_prefect_yaml_holds_every_scenario_x_target_x_init_and_a_nightly_per_tar
         "weights": "Qwen/Qwen3-30B-A3B", "trim": {"layers": 4, "experts": 64, "top_k": 4}}
     assert rows["nightly-trn2-eks"]["parameters"] == {"target": "trn2-cluster", "scheduler": "kubernetes"}
     assert rows["bisect-cpu"] == {"flow": "flows/bisection.py:qwen3_bisect", "work_pool": "cpu",
-                                  "parameters": {"target": "cpu"}, "tags": ["bisect", "target:cpu"]}
+                                  "parameters": {"target": "cpu"}, "tags": ["bisect", "target:cpu"], "schedules": []}
+    assert rows["nightly-trn2"]["schedules"] == [{"cron": "0 2 * * *", "timezone": "UTC"}]
 
 
 def test_a_deployment_missing_from_the_yaml_is_named(tmp_path):
@@ -173,29 +174,68 @@ def test_a_trn2_deployment_with_another_scenario_s_pull_step_is_told(tmp_path):
                                          "expected ['make setup-trn2 SCENARIOS=moe']"]
 
 
-def test_the_deployments_of_prefect_yaml_are_written_from_the_registries(tmp_path):
-    """deployments/prefect.yaml's deployments: list is what `python -m titanflow.prefect_ops.deployments` writes from
-    the registries (a new scenario, pool or init is one command away); the writer mends a stale copy and keeps the
-    hand-kept part above it."""
-    from titanflow.prefect_ops.deployments import GENERATED, PREFECT_YAML, write_prefect_yaml
+def test_prefect_yaml_is_written_whole_from_the_registries_byte_for_byte(tmp_path):
+    """deployments/prefect.yaml, anchors, pull steps and comments included, is what
+    `python -m titanflow.prefect_ops.deployments` writes from the registries (a new scenario, pool or init is one
+    command away: `make goldens`); the writer mends a stale or missing copy whole."""
+    from titanflow.prefect_ops.deployments import PREFECT_YAML, prefect_yaml_text, write_prefect_yaml
 
+    assert PREFECT_YAML.read_text() == prefect_yaml_text()
     copy = tmp_path / "prefect.yaml"
-    copy.write_text(PREFECT_YAML.read_text())
-    assert write_prefect_yaml(copy) is False  # the committed file is already the writer's
-    head = PREFECT_YAML.read_text().split(GENERATED)[0]
-    copy.write_text(head + GENERATED + "\n  - {<<: *scenario_cpu, name: gone, parameters: {scenario: native}}\n")
-    assert check_prefect_yaml(copy) != []
-    assert write_prefect_yaml(copy) is True
-    assert check_prefect_yaml(copy) == [] and copy.read_text() == PREFECT_YAML.read_text()
-    copy.write_text(head)
-    with pytest.raises(ValueError, match="no line .* opens its deployments; fix: restore it"):
-        write_prefect_yaml(copy)
+    assert write_prefect_yaml(copy) is True and copy.read_text() == PREFECT_YAML.read_text()
+    assert write_prefect_yaml(copy) is False  # already the writer's
+    copy.write_text(PREFECT_YAML.read_text().replace("pull_trn2_moe:", "pull_trn2_gone:"))
+    assert write_prefect_yaml(copy) is True and copy.read_text() == PREFECT_YAML.read_text()
+
+
+def test_every_anchor_the_file_merges_is_one_it_defines():
+    """Each pool has its anchors (<pool>_pool, scenario_<pool>, nightly_<pool>; a pool that installs its profile
+    pull_<pool> and pull_<pool>_<scenario> for each scenario), each defined once; YAML refuses an alias of an anchor
+    it has not read yet, so loading the file is the check that each is defined before it is used."""
+    import re
+
+    import yaml
+
+    from titanflow.prefect_ops.deployments import PREFECT_YAML
+
+    text = PREFECT_YAML.read_text()
+    defined = re.findall(r"&([a-z0-9_]+)", text)
+    assert len(defined) == len(set(defined)) and set(re.findall(r"\*([a-z0-9_]+)", text)) <= set(defined)
+    for pool, (_, record) in WORK_POOLS.items():
+        anchor = pool.replace("-", "_")
+        wanted = {f"{anchor}_pool", f"scenario_{anchor}", f"nightly_{anchor}"}
+        if record.install:
+            wanted |= {f"pull_{anchor}", *(f"pull_{anchor}_{scenario}" for scenario in SCENARIOS)}
+        assert wanted <= set(defined), pool
+    assert yaml.safe_load(text)["deployments"]
+
+
+def test_a_nightly_without_its_schedule_is_told(tmp_path):
+    from titanflow.prefect_ops.deployments import PREFECT_YAML
+
+    stale = tmp_path / "prefect.yaml"
+    stale.write_text(PREFECT_YAML.read_text().replace("name: nightly-cpu, schedules: *nightly_cron,",
+                                                      "name: nightly-cpu, schedules: [],"))
+    assert check_prefect_yaml(stale) == ["nightly-cpu: schedules is [], expected [{'cron': '0 2 * * *', "
+                                         "'timezone': 'UTC'}]"]
+
+
+def test_the_pull_step_is_the_install_profiles_and_only_a_pool_that_says_install_runs_it():
+    """trn2's pool installs the trn2 profile (titan_cfg.profiles: make setup-trn2); trn2-cluster's pools run the same
+    profile without an install step; cpu's profile has none (make setup takes no scenarios)."""
+    from titanflow.prefect_ops.deployments import install_script
+
+    assert {pool: record.install for pool, (_, record) in WORK_POOLS.items()} == {
+        "cpu": False, "trn2": True, "trn2-cluster": False, "trn2-eks": False}
+    assert install_script("trn2", ("moe",)) == TARGETS["trn2"]().install_profile.pull_script(("moe",)) == (
+        "make setup-trn2 SCENARIOS=moe")
+    assert install_script("trn2-cluster", ("moe",)) is None and install_script("cpu", ("moe",)) is None
 
 
 def test_a_target_copied_with_its_work_pool_is_refused_naming_both(monkeypatch):
     """A second target that keeps the cpu target's pool would take over its deployments without a word."""
     from titan_cfg import targets
-    from titanflow.prefect_ops.deployments import work_pools
+    from titan_cfg.targets import work_pools
 
     monkeypatch.setitem(targets.TARGETS, "cpu2", lambda: targets.cpu().model_copy(update={"name": "cpu2"}))
     with pytest.raises(ValueError, match="work_pools: targets cpu and cpu2 both name the work pool cpu; fix: give "

@@ -1,5 +1,8 @@
-"""The walkthrough mode (titan_cfg.scenarios.WALKTHROUGH) holds what the walkthrough's torchtitan config functions
-set, read from the functions themselves; the packed row's loader yields torchtitan's batches without positions."""
+"""The walkthrough mode (each scenario record's ``walkthrough``, titan_cfg.scenarios) holds what the walkthrough's
+torchtitan config functions set, read from the functions themselves; the packed row's loader yields torchtitan's
+batches without positions."""
+
+import importlib
 
 import pytest
 
@@ -7,30 +10,27 @@ from titan_cfg.compat.cpu import make_importable_without_triton
 
 make_importable_without_triton()
 
-from titan_cfg.scenarios import WALKTHROUGH  # noqa: E402
+from titan_cfg.scenarios import SCENARIOS  # noqa: E402
 
 AC_NAMES = {"FullAC": "full", "SelectiveAC": "selective"}
 
 
-def _functions():
-    from torchtitan.experiments.transformers_modeling_backend.config_registry import (
-        transformers_modeling_backend_full,
-    )
-    from torchtitan.models.qwen3.config_registry import qwen3_30b_a3b, qwen3_32b
-
-    return {"native": qwen3_32b, "moe": qwen3_30b_a3b, "hf_backend": transformers_modeling_backend_full}
+def _config_function(name: str):
+    """The torchtitan config function ``module:function`` names (a :class:`titan_cfg.scenarios.Walkthrough`'s)."""
+    module, function = name.split(":")
+    return getattr(importlib.import_module(module), function)
 
 
-@pytest.mark.parametrize("scenario", ["native", "moe", "hf_backend"])
+@pytest.mark.parametrize("scenario", list(SCENARIOS))
 def test_the_walkthrough_mode_is_what_the_scenarios_config_function_sets(scenario):
     """torchtitan 0.3.0's qwen3_32b(), qwen3_30b_a3b() and transformers_modeling_backend_full(): warm-up, export dtype
-    and activation checkpointing as each function sets them; the MoE's load balancing is torchtitan's MoE default."""
-    config = _functions()[scenario]()
-    recipe = WALKTHROUGH[scenario]
+    and activation checkpointing as each function sets them; an MoE's load balancing is torchtitan's MoE default."""
+    recipe = SCENARIOS[scenario].walkthrough
+    config = _config_function(recipe.config_function)()
     assert recipe.warmup_steps == config.lr_scheduler.warmup_steps
     assert recipe.export_dtype == config.checkpoint.export_dtype
     assert recipe.activation_checkpoint == AC_NAMES[type(config.activation_checkpoint).__qualname__.split(".")[0]]
-    if scenario == "moe":
+    if SCENARIOS[scenario].model_type == "qwen3_moe":
         import dataclasses
 
         from torchtitan.models.common.moe import MoE
@@ -39,6 +39,17 @@ def test_the_walkthrough_mode_is_what_the_scenarios_config_function_sets(scenari
         assert recipe.load_balance_coeff == default == 1e-3
     else:
         assert recipe.load_balance_coeff is None
+
+
+@pytest.mark.parametrize("scenario", list(SCENARIOS))
+def test_the_walkthrough_values_come_from_the_function_the_scenario_starts_from(scenario):
+    """The function a scenario's walkthrough values are read from is the one its config function calls (native:
+    qwen3_32b, moe: qwen3_30b_a3b, hf_backend: transformers_modeling_backend_full)."""
+    import inspect
+
+    module, function = SCENARIOS[scenario].walkthrough.config_function.split(":")
+    source = inspect.getsource(SCENARIOS[scenario].build)
+    assert f"from {module} import" in source and function in source
 
 
 def test_the_packed_row_collate_drops_positions_and_keeps_tokens_and_labels():

@@ -1,13 +1,14 @@
-"""trn2-cluster on Amazon EKS: the base job template of a Prefect work pool of type ``kubernetes``
-(``deployments/kubernetes/trn2-eks.json``, written from :func:`trn2_eks_job_template`), not run anywhere yet.
+"""trn2 nodes on Amazon EKS: the base job template of a Prefect work pool of type ``kubernetes``, built for the target
+the pool serves (:func:`job_template`; the pool's record in its target's ``work_pools``, titan_cfg.targets.WorkPool,
+names the file: trn2-cluster's ``trn2-eks``, ``deployments/kubernetes/trn2-eks.json``), not run anywhere yet.
 
     prefect work-pool create trn2-eks --type kubernetes --base-job-template deployments/kubernetes/trn2-eks.json
 
 What the template holds (docs/many-nodes.md, "Kubernetes"): a Kubernetes Indexed Job of ``nnodes`` pods, one per
 trn2.48xlarge (a required pod anti-affinity on the host name, the instance type as node selector, the Neuron
 taint tolerated), each pod with the node's 16 Neuron devices (``aws.amazon.com/neuron``, the Neuron device
-plugin's resource) and its EFA interfaces (``vpc.amazonaws.com/efa``, the EFA device plugin's), the trn2-cluster
-target's rank environment with its EFA settings (titan_cfg.targets), ``/dev/shm`` in memory and the shared file
+plugin's resource) and its EFA interfaces (``vpc.amazonaws.com/efa``, the EFA device plugin's), the target's rank
+environment with its EFA settings (titan_cfg.targets), ``/dev/shm`` in memory and the shared file
 system that holds the checkout and the run folders. Resource names: "Manage Neuron devices on Amazon EKS"
 (https://docs.aws.amazon.com/eks/latest/userguide/device-management-neuron.html) and the Neuron EKS guide
 (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/deploy/eks/index.html).
@@ -26,13 +27,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from titan_cfg.targets import TARGETS
+from titan_cfg.targets import TARGETS, Target, work_pools
 from titanflow.launch.kubernetes import pods
 from titanflow.launch.node import NODE_ENV
 from titanflow.paths import REPO_ROOT
 
-#: The template file ``prefect work-pool create --base-job-template`` reads.
-TEMPLATE_PATH = REPO_ROOT / "deployments" / "kubernetes" / "trn2-eks.json"
 #: The Neuron device plugin's resource: whole Neuron devices (Trainium2 chips).
 NEURON_RESOURCE = "aws.amazon.com/neuron"
 #: The EFA device plugin's resource: EFA network interfaces.
@@ -59,11 +58,12 @@ def _variable(kind: str, default, description: str) -> dict:
     return spec if default is None else {**spec, "default": default}
 
 
-def trn2_eks_job_template() -> dict:
-    """The work pool's base job template: ``job_configuration`` (Prefect's ``command``, ``env``, ``labels``,
-    ``name``, ``namespace`` and the ``job_manifest``, a batch/v1 Job with ``{{ variable }}`` placeholders) and
-    ``variables`` (the JSON schema of what a deployment may set, each with its default)."""
-    target = TARGETS["trn2-cluster"]()
+def job_template(target: Target) -> dict:
+    """The base job template of a Kubernetes work pool whose runs train on ``target`` (trn2.48xlarge nodes):
+    ``job_configuration`` (Prefect's ``command``, ``env``, ``labels``, ``name``, ``namespace`` and the
+    ``job_manifest``, a batch/v1 Job with ``{{ variable }}`` placeholders) and ``variables`` (the JSON schema of what
+    a deployment may set, each with its default: ``nnodes`` the target's). Every pod has the target's rank
+    environment."""
     rank_env = [{"name": name, "value": value} for name, value in sorted(target.env.items())]
 
     def field(path: str) -> dict:
@@ -140,7 +140,8 @@ def trn2_eks_job_template() -> dict:
             "command": _variable("string", None, "the flow-run command (Prefect sets it)"),
             "env": {"type": "object", "default": {}, "description": "further environment of every pod",
                     "additionalProperties": {"type": "string"}},
-            "image": _variable("string", None, "an image with the trn2 install profile (profiles/trn2) and titanflow"),
+            "image": _variable("string", None, f"an image with the {target.profile} install profile "
+                               f"(profiles/{target.profile}) and titanflow"),
             "nnodes": _variable("integer", target.nnodes, "trn2.48xlarge nodes: one pod each"),
             # quantities are strings in the Kubernetes API (a number would be one too, but not in its models)
             "neuron_devices": _variable("string", str(NEURON_DEVICES_PER_NODE), f"{NEURON_RESOURCE} per pod: the "
@@ -161,12 +162,37 @@ def trn2_eks_job_template() -> dict:
     return {"job_configuration": configuration, "variables": variables}
 
 
-def write_template(path: Path = TEMPLATE_PATH) -> Path:
-    """Write :func:`trn2_eks_job_template` as indented JSON to ``path``; returns it."""
+def kubernetes_pools() -> list[str]:
+    """The work pools of type ``kubernetes`` (titan_cfg.targets.work_pools), each with a template file."""
+    return [pool for pool, (_, record) in work_pools().items() if record.kind == "kubernetes"]
+
+
+def pool_template(pool: str) -> dict:
+    """The base job template of the Kubernetes work pool ``pool``: :func:`job_template` of the target that serves it.
+
+    Raises:
+        ValueError: ``pool`` is no Kubernetes work pool of a target (names those there are).
+    """
+    if pool not in kubernetes_pools():
+        raise ValueError(f"{pool} is no Kubernetes work pool of a target (titan_cfg.targets): "
+                         f"{', '.join(kubernetes_pools()) or 'none'}")
+    return job_template(TARGETS[work_pools()[pool][0]]())
+
+
+def template_path(pool: str) -> Path:
+    """The template file of the Kubernetes work pool ``pool`` (its record's ``template``, under the repository root),
+    which ``prefect work-pool create --base-job-template`` reads."""
+    return REPO_ROOT / work_pools()[pool][1].template
+
+
+def write_template(pool: str) -> Path:
+    """Write :func:`pool_template` of ``pool`` as indented JSON to :func:`template_path`; returns the path."""
+    path = template_path(pool)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(trn2_eks_job_template(), indent=2) + "\n")
+    path.write_text(json.dumps(pool_template(pool), indent=2) + "\n")
     return path
 
 
 if __name__ == "__main__":
-    print(write_template())
+    for kubernetes_pool in kubernetes_pools():
+        print(write_template(kubernetes_pool))
