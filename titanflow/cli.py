@@ -32,6 +32,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from titan_cfg.scenarios import SCENARIOS
 from titanflow.terminated import Terminated, raise_terminated
 
 if TYPE_CHECKING:
@@ -322,7 +323,6 @@ def cmd_render(args: argparse.Namespace) -> int:
     if checked is None:
         return 2
     run, _, run_dir = checked
-    from titan_cfg.scenarios import SCENARIOS
     from titanflow import paths
     from titanflow.launch.render import RenderError, render
     from titanflow.run.pretrained import embedded_weights
@@ -610,7 +610,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      "a worktree of its own, good when it passes, bad when it fails that check, skip "
                                      "otherwise (flow qwen3-bisect, flows/bisection.py). Prints the probe table; exit "
                                      "0 only when the first bad commit is found.")
-    bis.add_argument("scenario", help="the scenario every probe runs (native, hf_backend, moe)")
+    bis.add_argument("scenario", help=f"the scenario every probe runs ({', '.join(SCENARIOS)})")
     bis.add_argument("--good", required=True, help="a revision whose run passes (hash, tag, branch): an ancestor of bad")
     bis.add_argument("--bad", required=True, help="a revision whose run fails (hash, tag, branch)")
     bis.add_argument("--target", default="cpu", help="the probes' target (default: cpu)")

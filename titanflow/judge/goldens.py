@@ -94,7 +94,7 @@ def curve_path(scenario: str, target: str, init: str, golden_dir: Path = GOLDEN_
     """``<golden_dir>/<scenario>-<node>-<init>.curve.csv``, ``<node>`` the target's node type
     (titan_cfg.targets.Target.node: a target of cpu machines under another name shares cpu's curves; whether a curve
     applies to a run is then its workload's and numerics environment's say, :class:`GoldenCurve`); a run of the
-    walkthrough mode (``model_spec`` "walkthrough", titan_cfg.scenarios.WALKTHROUGH) has curves of its own,
+    walkthrough mode (``model_spec`` "walkthrough", titan_cfg.scenarios.Scenario.walkthrough) has curves of its own,
     ``<scenario>-<node>-<init>-walkthrough.curve.csv``."""
     mode = "" if (model_spec or "config") == "config" else f"-{model_spec}"
     return Path(golden_dir) / f"{scenario}-{node_of(target)}-{init}{mode}.curve.csv"

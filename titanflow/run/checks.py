@@ -45,6 +45,7 @@ from packaging.version import InvalidVersion, Version
 
 from titan_cfg import kernels, upstream
 from titan_cfg.model_spec import config_shape, read_config
+from titan_cfg.profiles import PROFILES
 from titan_cfg.published import published_weights_id
 from titan_cfg.scenarios import SCENARIOS, on_node
 from titan_cfg.targets import TARGETS, node_of
@@ -73,8 +74,9 @@ FORK_REPO, FORK_REF, FORK_VERSION = "https://github.com/aws-neuron/torchtitan-ne
 #: Where the Neuron tools live on a Neuron DLAMI when they are not on PATH.
 NEURON_TOOLS = Path("/opt/aws/neuron/bin")
 
-#: The fix that installs the trn2 stack (profiles/trn2/setup.sh).
-SETUP_TRN2 = "make setup-trn2 (profiles/trn2/setup.sh) on the Neuron 2.33 DLAMI"
+#: The fix that installs the fork (the trn2 install profile's, titan_cfg.profiles), for the checks of the fork and its
+#: dataset.
+FORK_INSTALL = PROFILES["trn2"]().install
 
 @dataclass(frozen=True)
 class Check:
@@ -124,8 +126,7 @@ def check_python(target: str, version: tuple[int, int, int] | None = None) -> Ch
     except FileNotFoundError:
         return Check("python", False, f"{found}; the install profile names no Python ({where} is missing)",
                      "restore profiles/ from the repository")
-    fix = (f"{SETUP_TRN2} (its venv is Python {wanted})" if TARGETS[target]().profile == "trn2"
-           else f"make setup (creates .venv with Python {wanted})")
+    fix = TARGETS[target]().install_profile.python_fix.format(python=wanted)
     return Check("python", found in SpecifierSet(f"=={wanted}.*"), f"{found} ({target} needs Python {wanted}: {where})",
                  fix)
 
@@ -144,7 +145,7 @@ def check_packages(target: str) -> list[Check]:
     except FileNotFoundError as err:
         return [Check("packages", False, f"the install profile is missing ({err.filename})", "restore profiles/ "
                       "from the repository")]
-    fix = SETUP_TRN2 if TARGETS[target]().profile == "trn2" else "make setup"
+    fix = TARGETS[target]().install_profile.install
     checks = []
     for name, requirement in pins.items():
         try:
@@ -161,7 +162,7 @@ def check_fork() -> Check:
     """The ``torchtitan`` that ranks import (found as ``import torchtitan`` would, without importing it) is the
     torchtitan-neuron fork: its distribution's version has the ``+neuron`` local label and the release of
     :data:`FORK_VERSION`."""
-    fix = f"git clone -b {FORK_REF} {FORK_REPO} && pip install -e torchtitan-neuron (or {SETUP_TRN2})"
+    fix = f"git clone -b {FORK_REF} {FORK_REPO} && pip install -e torchtitan-neuron (or {FORK_INSTALL})"
     spec = importlib.util.find_spec("torchtitan")
     if spec is None or not spec.submodule_search_locations:
         return Check("torchtitan fork", False, "torchtitan is not importable", fix)
@@ -203,8 +204,7 @@ def check_upstream(target: str) -> Check:
                           cwd=paths.REPO_ROOT, check=False)
     took = f"in {time.perf_counter() - started:.1f} s, {_children_cpu_s() - cpu_before:.1f} s of CPU"
     written = ", ".join(f"{k} {v}" for k, v in upstream.WRITTEN_AGAINST.items())
-    fix = (f"{SETUP_TRN2} (the fork {FORK_VERSION}, torch-neuronx and nkilib)" if spec.profile == "trn2"
-           else "install the torch and torchtitan of the target's profile (make setup)")
+    fix = spec.install_profile.upstream_fix.format(fork=FORK_VERSION)
     fix += (", or adapt the code that takes each name and its entry in titan_cfg/upstream.py to this install (written "
             f"against {written})")
     if done.returncode != 0:
@@ -322,8 +322,7 @@ def check_kernels(target: str, chosen: dict[str, str] | None = None) -> list[Che
             missing = impl.unavailable()
             modules = ", ".join(impl.requires)
             checks.append(Check(f"kernel {op.name}={impl.name}", missing is None, missing or f"{modules} import",
-                                SETUP_TRN2 + " (torch-neuronx, neuronx-cc with nki and nkilib)"
-                                if spec.profile == "trn2" else f"install {modules}"))
+                                spec.install_profile.kernel_fix.format(modules=modules)))
     return checks
 
 
@@ -390,7 +389,7 @@ def check_weights(run: ScenarioRun, weights: str | None) -> tuple[Check, Path | 
 def check_dataset(run: ScenarioRun) -> Check:
     """The folder of the text the target trains on is there (titanflow.launch.dataset.locate)."""
     found = locate(run.target_spec.dataset)
-    fix = (f"install the fork from its checkout ({SETUP_TRN2}), or export {C4_TEST_ENV}=<folder of c4_test>"
+    fix = (f"install the fork from its checkout ({FORK_INSTALL}), or export {C4_TEST_ENV}=<folder of c4_test>"
            if found.name == "c4_test" else "restore assets/botchan_c4/ from the repository")
     return Check("dataset", found.present, f"{found.name} at {found.path} ({found.located_by})"
                  + ("" if found.present else ": missing"), fix)

@@ -23,7 +23,6 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import psutil
 from pydantic import ValidationError
@@ -33,10 +32,8 @@ from titanflow import paths
 from titanflow.launch.render import make_job
 from titanflow.launch.slurm.job import running_jobs
 from titanflow.params import RUN_ID_MAX, RUN_ID_PATTERN, ScenarioRun, check_resumed_id
+from titanflow.record.summary import SUMMARY, Continuation, RunSummary, read_summary
 from titanflow.run.preflight import preflight
-
-if TYPE_CHECKING:  # imported where used: a run id with no folder is refused before pandas and Prefect load (seconds)
-    from titanflow.record.summary import Continuation, RunSummary
 
 #: Parameters a resumed run may give other values: they do not change the job (each launch's time limit).
 CHANGEABLE = ("timeout_s",)
@@ -56,8 +53,6 @@ class Resumption:
 
     def continuation(self, flow_run_id: str | None) -> Continuation:
         """This continuation, by the flow run ``flow_run_id``, as the summary records it."""
-        from titanflow.record.summary import Continuation  # lazy: pandas, prefect
-
         said = self.previous.reason or self.previous.error
         return Continuation(flow_run_id=flow_run_id, previous_flow_run_id=self.previous.flow_run_id,
                             previous_verdict=self.previous.verdict, previous_reason=said[:500] if said else None,
@@ -132,7 +127,6 @@ def resumed_run(given: dict) -> Resumption:
     if not run_dir.is_dir():
         raise ValueError(f"resume: no run folder {run_dir}; fix: pass the id of a run under {root} (--runs-dir names "
                          "another parent)")
-    from titanflow.record.summary import SUMMARY, read_summary  # lazy: pandas, prefect
 
     if not (run_dir / SUMMARY).is_file():
         raise ValueError(f"resume: {run_dir} has no {SUMMARY}, so the run's parameters are unknown; fix: start a new "
@@ -185,7 +179,6 @@ def own_run_folder(run: ScenarioRun, flow_run_id: str) -> Path | None:
     the ``<scenario>-<target>-<init>-*`` folders of the runs folder."""
     root = run.runs_root()
     candidates = [root / run.run_id] if run.run_id else sorted(root.glob(f"{run.scenario}-{run.target}-{run.init}-*"))
-    from titanflow.record.summary import SUMMARY, read_summary  # lazy: pandas, prefect
 
     for folder in candidates:
         try:
