@@ -26,10 +26,10 @@ from uuid import UUID
 import httpx
 from pydantic import BaseModel, Field
 
-# the slot's whole surface here: its client's tuning, its holder record, the start of a server (release_stale_slots)
-from titanflow.launch.busy_client import BUSY_RETRY_S, BUSY_TRIES, BusyRetries, slot_client  # noqa: F401
-from titanflow.launch.slot_holder import PREFIX, SlotHolder, holder_variable, read_holder, record  # noqa: F401
-from titanflow.launch.slot_holder import forget as _forget, free_if_ended as _free_if_ended, release_stale_slots  # noqa
+from titanflow.launch.busy_client import slot_client
+from titanflow.launch.slot_holder import PREFIX, SlotHolder, read_holder, record
+from titanflow.launch.slot_holder import forget as _forget
+from titanflow.launch.slot_holder import free_if_ended as _free_if_ended
 
 #: Slots per node: trainings that may run at once on one machine.
 SLOTS_PER_NODE = 1

@@ -11,7 +11,9 @@ import pytest
 from prefect.settings import PREFECT_API_URL, temporary_settings
 
 from titanflow.launch import slot as slots
-from titanflow.launch.slot import SLOTS_PER_NODE, limit_name, read_holder, release_stale_slots, training_slot
+from titanflow.launch import busy_client, slot_holder
+from titanflow.launch.slot import SLOTS_PER_NODE, limit_name, read_holder, training_slot
+from titanflow.launch.slot_holder import release_stale_slots
 
 
 @pytest.fixture()
@@ -51,7 +53,7 @@ def _stale_lease(client, name: str, flow_run_id: uuid.UUID) -> uuid.UUID:
 
     slots.ensure_limit(name)
     lease_id = slots._try_acquire(client, name, None)
-    Variable.set(slots.holder_variable(name), slots.SlotHolder(
+    Variable.set(slot_holder.holder_variable(name), slots.SlotHolder(
         lease_id=lease_id, flow_run_id=flow_run_id, flow_run_name="gone-run", run_id="killed", host="node",
         since="2026-12-01T00:00:00Z").model_dump(mode="json"), overwrite=True)
     return lease_id
@@ -177,22 +179,22 @@ def test_a_request_the_server_answers_busy_is_sent_again_at_once_and_any_other_a
 
     slept = []
     monkeypatch.setattr(time, "sleep", slept.append)  # the time module Prefect's client and slot.py both sleep with
-    client = PrefectHttpxSyncClient(transport=slots.BusyRetries(httpx.MockTransport(server)), base_url="http://server/api")
+    client = PrefectHttpxSyncClient(transport=busy_client.BusyRetries(httpx.MockTransport(server)), base_url="http://server/api")
     with temporary_settings({PREFECT_CLIENT_MAX_RETRIES: 0}):
         planned[:] = [503, 503]
         assert client.post("/v2/concurrency_limits/increment-with-lease").status_code == 200
-        assert answers == [503, 503, 200] and slept == [slots.BUSY_RETRY_S] * 2
+        assert answers == [503, 503, 200] and slept == [busy_client.BUSY_RETRY_S] * 2
         answers.clear(), slept.clear()
         planned[:] = [423]
         with pytest.raises(httpx.HTTPStatusError, match="423"):
             client.post("/v2/concurrency_limits/increment-with-lease")
         assert answers == [423] and slept == []
         answers.clear()
-        planned[:] = [503] * (slots.BUSY_TRIES + 1)
+        planned[:] = [503] * (busy_client.BUSY_TRIES + 1)
         with pytest.raises(httpx.HTTPStatusError, match="503"):  # Prefect's own retries (off here) take it from there
             client.post("/v2/concurrency_limits/increment-with-lease")
-        tries = slots.BUSY_TRIES
-        assert len(answers) == tries + 1 and slept[:tries] == [slots.BUSY_RETRY_S] * tries
+        tries = busy_client.BUSY_TRIES
+        assert len(answers) == tries + 1 and slept[:tries] == [busy_client.BUSY_RETRY_S] * tries
 
 
 @pytest.mark.fault
@@ -235,7 +237,7 @@ def test_a_renewal_still_in_flight_when_training_ends_never_takes_the_slot_again
 
     retries = []
 
-    class Restarting(slots.BusyRetries):  # the slot's own transport: no Prefect code replaced
+    class Restarting(busy_client.BusyRetries):  # the slot's own transport: no Prefect code replaced
         def handle_request(self, request):
             if not request.url.path.endswith("/renew"):
                 return super().handle_request(request)
