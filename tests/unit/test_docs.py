@@ -1,11 +1,11 @@
 """The manual and its front door: docs/ builds as a site (mkdocs, material theme, strict), every page is in the
-site's nav and one link away from the README, the README stays short, and what the README says about the tree
-(its Layout block, its floors table, its "Where to change what") is the tree.
+site's nav, one link away from the README and listed on the home page, the README stays short, and what the manual
+says about the tree (docs/layout.md's tree block, the README's floors table and "Where to change what") is the tree.
 
-The Layout block's format (README "Layout"): a fenced ``text`` block; a line that starts in the first column names a
-path from the repository root (a folder ends with ``/``), then, after two spaces or more, free text; the indented
-lines under a folder name its members, relative to it, separated by commas or ``+``, each optionally followed by a
-description in parentheses (which may span lines and is not read).
+The tree block's format (docs/layout.md, "The tree"): a fenced ``text`` block; a line that starts in the first
+column names a path from the repository root (a folder ends with ``/``), then, after two spaces or more, free text;
+the indented lines under a folder name its members, relative to it, separated by commas or ``+``, each optionally
+followed by a description in parentheses (which may span lines and is not read).
 """
 
 from __future__ import annotations
@@ -24,7 +24,11 @@ ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
 MKDOCS_YML = ROOT / "mkdocs.yml"
-#: The packages whose every module the Layout block names.
+#: The page whose tree block names every module.
+LAYOUT = DOCS / "layout.md"
+#: The manual's home page, which lists every page of the nav.
+INDEX = DOCS / "index.md"
+#: The packages whose every module the tree block names.
 PACKAGES = ("flows", "tasks", "titanflow", "titan_cfg")
 #: The README's most lines: a front door, the rest is the manual.
 README_MAX_LINES = 300
@@ -32,11 +36,16 @@ README_MAX_LINES = 300
 PROSE_PATH = re.compile(r"(?<![\w./<$-])((?:[\w.-]+/)+(?:[\w*.-]+\.(?:py|toml|yaml|csv|json|txt|md|sh))?)(?![\w/<-])")
 
 
+def section(path: Path, title: str) -> str:
+    """The ``## title`` section of the markdown file ``path``, up to the next ``## `` heading."""
+    text = path.read_text()
+    assert f"\n## {title}\n" in text, f'{path.relative_to(ROOT)} has no "## {title}" section'
+    return text.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
 def readme_section(title: str) -> str:
     """The README's ``## title`` section, up to the next ``## `` heading."""
-    text = README.read_text()
-    assert f"\n## {title}\n" in text, f'README has no "## {title}" section'
-    return text.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+    return section(README, title)
 
 
 def docs_pages() -> set[str]:
@@ -72,9 +81,9 @@ def github_anchor(heading: str) -> str:
 
 
 def layout_block() -> str:
-    """The fenced ``text`` block of the README's Layout section."""
-    match = re.search(r"^```text\n(.*?)^```", readme_section("Layout"), re.DOTALL | re.MULTILINE)
-    assert match, 'README "Layout" has no ```text block'
+    """The fenced ``text`` block of docs/layout.md's "The tree" section."""
+    match = re.search(r"^```text\n(.*?)^```", section(LAYOUT, "The tree"), re.DOTALL | re.MULTILINE)
+    assert match, 'docs/layout.md "The tree" has no ```text block'
     return match.group(1)
 
 
@@ -160,6 +169,14 @@ def test_the_readme_is_a_front_door():
     assert len(lines) <= README_MAX_LINES, f"README.md has {len(lines)} lines, at most {README_MAX_LINES}"
 
 
+def test_the_home_page_lists_every_page_of_the_nav():
+    """docs/index.md, the site's home page, links every other page of the nav, so its list of the manual cannot fall
+    behind a page added to mkdocs.yml."""
+    listed = nav_pages(yaml.safe_load(MKDOCS_YML.read_text())["nav"]) - {"index.md"}
+    linked = set(re.findall(r"\]\(([^)#\s]+\.md)", INDEX.read_text()))
+    assert sorted(listed - linked) == [], "nav pages docs/index.md does not link"
+
+
 def test_every_docs_page_is_one_link_away_from_the_readme():
     """Each page of the manual is linked from the README (its "Manual" list at least)."""
     link = re.compile(r"\]\(docs/([^)#\s]+\.md)")
@@ -186,14 +203,14 @@ def test_every_relative_link_of_the_readme_resolves():
 
 
 def test_the_layout_block_is_the_tree():
-    """The README's Layout block names every module and package of flows/, tasks/, titanflow/ and titan_cfg/ (an
+    """docs/layout.md's tree block names every module and package of flows/, tasks/, titanflow/ and titan_cfg/ (an
     ``__init__.py`` when it holds code), and nothing that is not in the tree."""
     named, stray = parse_layout(layout_block())
     required = modules_and_packages()
     missing = sorted(required - named)
     absent = sorted(path for path in named if not exists(path))
     assert (missing, absent, stray) == ([], [], []), (
-        "README Layout block and the tree differ:\n"
+        "docs/layout.md's tree block and the tree differ:\n"
         f"  in the tree, not in the block: {missing}\n"
         f"  in the block, not in the tree: {absent}\n"
         f"  words of member lines that are not names (describe them in parentheses): {stray}")

@@ -1,10 +1,10 @@
 """The floors: titanflow -> titan_cfg, and inside titanflow/ (its flows and tasks on top, read from the folders
 flows/ and tasks/ through titanflow/flows and titanflow/tasks) the floors listed in pyproject.toml's
-[tool.importlinter] (README "Layout"), checked by import-linter over every import statement, those inside a function
-included, so a change that climbs a floor, joins two leaves (assets, export, weights), brings Prefect into the
-rank side, the record or its judge, or closes a circle fails here with the two modules named. A task module is kept
-thin. What the package installs carries titanflow's own names only: a wheel built from the project holds the
-packages titanflow and titan_cfg, no top-level flows or tasks."""
+[tool.importlinter] (README "Layout", docs/layout.md), checked by import-linter over every import statement, those
+inside a function included, so a change that climbs a floor, joins two leaves (assets, export, weights), brings
+Prefect into the rank side, the record or its judge, or closes a circle fails here with the two modules named. A task
+module is kept thin. What the package installs carries titanflow's own names only: a wheel built from the project
+holds the packages titanflow and titan_cfg, no top-level flows or tasks."""
 
 import ast
 import importlib
