@@ -34,8 +34,7 @@ from pydantic.fields import FieldInfo
 
 from titanflow.results import ExportResult, TrainResult, ValidationReport, WarmupResult
 
-#: The run record's results whose metric fields the row lifts: RunSummary field -> its type (the loss verdict's
-#: joins once its type sits below titanflow.judge).
+#: The run record's results whose metric fields the row lifts: RunSummary field -> its type (titanflow.results).
 RESULT_PARTS: dict[str, type[BaseModel]] = {
     "compile_warmup": WarmupResult, "train": TrainResult, "export": ExportResult, "validation": ValidationReport,
 }

@@ -1,4 +1,4 @@
-"""Bisect: the first revision whose scenario run fails the check the bad revision fails (flows/bisect.py).
+"""Bisect: the first revision whose scenario run fails the check the bad revision fails (flows/bisection.py).
 
 - :mod:`titanflow.bisect.revisions`: git revisions checked, commit messages, worktrees;
 - :mod:`titanflow.bisect.session`: git's own bisect driven one probe at a time;

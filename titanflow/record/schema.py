@@ -44,7 +44,7 @@ HISTORY_VERSION = 2
 VERSION_KEY = "schema_version"
 
 #: The load level's keys when they sat in a version-1 summary's ``validation`` itself
-#: (titanflow.export.load.LoadReport's fields but its ``problems``).
+#: (titanflow.results.LoadReport's fields but its ``problems``).
 _FLAT_LOAD_KEYS = ("missing_in_files", "missing", "unexpected", "mismatched", "tied", "lm_head_is_embedding",
                    "forward_finite")
 
