@@ -40,7 +40,7 @@ test: setup overlay-trn2 chromium slurm-packages setup-lowest
 # same editable source otherwise. The lane runs there what those packages decide: the training slot, the cancels
 # (the watch, a deployment run's), the server restart, the deployments, the queued logs and events, the history table.
 LOWEST := .venv-lowest
-LOWEST_TESTS := tests/unit/launch/test_training_slot.py tests/unit/prefect_ops tests/unit/record \
+LOWEST_TESTS := tests/unit/prefect_ops/test_training_slot.py tests/unit/prefect_ops tests/unit/record \
 	"tests/unit/test_install_profiles.py::test_installing_titanflow_into_a_venv_of_either_end_changes_none_of_its_packages" \
 	tests/unit/flows/test_scenario_record.py tests/e2e/test_deployments.py tests/e2e/test_training_slot_runs.py \
 	"tests/e2e/test_failure_runs.py::test_a_deployment_run_cancelled_while_training_ends_its_ranks_and_is_recorded_cancelled"

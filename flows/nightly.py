@@ -3,7 +3,7 @@
     scenarios x inits -> qwen3-scenario (each judged against the history and appended to it) -> suite report
 
 Subflows run one after another, and each holds its node's training slot (a Prefect
-concurrency limit, titanflow.launch.slot) while it trains, so a deployment run started
+concurrency limit, titanflow.prefect_ops.slot) while it trains, so a deployment run started
 by hand on the same node waits instead of sharing it. A failed scenario does not stop
 the others. The suite ends Completed when every run passed, else Failed, its state
 message saying how many failed and of which class; a cancelled run (a Prefect cancel, Ctrl-C:

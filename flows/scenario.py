@@ -9,7 +9,7 @@ parameters fail here, before any task runs. ``resume`` continues a failed, cance
 in its own folder, and a retried flow run continues the folder it made (titanflow.run.resume); the
 tasks before training answer from Prefect's cache when nothing that decides them changed
 (titanflow.prefect_ops.caching), and the summary names those that did. Rendering, the compile warm-up and
-training hold this node's slot of a Prefect concurrency limit (titanflow.launch.slot),
+training hold this node's slot of a Prefect concurrency limit (titanflow.prefect_ops.slot),
 so no other run's training slows them down; a run on Slurm trains holding its nodes' slots instead
 (the train task), this node's freed once it is rendered. Every run, passed or failed,
 is judged against the run history, appended to it and reported; the verdict is

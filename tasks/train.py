@@ -11,7 +11,7 @@ from titan_cfg.job import Job
 from titanflow.launch.metrics import strip_ansi
 from titanflow.launch.render import RenderedJob
 from titanflow.launch.resume import prepare
-from titanflow.launch.slot import node_slots
+from titanflow.prefect_ops.slot import node_slots
 from titanflow.launch.torchrun import run_training
 from titanflow.prefect_ops import caching
 from titanflow.report.artifacts import TrainingProgress, artifact_key
@@ -38,7 +38,7 @@ def train(rendered: RenderedJob, timeout_s: float) -> TrainResult:
     """
     logger = get_run_logger()
     job = Job.read(Path(rendered.job_path))
-    # a Slurm job holds the training slots of its nodes' hosts while it trains (titanflow.launch.slot.node_slots)
+    # a Slurm job holds the training slots of its nodes' hosts while it trains (titanflow.prefect_ops.slot.node_slots)
     hold_nodes = (lambda hosts: node_slots(hosts, run_id=job.run_id)) if rendered.scheduler == "slurm" else None
     resume = prepare(job, Path(rendered.run_dir) / "train.log")
     with TrainingProgress(artifact_key(job.model_dump()), job.steps, job.run_id,

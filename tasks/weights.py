@@ -9,10 +9,11 @@ from prefect.logging import get_run_logger
 from titanflow.assets import TINY_SPECS, ensure_assets
 from titanflow.hub_id import is_hub_id
 from titanflow.prefect_ops import caching
+from titanflow.prefect_ops.hub_token import token_for
 from titanflow.run.pretrained import ensure_pretrained
 from titanflow.task_names import TaskName
 from titanflow.tasks.retry import retry_transient_download
-from titanflow.weights.resolve import hub_token, resolve_weights
+from titanflow.weights.resolve import resolve_weights
 
 
 @task(name=TaskName.build_tiny_weights, cache_policy=caching.BUILD_TINY_WEIGHTS, persist_result=True)
@@ -32,14 +33,14 @@ def build_pretrained_weights(model_type: str) -> str:
 def pull_weights(weights: str | None, init: str, model_type: str = "qwen3") -> str:
     """Prefect task: :func:`titanflow.weights.resolve.resolve_weights`; returns the folder as a string.
 
-    For a Hub id the token is looked up here (:func:`titanflow.weights.resolve.hub_token`) and
+    For a Hub id the token is looked up here (:func:`titanflow.prefect_ops.hub_token.hub_token`) and
     only its source is logged. Retried twice, 10 s apart, for transient download failures only.
     """
     logger = get_run_logger()
     if weights is None:
         folder = (build_pretrained_weights if init == "pretrained" else build_tiny_weights)(model_type)
     else:
-        token = hub_token() if is_hub_id(weights) else None
+        token = token_for(weights)
         if is_hub_id(weights):
             logger.info("Hub token: %s", f"from {token.source}" if token else "none (public repos only)")
         folder = resolve_weights(weights, token=token)

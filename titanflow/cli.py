@@ -134,7 +134,7 @@ def print_summary(summary: RunSummary, run_dir: Path | None = None) -> None:
         rows += [("parity", f"KL {parity.kl:.2e} nats/token, top-1 agreement {parity.top1_agreement:.4f} over "
                             f"{parity.tokens} tokens{router}")]
     rows += [(f"  {k} (s)", f"{v:.1f}") for k, v in summary.timings_s.items()]
-    if summary.slot_wait_s:  # in no task's time (titanflow.launch.slot)
+    if summary.slot_wait_s:  # in no task's time (titanflow.prefect_ops.slot)
         rows += [("  training slot wait (s)", f"{summary.slot_wait_s:.1f}")]
     validate_peak = summary.task_peak_rss_bytes.get("validate")  # the flow process's (titanflow.run.peak_rss)
     if validate_peak is not None:
@@ -327,6 +327,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     from titanflow.launch.render import RenderError, render
     from titanflow.run.pretrained import embedded_weights
     from titanflow.weights.identity import weights_id
+    from titanflow.prefect_ops.hub_token import token_for
     from titanflow.weights.resolve import resolve_weights
     from titanflow.weights.trim import ensure_trimmed
 
@@ -336,7 +337,8 @@ def cmd_render(args: argparse.Namespace) -> int:
               "checkpoint (titanflow.run.pretrained: pretrained on this CPU on first use, then kept in the cache)",
               file=sys.stderr, flush=True)
     run_dir.mkdir(parents=True)
-    weights_dir = embedded_weights(run.init, model_type) if run.weights is None else resolve_weights(run.weights)
+    weights_dir = (embedded_weights(run.init, model_type) if run.weights is None
+                   else resolve_weights(run.weights, token=token_for(run.weights)))
     if run.trim is not None:  # as the flow's trim_weights step: the trim kept in the cache
         weights_dir = ensure_trimmed(weights_dir, run.trim, weights_id(run.weights, weights_dir), paths.cache_root(),
                                      run.init)
@@ -360,6 +362,7 @@ def cmd_trim(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from titanflow.params import Trim
+    from titanflow.prefect_ops.hub_token import token_for
     from titanflow.refusal import describe
     from titanflow.weights.identity import weights_id
     from titanflow.weights.resolve import WeightsError, local_folder, resolve_weights
@@ -368,7 +371,7 @@ def cmd_trim(args: argparse.Namespace) -> int:
     try:
         trim = Trim(layers=args.layers, experts=args.experts, top_k=args.top_k)
         check_dest(Path(args.dest), local_folder(args.source))
-        source = resolve_weights(args.source)
+        source = resolve_weights(args.source, token=token_for(args.source))
         print(trim_moe(source, Path(args.dest), trim, source_id=weights_id(args.source, source)))
     except ValidationError as err:  # field, what is wrong, the fix: as titanflow run prints it
         print(f"titanflow: bad input:\n{describe(err)}", file=sys.stderr)

@@ -128,13 +128,13 @@ def test_a_job_past_its_timeout_and_one_interrupted_are_cancelled_on_every_node(
 def test_a_slurm_job_waits_for_the_training_slot_of_a_host_its_nodes_run_on(slurm_cluster, prefect_api, tmp_path,
                                                                              tiny_assets):
     """Both nodes of the loopback cluster are this machine: while another run holds this machine's training slot
-    (as a one-node training does), a job taking its nodes' slots (titanflow.launch.slot.node_slots, as the train
+    (as a one-node training does), a job taking its nodes' slots (titanflow.prefect_ops.slot.node_slots, as the train
     task does) is not even submitted; it is once the slot is free, pinned to the nodes whose slots it holds."""
     import datetime
 
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    from titanflow.launch.slot import node_slots, training_slot
+    from titanflow.prefect_ops.slot import node_slots, training_slot
     from titanflow.launch.slurm.job import job_state, run_job
 
     rendered = _sleeping_job(tmp_path / "queued", tiny_assets, command="true")

@@ -21,7 +21,7 @@ import pytest
 from helpers.deployment_runs import PASS_DEPLOYMENT, run_deployment
 
 from titanflow.launch.process import wait_gone
-from titanflow.launch.slot import limit_name, read_holder, training_slot
+from titanflow.prefect_ops.slot import limit_name, read_holder, training_slot
 from titanflow.paths import REPO_ROOT
 from titanflow.prefect_ops import server
 from titanflow.prefect_ops.local_server import api_healthy

@@ -36,7 +36,7 @@ import psutil
 import yaml
 
 from titanflow.launch.process import alive, start_ticks, stop_group
-from titanflow.launch.slot_holder import release_stale_slots
+from titanflow.prefect_ops.slot_holder import release_stale_slots
 from titanflow.paths import REPO_ROOT, write_atomic
 from titanflow.prefect_ops.alerts import alert_setting, ensure_alerts
 from titanflow.prefect_ops.deployments import PREFECT_YAML, WORK_POOLS, check_prefect_yaml

@@ -116,7 +116,7 @@ class RunSummary(BaseModel):
     history_error: str | None = Field(None, description="why the run could not be compared with the history "
                                       "or appended to it (its verdict stands; the report and CLI say so)")
     slot_wait_s: float = Field(0.0, description="seconds spent waiting for the node's training slot "
-                               "(titanflow.launch.slot), apart from every task's time")
+                               "(titanflow.prefect_ops.slot), apart from every task's time")
     environment: dict | None = Field(None, description="the numerics environment the run computed in (CPU, "
                                      "instruction set, versions: titanflow.judge.environment)")
     weights_digest: str | None = Field(None, description="pretrained init: content hash of the checkpoint "

@@ -127,7 +127,7 @@ class TrainingProgress:
 
 
 def waiting_progress(key: str, run_id: str):
-    """An ``on_wait`` for titanflow.launch.slot.training_slot: each "waiting for the training slot"
+    """An ``on_wait`` for titanflow.prefect_ops.slot.training_slot: each "waiting for the training slot"
     message becomes the description of the ``<key>-progress`` artifact, at 0 %. A failure to publish
     it is logged, never raised (waiting goes on)."""
 

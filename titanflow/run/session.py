@@ -12,7 +12,7 @@ record (titanflow.run.recorder, summary.json written at once, so a run killed be
 and at the end, passed, failed or cancelled, hands the record to ``on_end`` (the flow's history and report tasks).
 Inside, a :class:`ScenarioSession` times each task into the record (:meth:`ScenarioSession.task`), names the tasks
 whose result Prefect's cache gave (:meth:`ScenarioSession.call`, titanflow.prefect_ops.caching), and holds this node's
-training slot (titanflow.launch.slot) from the first task that computes to training's end, the wait recorded apart
+training slot (titanflow.prefect_ops.slot) from the first task that computes to training's end, the wait recorded apart
 from every task's time; and a cancel of the flow run reaches it also when its worker no longer watches
 (titanflow.prefect_ops.cancel_watch).
 """
@@ -28,7 +28,7 @@ from prefect.logging import get_run_logger
 
 from titanflow import paths
 from titanflow.judge.environment import numerics_environment
-from titanflow.launch.slot import HeldSlot, training_slot
+from titanflow.prefect_ops.slot import HeldSlot, training_slot
 from titanflow.params import ScenarioRun
 from titanflow.prefect_ops.cancel_watch import watching_for_cancel
 from titanflow.record.summary import RunSummary

@@ -7,11 +7,8 @@ folder holds a config.json (a node's own copy, named once, read offline: ``hf do
 ``HF_HOME``, ``HF_HUB_OFFLINE``; files land in the HF cache). Either way the run keeps the Hub id as its
 weights id (titanflow.weights.identity), which the published figures are keyed by.
 
-The Hub token (:func:`hub_token`), first found wins:
-
-1. ``huggingface_hub.get_token()``: the ``HF_TOKEN`` environment variable, else the token
-   ``hf auth login`` stored under ``HF_HOME``;
-2. the Prefect Secret block named by ``$TITANFLOW_HF_TOKEN_BLOCK`` (``Secret.load(name).get()``).
+The Hub token is the caller's (titanflow.prefect_ops.hub_token.hub_token: huggingface_hub's own, else a Prefect
+Secret block), else huggingface_hub's own (:func:`huggingface_token`: ``HF_TOKEN``, ``hf auth login``).
 
 The token is held as a pydantic ``SecretStr`` (its ``repr`` and ``str`` are ``**********``) and
 unwrapped only in the ``snapshot_download`` call. Every exception that leaves this module is a
@@ -34,10 +31,6 @@ from titanflow.hub_id import is_hub_id
 #: What a training run needs from a Hub repo (no optimizer states, no other formats).
 HUB_PATTERNS = ["config.json", "generation_config.json", "*.safetensors", "model.safetensors.index.json",
                 "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json", "merges.txt"]
-
-#: Environment variable naming the Prefect Secret block that holds a Hub token, read only when
-#: huggingface_hub finds no token of its own (``HF_TOKEN``, ``hf auth login``).
-TOKEN_BLOCK_ENV = "TITANFLOW_HF_TOKEN_BLOCK"
 
 #: Environment variable naming a folder of local model copies laid out as ``<org>/<name>/`` (module docstring).
 WEIGHTS_ROOT_ENV = "TITANFLOW_WEIGHTS_ROOT"
@@ -75,39 +68,13 @@ def redact(text: str, *secrets: SecretStr | str | None) -> str:
     return HUB_TOKEN_PATTERN.sub(REDACTED, text)
 
 
-def hub_token() -> HubToken | None:
-    """The Hub token, in the order of the module docstring; None when there is none.
-
-    Raises:
-        WeightsError: ``$TITANFLOW_HF_TOKEN_BLOCK`` names a block that cannot be loaded (no such
-            block, no Prefect API) or whose value is not a non-empty string.
-    """
+def huggingface_token() -> HubToken | None:
+    """The token huggingface_hub finds itself (``huggingface_hub.get_token()``: the ``HF_TOKEN`` environment
+    variable, else the token ``hf auth login`` stored under ``HF_HOME``); None when there is none."""
     from huggingface_hub import get_token
 
     token = get_token()
-    if token:
-        return HubToken(SecretStr(token), "huggingface_hub (HF_TOKEN or the token of `hf auth login`)")
-    name = os.environ.get(TOKEN_BLOCK_ENV, "").strip()
-    if not name:
-        return None
-    error = None
-    try:
-        from prefect.blocks.system import Secret
-
-        value = Secret.load(name).get()
-    except Exception as err:  # noqa: BLE001 - any failure to load is reported as one WeightsError
-        error = WeightsError(
-            f"weights: {TOKEN_BLOCK_ENV}={name!r}: the Prefect Secret block could not be loaded "
-            f"({type(err).__name__}: {redact(str(err))}); create it (UI: Blocks > Secret, or "
-            f"prefect.blocks.system.Secret(value=...).save({name!r})) on the server this run reports to, "
-            f"or unset {TOKEN_BLOCK_ENV}")
-    if error is not None:
-        raise error  # raised outside the except block: no chained exception (module docstring)
-    if not isinstance(value, str) or not value.strip():
-        raise WeightsError(f"weights: the Prefect Secret block {name!r} ({TOKEN_BLOCK_ENV}) holds "
-                           f"{type(value).__name__ if not isinstance(value, str) else 'an empty string'}, "
-                           "not a Hub token; set its value to the token string")
-    return HubToken(SecretStr(value.strip()), f"Prefect Secret block {name!r}")
+    return HubToken(SecretStr(token), "huggingface_hub (HF_TOKEN or the token of `hf auth login`)") if token else None
 
 
 #: getaddrinfo's answer when no name server knows the host: EAI_NONAME (glibc, macOS) or EAI_NODATA. A machine
@@ -222,15 +189,14 @@ def download_command(repo_id: str, folder: Path | None = None) -> str:
 def resolve_weights(weights: str, token: HubToken | None = None) -> Path:
     """The local weights folder for ``weights``, a local folder or a Hub id (see module docstring); absolute (a run
     that names none trains the embedded tiny model: titanflow.run.pretrained.embedded_weights). A Hub id is
-    downloaded with ``token``, or with :func:`hub_token` when none is given.
+    downloaded with ``token``, or with huggingface_hub's own (:func:`huggingface_token`) when none is given.
 
     Raises:
-        WeightsError: missing folder, folder without config.json, a Secret block that cannot be
-            loaded, or a failed download.
+        WeightsError: missing folder, folder without config.json, or a failed download.
     """
     folder = local_folder(weights)
     if folder is None:
-        folder = download(weights, token or hub_token())
+        folder = download(weights, token or huggingface_token())
     elif not folder.is_dir():
         raise WeightsError(f"weights: folder {folder} does not exist; fix: give a local Hugging Face folder or a Hub id")
     if not (folder / "config.json").is_file():

@@ -24,13 +24,12 @@ from helpers.secrets import assert_secret_absent
 from huggingface_hub import constants as hf_constants
 from pydantic import SecretStr
 
+from titanflow.prefect_ops.hub_token import TOKEN_BLOCK_ENV, hub_token, token_for
 from titanflow.weights.resolve import (
     REDACTED,
-    TOKEN_BLOCK_ENV,
     HubToken,
     TransientDownloadError,
     WeightsError,
-    hub_token,
     redact,
     resolve_weights,
 )

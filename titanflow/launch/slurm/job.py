@@ -184,7 +184,7 @@ def planned_nodes(nnodes: int, timeout_s: float, settings: SlurmSettings) -> lis
 def node_hosts(nodes: list[str]) -> list[str]:
     """The machine each Slurm node runs on (its NodeHostName, else its name), with this machine's own names
     (localhost, a loopback address) as ``socket.gethostname()``: the hosts whose training slots a job holds
-    (titanflow.launch.slot.node_slots)."""
+    (titanflow.prefect_ops.slot.node_slots)."""
     local = {"localhost", socket.gethostname(), socket.getfqdn()}
     hosts = []
     for node in nodes:
@@ -271,7 +271,7 @@ def run_job(rendered, *, timeout_s: float, log_path: Path, on_lines: Callable[[l
 
     ``hold_nodes(hosts)``: a context held from before submission to the job's end over the hosts of the nodes
     Slurm would give it (:func:`planned_nodes`, :func:`node_hosts`), the job then pinned to those nodes
-    (``--nodelist``): the train task holds their training slots (titanflow.launch.slot.node_slots) so that no
+    (``--nodelist``): the train task holds their training slots (titanflow.prefect_ops.slot.node_slots) so that no
     node trains two runs at once; the wait is not part of the timeout.
 
     Raises:

@@ -10,10 +10,10 @@ import uuid
 import pytest
 from prefect.settings import PREFECT_API_URL, temporary_settings
 
-from titanflow.launch import slot as slots
-from titanflow.launch import busy_client, slot_holder
-from titanflow.launch.slot import SLOTS_PER_NODE, limit_name, read_holder, training_slot
-from titanflow.launch.slot_holder import release_stale_slots
+from titanflow.prefect_ops import slot as slots
+from titanflow.prefect_ops import busy_client, slot_holder
+from titanflow.prefect_ops.slot import SLOTS_PER_NODE, limit_name, read_holder, training_slot
+from titanflow.prefect_ops.slot_holder import release_stale_slots
 
 
 @pytest.fixture()
@@ -261,7 +261,7 @@ def test_a_renewal_still_in_flight_when_training_ends_never_takes_the_slot_again
 
 
 def test_prefect_public_concurrency_still_cannot_hold_the_slot(api):
-    """What titanflow/launch/slot.py says of Prefect's public ``prefect.concurrency.sync.concurrency``, checked on
+    """What titanflow/prefect_ops/slot.py says of Prefect's public ``prefect.concurrency.sync.concurrency``, checked on
     Prefect 3.9.0 and 3.9.1: it takes no client, transport or renewal policy and yields no lease id. Fails when either
     moves: then the slot may be able to hold its lease through it."""
     import inspect

@@ -17,9 +17,9 @@ from uuid import UUID
 
 from pydantic import BaseModel, Field
 
-from titanflow.launch.busy_client import slot_client
+from titanflow.prefect_ops.busy_client import slot_client
 
-#: Name prefix of the per-node limits (titanflow.launch.slot).
+#: Name prefix of the per-node limits (titanflow.prefect_ops.slot).
 PREFIX = "titanflow-train-"
 
 
@@ -50,7 +50,7 @@ def _given_or_own(client):
 
 def read_holder(name: str, client=None) -> SlotHolder | None:
     """The recorded holder of limit ``name``, or None when none is recorded (``client``: a Prefect sync client,
-    default :func:`~titanflow.launch.busy_client.slot_client`)."""
+    default :func:`~titanflow.prefect_ops.busy_client.slot_client`)."""
     with _given_or_own(client) as client:
         variable = client.read_variable_by_name(holder_variable(name))
     return SlotHolder.model_validate(variable.value) if variable is not None and variable.value else None

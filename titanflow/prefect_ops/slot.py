@@ -2,13 +2,13 @@
 
 The limit (1 slot, adjustable in the UI) is made on first use; a held slot is a Prefect lease of :data:`LEASE_S`,
 renewed every :data:`RENEW_EVERY_S`, kept on disk by the server through a restart (prefect.toml), freed as it expires.
-A waiting run names the holder (titanflow.launch.slot_holder), and frees the slot of one whose flow run has ended.
+A waiting run names the holder (titanflow.prefect_ops.slot_holder), and frees the slot of one whose flow run has ended.
 
 Why not Prefect's public ``prefect.concurrency.sync.concurrency`` (checked on Prefect 3.9.0 and 3.9.1): it yields no
 lease id, so no record can name the lease of a holder that has ended; its renewal gives up after three failed tries
 (about 3 s) and trains on with the slot lost; its first renewal takes the client's retries (up to a minute, which the
 release would wait for); its release raises out of the block while the server is down; its client takes no transport
-(a busy 503 costs 2 s). tests/unit/launch/test_training_slot.py, in both lanes, fails when its parameters or yield move.
+(a busy 503 costs 2 s). tests/unit/prefect_ops/test_training_slot.py, in both lanes, fails when its parameters or yield move.
 """
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ from uuid import UUID
 import httpx
 from pydantic import BaseModel, Field
 
-from titanflow.launch.busy_client import slot_client
-from titanflow.launch.slot_holder import PREFIX, SlotHolder, read_holder, record
-from titanflow.launch.slot_holder import forget as _forget
-from titanflow.launch.slot_holder import free_if_ended as _free_if_ended
+from titanflow.prefect_ops.busy_client import slot_client
+from titanflow.prefect_ops.slot_holder import PREFIX, SlotHolder, read_holder, record
+from titanflow.prefect_ops.slot_holder import forget as _forget
+from titanflow.prefect_ops.slot_holder import free_if_ended as _free_if_ended
 
 #: Slots per node: trainings that may run at once on one machine.
 SLOTS_PER_NODE = 1
