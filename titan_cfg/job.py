@@ -141,14 +141,6 @@ class Job(BaseModel):
         return self.shape.tie_word_embeddings
 
     @property
-    def rope_theta(self) -> float:
-        """RoPE base the model is trained with: config.json's (either transformers layout), or in the walkthrough
-        mode of native the 4B flavor's (:data:`WALKTHROUGH_ROPE_THETA`), which the export's config.json then says."""
-        if self.model_spec == "walkthrough" and self.scenario == "native":
-            return WALKTHROUGH_ROPE_THETA
-        return self.shape.rope_theta
-
-    @property
     def export_step_dir(self) -> Path:
         """Where torchtitan's ``last_save_in_hf`` writes the final step's safetensors."""
         return Path(self.dump_folder) / CHECKPOINT_FOLDER / f"step-{self.steps}"

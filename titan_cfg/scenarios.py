@@ -136,7 +136,9 @@ class Walkthrough:
     steps (600 over a 10-step run is a warm-up of all 10); ``export_dtype``: its checkpoint's HF export dtype; ``activation_checkpoint``:
     "full" (FullAC) or "selective" (SelectiveAC); ``load_balance_coeff``: the MoE's expert-bias load balancing
     (torchtitan's MoE default; None for a dense model); ``attention``: the attention implementation
-    (titan_cfg.kernels), "causal": the packed row as one sequence, as the walkthrough's fork trains it.
+    (titan_cfg.kernels), "causal": the packed row as one sequence, as the walkthrough's fork trains it;
+    ``rope_theta``: the RoPE base its model spec trains with where that is not config.json's (native's 4B flavor:
+    1e6, :data:`titan_cfg.job.WALKTHROUGH_ROPE_THETA`), which the export's config.json then says; None: config.json's.
     """
 
     config_function: str
@@ -145,6 +147,7 @@ class Walkthrough:
     activation_checkpoint: str
     load_balance_coeff: float | None = None
     attention: str = "causal"
+    rope_theta: float | None = None
 
 
 @dataclass(frozen=True)
@@ -188,7 +191,7 @@ SCENARIOS: dict[str, Scenario] = {
         native, "torchtitan native Qwen3 (dense), spec from the checkpoint's config.json",
         model_type="qwen3", output_init="normal_0.02", round_trip=True,
         walkthrough=Walkthrough("torchtitan.models.qwen3.config_registry:qwen3_32b", warmup_steps=600,
-                                export_dtype="float16", activation_checkpoint="full"),
+                                export_dtype="float16", activation_checkpoint="full", rope_theta=WALKTHROUGH_ROPE_THETA),
     ),
     "hf_backend": Scenario(
         hf_backend, "torchtitan's transformers modeling backend, model from the folder's config.json",
@@ -205,6 +208,13 @@ SCENARIOS: dict[str, Scenario] = {
                                 export_dtype="float16", activation_checkpoint="full", load_balance_coeff=1e-3),
     ),
 }
+
+
+def trained_rope_theta(job: Job) -> float:
+    """The RoPE base ``job``'s model trains with: its scenario's walkthrough value in the walkthrough mode where the
+    record has one (:attr:`Walkthrough.rope_theta`), else config.json's (either transformers layout)."""
+    walkthrough = SCENARIOS[job.scenario].walkthrough.rope_theta if job.model_spec == "walkthrough" else None
+    return job.shape.rope_theta if walkthrough is None else walkthrough
 
 
 @dataclass(frozen=True)

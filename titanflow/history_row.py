@@ -7,8 +7,9 @@ Each column is declared once, as a typed field with its description:
 - the row's own columns: :class:`HistoryRow`'s fields;
 - the metrics of the run record's results (:data:`RESULT_PARTS`), lifted into the row under their own names: a
   result's field declared with ``json_schema_extra={"metric": True}`` (``TrainResult.tokens_per_s``) is the
-  column ``tokens_per_s``, None for a run without that result. A new metric of a result is that field and its
-  producer: the row, the table's dtype and the metrics the rules may name follow.
+  column ``tokens_per_s``, None for a run without that result. A new metric of a result is that field, with a default
+  (``None``: summaries written before it still read), and its producer: the row, the table's dtype and the metrics
+  the rules may name follow.
 
 What the fields' ``json_schema_extra`` says:
 

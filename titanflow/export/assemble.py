@@ -23,6 +23,7 @@ from pathlib import Path
 
 from titan_cfg.job import Job
 from titan_cfg.probe import UNTIED_HEAD_FILE
+from titan_cfg.scenarios import trained_rope_theta
 from titanflow.hf_folder import INDEX, SIDE_FILES
 from titanflow.results import ExportResult
 
@@ -83,7 +84,7 @@ def assemble_export(job: Job, run_dir: Path) -> Path:
     weights_dir = Path(job.weights_dir)
     config = json.loads((weights_dir / "config.json").read_text())
     config["dtype"] = job.export_dtype
-    _set_rope_theta(config, job.rope_theta)  # the trained one (the walkthrough's native spec has its flavor's)
+    _set_rope_theta(config, trained_rope_theta(job))  # the trained one (titan_cfg.scenarios.Walkthrough.rope_theta)
     untied_head = Path(job.dump_folder) / UNTIED_HEAD_FILE
     if untied_head.is_file():
         _add_untied_head(untied_head, partial, job.export_dtype)

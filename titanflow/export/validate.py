@@ -20,7 +20,7 @@ from pathlib import Path
 
 from titan_cfg.job import Job
 from titan_cfg.probe import PROBE_FILE
-from titan_cfg.scenarios import SCENARIOS
+from titan_cfg.scenarios import SCENARIOS, trained_rope_theta
 from titanflow.export.load import check_export, check_tied_as_saved, load_export
 from titanflow.export.parity import check_parity, read_probe
 from titanflow.export.roundtrip import check_round_trip
@@ -48,7 +48,7 @@ def validate_export(export_dir: Path, job: Job, tolerances: Tolerances) -> Valid
     """
     seconds: dict[str, float] = {}
     start = time.monotonic()
-    structure = check_structure(export_dir, job.export_dtype, job.rope_theta)
+    structure = check_structure(export_dir, job.export_dtype, trained_rope_theta(job))
     seconds["structure"] = round(time.monotonic() - start, 3)
     probe_path = Path(job.dump_folder) / PROBE_FILE
     input_ids = read_probe(probe_path)["input_ids"]

@@ -1,16 +1,7 @@
 """The first-step loss verdict: the measured loss against what the first expectation source that applies expects.
 
-The sources, in order (titanflow.judge.expectations.SOURCES; docs/nightly.md, "First-step loss"):
-
-1. the independent forward, for loaded weights where the target computes it (cpu: transformers' loss of the very
-   weights loaded on the trainer's step-1 batch), which any machine repeats, so the verdict does not depend on which
-   machine built the weights;
-2. the published figure, for loaded weights whose weights id and workload are the figure's (job.json ``published``
-   with role "expectation": the walkthrough's 6.54 for Qwen/Qwen3-4B-Instruct-2507 on trn2), within its band;
-3. the golden first-step loss of (scenario, target) (titanflow.judge.goldens), for the embedded weights;
-4. the gap alone, for the user's own weights;
-5. the derived random-init value (titanflow.judge.expected_loss) from the vocab and hidden sizes of the model trained
-   (the job's shape), for random init, +- the run's tolerance.
+The sources and their order are titanflow.judge.expectations.SOURCES (each says when it applies and what it
+expects; the table in docs/nightly.md, "First-step loss", lists them, and a test holds it to the tuple).
 
 The golden and a published figure that do not decide are reported beside. Whatever decides, loaded weights must sit
 ``pretrained_gap`` nats below the random-init value, so weights that were silently not loaded cannot pass. A NaN or

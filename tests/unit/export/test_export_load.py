@@ -12,6 +12,7 @@ from safetensors.torch import load_file, save_file
 
 from titan_cfg.job import Job
 from titan_cfg.model_spec import qwen3_shape
+from titan_cfg.scenarios import trained_rope_theta
 from titanflow.export.assemble import ExportError, assemble_export
 from titanflow.export.load import check_export
 
@@ -141,7 +142,7 @@ def test_the_export_says_the_rope_base_the_model_trained_with(tmp_path, tiny_ass
     (weights / "config.json").write_text(json.dumps(config))
     for mode, theta in (("config", 5e6), ("walkthrough", 1e6)):
         job = _job(tmp_path / mode, weights).model_copy(update={"model_spec": mode})
-        assert job.rope_theta == theta
+        assert trained_rope_theta(job) == theta
         _torchtitan_save(job, weights)
         exported = json.loads((assemble_export(job, tmp_path / mode / "run") / "config.json").read_text())
         assert exported["rope_parameters"]["rope_theta"] == theta and "rope_theta" not in exported

@@ -5,7 +5,7 @@ left on any node.
 What a launch writes, under the run folder:
 
 - ``train/nodes/<node>.log``: each node's console (its torchrun agent and local rank 0), written by the node
-  (titanflow.launch.slurm.node); ``train/nodes/<node>.exit.json``: how the node's agent ended.
+  (titanflow.launch.node); ``train/nodes/<node>.exit.json``: how the node's agent ended.
 - ``train/nodes/batch-<job id>.log``: the batch script's own output (the rendezvous endpoint, srun's messages).
 - ``train/nodes/jobs.txt``: every job id the run submitted, one a line: a later launch of the run cancels any of
   them Slurm still runs (a runner killed outright cannot cancel its own).
