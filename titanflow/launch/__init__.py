@@ -1,1 +1,1 @@
-"""Launch: the rendered job and torchrun line, the process runner, the compile warm-up, training and its metrics, the training slot."""
+"""Launch: the rendered job and torchrun line, the process runner, the compile warm-up, training and its metrics."""
