@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import datetime
 import os
+import re
 import secrets
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from titan_cfg import kernels
 from titan_cfg.job import ExportDtype, Init, ModelSpecSource
@@ -240,15 +242,56 @@ class ScenarioRun(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> "ScenarioRun":
+        """The checks across fields, every one: all that fail are raised together, a line each (field, what is
+        wrong, the fix)."""
+        problems: list[str] = []
+        for check in (self._ranks_problems, self._steps_problems, self._shape_problems, self._weights_problems):
+            try:
+                for problem in check():
+                    problems.append(problem)
+            except ValueError as err:  # a check of another module (a kernel's shape, a resumed id) raises its own
+                problems.append(str(err))
+        if problems:
+            raise ValueError("\n".join(problems))
+        return self
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _every_error(cls, data, handler):
+        """Every error of one bad input at once: where a field fails its own validation (the checks across fields
+        then never run), the input is validated again without the fields that failed (their defaults in their
+        place), and the checks across fields that fail then are added, those that name a failed field left out
+        (they would speak of its default, not of the value given)."""
+        try:
+            return handler(data)
+        except ValidationError as err:
+            failed = {str(error["loc"][0]) for error in err.errors() if error["loc"]}
+            if not isinstance(data, dict) or not failed:
+                raise
+            try:
+                handler({key: value for key, value in data.items() if key not in failed})
+            except ValidationError as again:
+                lines = [line for error in again.errors() if not error["loc"]
+                         for line in str(error["ctx"]["error"] if "error" in error.get("ctx", {}) else error["msg"]
+                                          ).splitlines()
+                         if not any(re.search(rf"\b{name}\b", line) for name in failed)]
+                if lines:
+                    raise ValidationError.from_exception_data(cls.__name__, [*err.errors(), {
+                        "type": "value_error", "loc": (), "input": data,
+                        "ctx": {"error": ValueError("\n".join(lines))}}]) from None
+            raise
+
+    def _ranks_problems(self) -> Iterator[str]:
+        """The ranks: within the scenario's limit and the node's cores, dividing the global batch."""
         limit = on_node(self.scenario, self.target_spec.node).rank_limit
         if limit and self.world_size > limit[0]:
-            raise ValueError(f"nproc_per_node: {self.scenario} on {self.target} runs on at most {limit[0]} rank(s) "
-                             f"in all (world size {self.nnodes_resolved} x {self.nproc_per_node_resolved}): {limit[1]}; fix: "
-                             f"pass --nproc-per-node {limit[0]} or fewer on one node")
+            yield (f"nproc_per_node: {self.scenario} on {self.target} runs on at most {limit[0]} rank(s) "
+                   f"in all (world size {self.nnodes_resolved} x {self.nproc_per_node_resolved}): {limit[1]}; fix: "
+                   f"pass --nproc-per-node {limit[0]} or fewer on one node")
         most_ranks = self.target_spec.max_nproc_per_node or os.cpu_count() or 1
         if self.nproc_per_node_resolved > most_ranks:
-            raise ValueError(f"nproc_per_node: {self.nproc_per_node_resolved} ranks on a node, but a {self.target} node "
-                             f"has {most_ranks}; fix: pass --nproc-per-node {most_ranks} or fewer")
+            yield (f"nproc_per_node: {self.nproc_per_node_resolved} ranks on a node, but a {self.target} node "
+                   f"has {most_ranks}; fix: pass --nproc-per-node {most_ranks} or fewer")
         if self.global_batch_size_resolved % self.world_size:
             # the field named is the one given: a batch given alone is the batch's fault, else the ranks'
             field = ("global_batch_size" if self.global_batch_size is not None and not (self.nproc_per_node or self.nnodes)
@@ -256,54 +299,63 @@ class ScenarioRun(BaseModel):
             below = self.global_batch_size_resolved // self.world_size * self.world_size
             above = below + self.world_size
             multiple = f"{below} or {above}" if below else str(above)  # the smaller may be what memory allows
-            raise ValueError(
-                f"{field}: world size {self.world_size} ({self.nnodes_resolved} node(s) x "
-                f"{self.nproc_per_node_resolved}) does not divide global_batch_size {self.global_batch_size_resolved}; "
-                f"fix: a global_batch_size that is a multiple of the world size (e.g. --global-batch-size {multiple}), "
-                "or ranks that divide it"
-            )
+            yield (f"{field}: world size {self.world_size} ({self.nnodes_resolved} node(s) x "
+                   f"{self.nproc_per_node_resolved}) does not divide global_batch_size {self.global_batch_size_resolved}; "
+                   f"fix: a global_batch_size that is a multiple of the world size (e.g. --global-batch-size {multiple}), "
+                   "or ranks that divide it")
+
+    def _steps_problems(self) -> Iterator[str]:
+        """The steps: within the time limit; the checkpoint interval and the warm-up within them; a resumed id."""
         fastest_s = self.steps * self.target_spec.min_step_s
         if fastest_s > self.timeout_s:
             longer = (f" or a longer --timeout-s (at most {MAX_TIMEOUT_S})" if self.timeout_s < MAX_TIMEOUT_S
                       else f" (--timeout-s {MAX_TIMEOUT_S} is the longest)")
-            raise ValueError(f"steps: {self.steps} steps take at least {fastest_s:,.2f} s on {self.target} "
-                             f"({self.target_spec.min_step_s} s a step at best), beyond timeout_s {self.timeout_s:,.0f}; "
-                             f"fix: pass at most {int(self.timeout_s / self.target_spec.min_step_s)} steps{longer}")
+            yield (f"steps: {self.steps} steps take at least {fastest_s:,.2f} s on {self.target} "
+                   f"({self.target_spec.min_step_s} s a step at best), beyond timeout_s {self.timeout_s:,.0f}; "
+                   f"fix: pass at most {int(self.timeout_s / self.target_spec.min_step_s)} steps{longer}")
         if self.checkpoint_interval is not None and self.checkpoint_interval > self.steps:
-            raise ValueError(f"checkpoint_interval: {self.checkpoint_interval} exceeds steps {self.steps}; fix: pass at "
-                             f"most {self.steps} (then only the final export is saved)")
+            yield (f"checkpoint_interval: {self.checkpoint_interval} exceeds steps {self.steps}; fix: pass at "
+                   f"most {self.steps} (then only the final export is saved)")
+        if self.warmup_steps is not None and self.warmup_steps > self.steps:
+            yield f"warmup_steps: {self.warmup_steps} exceeds steps {self.steps}; fix: pass at most {self.steps}"
         check_resumed_id(self.resume, self.run_id)
+
+    def _shape_problems(self) -> Iterator[str]:
+        """The sequence length against the scenario's loss chunks, and each chosen kernel against the shapes and the
+        model it replaces a module of."""
         chunks = SCENARIOS[self.scenario].loss_chunks
         if chunks and self.seq_len_resolved % chunks:
             lower = self.seq_len_resolved // chunks * chunks
-            raise ValueError(f"seq_len: {self.seq_len_resolved} tokens do not split into the {chunks} chunks of "
-                             f"{self.scenario}'s loss (torchtitan's ChunkedLossWrapper); fix: pass a multiple of {chunks}, "
-                             f"e.g. --seq-len {max(lower, 16)} or {lower + chunks}")
-        if self.warmup_steps is not None and self.warmup_steps > self.steps:
-            raise ValueError(f"warmup_steps: {self.warmup_steps} exceeds steps {self.steps}; fix: pass at most {self.steps}")
+            yield (f"seq_len: {self.seq_len_resolved} tokens do not split into the {chunks} chunks of "
+                   f"{self.scenario}'s loss (torchtitan's ChunkedLossWrapper); fix: pass a multiple of {chunks}, "
+                   f"e.g. --seq-len {max(lower, 16)} or {lower + chunks}")
         for op, name in self.kernels_resolved.items():  # KernelChoiceError (a ValueError) names the op and the fix
             implementation = kernels.implementation(op, name)
             implementation.check_shape(self.seq_len_resolved, self.target_spec.lnc)
             if implementation.decoder_only and not SCENARIOS[self.scenario].torchtitan_decoder:
                 upstream = next(n for n, i in kernels.OPS[op].implementations.items() if not i.decoder_only)
-                raise kernels.KernelChoiceError(
-                    f"kernels: {op}={name} replaces a module of torchtitan's own decoder; {self.scenario} trains "
-                    f"transformers' model (the transformers backend computes it inside transformers); fix: pass "
-                    f"--kernels {op}={upstream}")
-        if self.weights is not None and not self.weights.strip():  # else it would name the working directory
-            raise ValueError("weights: empty; fix: give a local HF folder or a Hub id, or leave --weights out for the "
-                             "embedded tiny model")
-        if self.weights is not None and looks_like_path(self.weights):
+                yield (f"kernels: {op}={name} replaces a module of torchtitan's own decoder; {self.scenario} trains "
+                       f"transformers' model (the transformers backend computes it inside transformers); fix: pass "
+                       f"--kernels {op}={upstream}")
+
+    def _weights_problems(self) -> Iterator[str]:
+        """The weights given: a folder here (not a file) or a Hub id."""
+        if self.weights is None:
+            return
+        if not self.weights.strip():  # else it would name the working directory
+            yield ("weights: empty; fix: give a local HF folder or a Hub id, or leave --weights out for the "
+                   "embedded tiny model")
+            return
+        if looks_like_path(self.weights):
             given = os.path.expanduser(self.weights)
             if not os.path.exists(given):  # os.path's: False, not an OSError, for a name too long to look up
-                raise ValueError(f"weights: folder {self.weights} does not exist; fix: give a local HF folder or a Hub id")
-            if not os.path.isdir(given):
-                raise ValueError(f"weights: {self.weights} is a file; fix: give the model's folder (the one holding its "
-                                 "config.json), or a Hub id")
-        elif self.weights is not None and not is_hub_id(self.weights):
-            raise ValueError(f"weights: {self.weights!r} is neither a folder here nor a Hub id (org/name of ASCII "
-                             "letters, digits, '-', '_' and '.'); fix: give a local HF folder or a Hub id")
-        return self
+                yield f"weights: folder {self.weights} does not exist; fix: give a local HF folder or a Hub id"
+            elif not os.path.isdir(given):
+                yield (f"weights: {self.weights} is a file; fix: give the model's folder (the one holding its "
+                       "config.json), or a Hub id")
+        elif not is_hub_id(self.weights):
+            yield (f"weights: {self.weights!r} is neither a folder here nor a Hub id (org/name of ASCII "
+                   "letters, digits, '-', '_' and '.'); fix: give a local HF folder or a Hub id")
 
     @property
     def target_spec(self) -> Target:

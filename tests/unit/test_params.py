@@ -384,3 +384,25 @@ def test_the_walkthrough_given_as_a_scenario_is_pointed_to_its_mode():
     with pytest.raises(ValueError, match=rf"unknown 'walkthrough'; fix: pass one of {', '.join(SCENARIOS)} \(the "
                                          r"walkthrough's settings are a mode of every scenario: --model-spec walkthrough\)"):
         ScenarioRun(scenario="walkthrough")
+
+
+def test_every_error_of_one_input_comes_at_once_a_field_error_beside_the_checks_across_fields():
+    """--steps 0 fails the field itself, so the checks across fields never ran: they run again on the rest, and those
+    that speak of steps (checkpoint_interval against steps' default 10) are left out. The cpu target's world size is
+    2 (titan_cfg.targets.cpu), so 3 sequences is a batch of its own fault, 2 or 4 the multiples beside it."""
+    from titanflow.refusal import describe
+
+    with pytest.raises(ValidationError) as caught:
+        ScenarioRun(steps=0, global_batch_size=3, checkpoint_interval=20, weights="/no/such/folder")
+    lines = describe(caught.value).splitlines()
+    assert [line.split(":")[0] for line in lines] == ["steps", "global_batch_size", "weights"], lines
+    assert "e.g. --global-batch-size 2 or 4" in lines[1]
+
+
+def test_every_check_across_fields_that_fails_is_named_not_only_the_first():
+    from titanflow.refusal import describe
+
+    with pytest.raises(ValidationError) as caught:
+        ScenarioRun(steps=5, checkpoint_interval=6, warmup_steps=7, global_batch_size=3)
+    assert [line.split(":")[0] for line in describe(caught.value).splitlines()] == [
+        "global_batch_size", "checkpoint_interval", "warmup_steps"]
