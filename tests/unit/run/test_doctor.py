@@ -35,7 +35,8 @@ def test_doctor_cpu_passes_here():
 
 def test_doctor_trn2_here_fails_one_line_per_missing_piece():
     """This machine has none of the trn2 stack: Python, torch, torch-neuronx, transformers, the fork, devices,
-    the weights and c4_test each get their FAIL line with a fix; what is right passes; exit 1. Native on trn2 takes
+    the weights and c4_test each get their FAIL line with a fix, and the disk, sized from the weights, says it was
+    not checked; what is right passes; exit 1. Native on trn2 takes
     rope=reference, so no NKI kernel is checked (moe's is: test_a_trn2_run_is_refused_before_anything_runs)."""
     result = _doctor("--target", "trn2")
     assert result.returncode == 1, result.stdout + result.stderr
@@ -43,9 +44,9 @@ def test_doctor_trn2_here_fails_one_line_per_missing_piece():
               if line.startswith("FAIL")]
     # upstream names: no torch_neuronx or nkilib here (torchtitan 0.3.0's names resolve)
     assert failed == ["python", "package torch", "package torch-neuronx", "package transformers", "upstream names",
-                      "torchtitan fork", "neuron devices", "weights", "dataset"]
+                      "torchtitan fork", "neuron devices", "weights", "dataset", "disk"]
     assert all(" -> fix: " in line for line in result.stdout.splitlines() if line.startswith("FAIL"))
-    assert result.stdout.splitlines()[-1] == "doctor trn2: 11 checks, 9 failed"
+    assert result.stdout.splitlines()[-1] == "doctor trn2: 12 checks, 10 failed"
 
 
 def _upstream_line(result: subprocess.CompletedProcess) -> tuple[str, float, float]:
@@ -105,8 +106,13 @@ def test_doctor_checks_the_weights_of_the_scenario_asked_for(monkeypatch, capsys
     assert doctor.doctor("trn2", "moe") == 1
     (run, weights), = checked
     assert (run.scenario, weights, run.trim.model_dump()) == ("moe", "Qwen/Qwen3-30B-A3B", WALKTHROUGH_TRIM)
-    weights_line = next(line for line in capsys.readouterr().out.splitlines() if line[6:].startswith("weights: "))
+    printed = capsys.readouterr().out.splitlines()
+    weights_line = next(line for line in printed if line[6:].startswith("weights: "))
     assert weights_line.startswith("FAIL  weights: Qwen/Qwen3-30B-A3B: not on this machine")
+    # the disk is sized from the weights' config.json: without it the line says it was not checked, and why
+    assert [line for line in printed if line[6:].startswith("disk: ")] == [
+        "FAIL  disk: not checked: what the run writes is sized from its weights' config.json, which is not on this "
+        "machine -> fix: the weights' fix above, then titanflow doctor again"]
     checked.clear()
     assert doctor.doctor("trn2", "native") == 1
     assert [(run.scenario, weights, run.trim) for run, weights in checked] == [
