@@ -35,12 +35,13 @@ from pathlib import Path
 import psutil
 import yaml
 
+from titanflow.launch.kubernetes.template import template_path
 from titanflow.launch.process import alive, start_ticks, stop_group
-from titanflow.prefect_ops.slot_holder import release_stale_slots
 from titanflow.paths import REPO_ROOT, write_atomic
 from titanflow.prefect_ops.alerts import alert_setting, ensure_alerts
 from titanflow.prefect_ops.deployments import PREFECT_YAML, WORK_POOLS, check_prefect_yaml
 from titanflow.prefect_ops.local_server import ServerError, api_healthy, free_port
+from titanflow.prefect_ops.slot_holder import release_stale_slots
 
 #: The project's Prefect home: SQLite database, logs, the record of started processes (git-ignored).
 DEFAULT_HOME = REPO_ROOT / ".prefect"
@@ -181,7 +182,7 @@ def ensure_work_pools(api_url: str, pools: list[str], env: dict[str, str]) -> li
                 record = WORK_POOLS[pool][1] if pool in WORK_POOLS else None
                 if record is not None and record.kind != "process":
                     client.create_work_pool(WorkPoolCreate(name=pool, type=record.kind, base_job_template=json.loads(
-                        (REPO_ROOT / record.template).read_text())))
+                        template_path(pool).read_text())))
                 else:
                     _prefect(["work-pool", "create", pool, "--type", "process"], env)
                 created.append(pool)

@@ -60,13 +60,6 @@ SOURCES: dict[str, str] = {
     name: extra(field).get("source", name) for name, field in HistoryRow.model_fields.items()
     if "source" in extra(field) or name in RunSummary.model_fields or name in RunSummary.model_computed_fields}
 
-#: The columns :func:`row_from_summary` computes from the run folder, the machine and the losses (``seconds_<task>``,
-#: the extra columns, are computed too).
-COMPUTED = frozenset({"config_key", "parameters", "started_at", "finished_at", "verdict", "failure_class",
-                      "first_step_loss", "final_loss", "losses", *(f"{name}_version" for name in VERSIONED_PACKAGES),
-                      "git_commit", "git_dirty", "nproc", "run_dir", "environment_key", "resumed_from_step", "attempts"})
-
-
 def _model_of(annotation: Any) -> type[BaseModel] | None:
     """The pydantic model an annotation holds (``TrainResult | None`` -> TrainResult); None for any other type."""
     for candidate in (annotation, *get_args(annotation)):
@@ -76,12 +69,9 @@ def _model_of(annotation: Any) -> type[BaseModel] | None:
 
 
 def source_problems() -> list[str]:
-    """Every column of :class:`HistoryRow` that nothing fills (neither copied from the run record, :data:`SOURCES`,
-    nor :data:`COMPUTED`), and every ``source`` that names no field of the run record, each with its fix; [] when
-    the row is whole. A source that reaches a mapping (``task_peak_rss_bytes.validate``) is checked up to it."""
-    problems = [f"HistoryRow.{name}: nothing fills it; fix: name it as the RunSummary field it copies, give it a "
-                "\"source\" (a dotted path into the run record), or compute it in row_from_summary (COMPUTED)"
-                for name in HistoryRow.model_fields if name not in SOURCES and name not in COMPUTED]
+    """Every ``source`` of :data:`SOURCES` that names no field of the run record, each with its fix; [] when each
+    names one. A source that reaches a mapping (``task_peak_rss_bytes.validate``) is checked up to it."""
+    problems = []
     for column, source in SOURCES.items():
         model: type[BaseModel] | None = RunSummary
         for part in source.split("."):
@@ -96,6 +86,13 @@ def source_problems() -> list[str]:
             model = _model_of(getattr(field, "annotation", None) or getattr(field, "return_type", None))
     return problems
 
+
+def unfilled_columns(row: HistoryRow) -> list[str]:
+    """Every column of :class:`HistoryRow` that :func:`row_from_summary` left to its default in ``row`` (one it
+    built): neither copied from the run record (:data:`SOURCES`) nor computed there, each with its fix."""
+    return [f"HistoryRow.{name}: nothing fills it; fix: name it as the RunSummary field it copies, give it a "
+            "\"source\" (a dotted path into the run record), or compute it in row_from_summary"
+            for name in HistoryRow.model_fields if name not in row.model_fields_set]
 
 
 def history_file(history_dir: Path | str | None = None, name: str = HISTORY_FILE) -> Path:

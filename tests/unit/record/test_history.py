@@ -141,18 +141,17 @@ def test_a_table_keeps_its_column_order_when_every_row_is_replaced(tmp_path):
     assert list(pd.read_parquet(tmp_path / history.HISTORY_FILE).columns) == [*older, "resumes"]
 
 
-def test_every_history_column_is_filled_and_every_source_names_a_field_of_the_record():
-    from titanflow.record.history import source_problems
+def test_every_history_column_is_filled_and_every_source_names_a_field_of_the_record(passing_run):
+    assert history.source_problems() == []
+    assert history.unfilled_columns(history.row_from_summary(passing_run)) == []
 
-    assert source_problems() == []
 
-
-def test_a_misspelled_source_and_a_column_nothing_fills_are_named_with_the_fix(monkeypatch):
-    from titanflow.record import history
-
+def test_a_misspelled_source_and_a_column_nothing_fills_are_named_with_the_fix(monkeypatch, passing_run):
+    monkeypatch.delitem(history.SOURCES, "resumes")  # copied from the record: then nothing fills it
+    assert history.unfilled_columns(history.row_from_summary(passing_run)) == [
+        "HistoryRow.resumes: nothing fills it; fix: name it as the RunSummary field it copies, give it a \"source\" "
+        "(a dotted path into the run record), or compute it in row_from_summary"]
     monkeypatch.setitem(history.SOURCES, "tokens_per_s", "train.tokens_per_sec")
-    monkeypatch.setattr(history, "COMPUTED", history.COMPUTED - {"nproc"})
     problems = history.source_problems()
     assert any(p.startswith("HistoryRow.tokens_per_s: its source 'train.tokens_per_sec' names no field "
                             "'tokens_per_sec' of TrainResult; fix: one of") for p in problems), problems
-    assert any(p.startswith("HistoryRow.nproc: nothing fills it; fix:") for p in problems), problems
