@@ -9,10 +9,11 @@ from typing import get_args
 
 import pytest
 from helpers import FIXTURES
+from helpers.walkthrough import INSTRUCT, WALKTHROUGH
 
 from titan_cfg.job import LOADS_WEIGHTS, Init
 from titan_cfg.model_spec import qwen3_shape
-from titan_cfg.published import Workload, published_for_job
+from titan_cfg.published import published_for_job
 from titanflow.judge.expectations import (
     DERIVED_RANDOM_INIT,
     GAP_ALONE,
@@ -31,9 +32,6 @@ from titanflow.params import ScenarioRun
 from titanflow.paths import REPO_ROOT
 from titanflow.results import IndependentLoss
 
-INSTRUCT = "Qwen/Qwen3-4B-Instruct-2507"
-#: The walkthrough's scenario 1 workload: c4_test, 64 ranks x 1 sequence x 2048 tokens.
-WALKTHROUGH = Workload(dataset="c4_test", world_size=64, local_batch_size=1, seq_len=2048)
 #: Qwen3-4B's derived random-init first-step loss (titanflow.judge.expected_loss docstring).
 NATIVE_4B, HF_BACKEND_4B = 12.443, 12.418
 

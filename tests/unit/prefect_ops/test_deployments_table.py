@@ -164,12 +164,20 @@ def test_the_pull_step_of_a_trn2_deployment_has_doctor_check_its_own_scenario(de
         assert default_weights("trn2", "moe") == "Qwen/Qwen3-30B-A3B" != default_weights("trn2", "native")
 
 
-def test_a_trn2_deployment_with_another_scenario_s_pull_step_is_told(tmp_path):
+def _edited_copy(folder, old: str, new: str):
+    """deployments/prefect.yaml copied into ``folder`` with ``old`` (which it holds) replaced by ``new``."""
     from titanflow.prefect_ops.deployments import PREFECT_YAML
 
-    wrong = tmp_path / "prefect.yaml"
-    wrong.write_text(PREFECT_YAML.read_text().replace("name: moe-trn2-random, pull: *pull_trn2_moe,",
-                                                      "name: moe-trn2-random, pull: *pull_trn2_native,"))
+    text = PREFECT_YAML.read_text()
+    assert old in text
+    copy = folder / "prefect.yaml"
+    copy.write_text(text.replace(old, new))
+    return copy
+
+
+def test_a_trn2_deployment_with_another_scenario_s_pull_step_is_told(tmp_path):
+    wrong = _edited_copy(tmp_path, "name: moe-trn2-random, pull: *pull_trn2_moe,",
+                         "name: moe-trn2-random, pull: *pull_trn2_native,")
     assert check_prefect_yaml(wrong) == ["moe-trn2-random: pull scripts is ['make setup-trn2 SCENARIOS=native'], "
                                          "expected ['make setup-trn2 SCENARIOS=moe']"]
 
@@ -211,11 +219,7 @@ def test_every_anchor_the_file_merges_is_one_it_defines():
 
 
 def test_a_nightly_without_its_schedule_is_told(tmp_path):
-    from titanflow.prefect_ops.deployments import PREFECT_YAML
-
-    stale = tmp_path / "prefect.yaml"
-    stale.write_text(PREFECT_YAML.read_text().replace("name: nightly-cpu, schedules: *nightly_cron,",
-                                                      "name: nightly-cpu, schedules: [],"))
+    stale = _edited_copy(tmp_path, "name: nightly-cpu, schedules: *nightly_cron,", "name: nightly-cpu, schedules: [],")
     assert check_prefect_yaml(stale) == ["nightly-cpu: schedules is [], expected [{'cron': '0 2 * * *', "
                                          "'timezone': 'UTC'}]"]
 

@@ -7,6 +7,7 @@ import shutil
 
 import pytest
 from helpers import FIXTURES
+from helpers.walkthrough import INSTRUCT, WALKTHROUGH
 
 from titan_cfg.job import PublishedFirstStep
 from titan_cfg.model_spec import qwen3_shape
@@ -22,9 +23,6 @@ from titanflow.params import ScenarioRun
 from titanflow.results import IndependentLoss
 from titanflow.weights.identity import weights_id
 
-INSTRUCT = "Qwen/Qwen3-4B-Instruct-2507"
-#: The walkthrough's scenario 1 workload: c4_test, 64 ranks x 1 sequence x 2048 tokens.
-WALKTHROUGH = Workload(dataset="c4_test", world_size=64, local_batch_size=1, seq_len=2048)
 
 
 def test_the_table_holds_the_walkthroughs_two_figures_with_their_source_and_band():
