@@ -14,9 +14,10 @@ from __future__ import annotations
 import functools
 import gc
 import os
+import sys
 from pathlib import Path
 
-from titan_cfg import first_batch, probe
+from titan_cfg import first_batch, forms, probe
 from titan_cfg.compat import apply as apply_compat
 from titan_cfg.compat.cpu import make_importable_without_triton
 from titan_cfg.job import JOB_ENV, Job
@@ -50,6 +51,7 @@ def main() -> None:
     document_mask = SCENARIOS[job.scenario].document_mask and job.kernels.get("attention") != "causal"
     first_batch.install(Path(job.dump_folder), document_mask=document_mask)
 
+    forms.bind_config_argv(sys.argv[1:])  # a base before 2026-06-20 would read the forked launcher's options
     torchtitan_main()
     # Python's collections at exit walk every object torch and torchtitan left alive; frozen, they skip them
     # (titanflow.cli.console does the same for the flow process). Atexit handlers run as before.

@@ -35,6 +35,8 @@ import contextlib
 import os
 from pathlib import Path
 
+from titan_cfg import forms
+
 #: Real text, long enough for a few dozen tokens; the ids come from the run's own tokenizer.
 PROBE_TEXT = (
     "Ever since I was a child, my inborn recklessness has brought me nothing but trouble. "
@@ -96,7 +98,7 @@ def _save_probe_logits(trainer, tokenizer_dir: Path, out_path: Path, tied_checkp
     ids = probe_ids(tokenizer_dir, trainer_tokenizer(trainer, tokenizer_dir)).to(trainer.device)
     length = ids.shape[1]
     batch_ids, positions = probe_batch(ids, trainer.config.training.local_batch_size, trainer.config.training.seq_len)
-    inputs, _, extra = trainer.post_dataloading_process({"input": batch_ids, "positions": positions}, batch_ids)
+    inputs, extra = forms.model_inputs(trainer, {"input": batch_ids, "positions": positions}, batch_ids)
     skip_lm_head = getattr(model, "_skip_lm_head", False)
     model._skip_lm_head = False  # chunked losses apply lm_head inside the loss; the probe needs logits
     biased = _expert_bias_modules(model)

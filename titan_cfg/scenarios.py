@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
+from titan_cfg import forms
 from titan_cfg.job import WALKTHROUGH_CONTEXT, WALKTHROUGH_ROPE_THETA, Job
 from titan_cfg.model_spec import torchtitan_model_spec
 
@@ -30,9 +31,9 @@ def _native_qwen3(job: Job, upstream: "Callable[[], Trainer.Config]") -> "Traine
         shape, flavor=f"hf:{Path(job.weights_dir).name}", max_seq_len=shape.max_position_embeddings,
         load_balance_coeff=job.load_balance_coeff,
     )
-    config.loss.loss_fn.global_vocab_size = shape.vocab_size
-    if job.spmd_backend:  # the target's choice for torchtitan's own models (cpu: partial_dtensor)
-        config.parallelism.spmd_backend = job.spmd_backend
+    forms.set_loss_vocab_size(config.loss, shape.vocab_size)
+    if job.spmd_backend:  # the target's choice for torchtitan's own models (cpu: partial_dtensor), as the install names it
+        config.parallelism.spmd_backend = forms.spmd_backend(job.spmd_backend)
     return config
 
 
@@ -44,23 +45,16 @@ def walkthrough_spec(job: Job):
     """``model_registry("4B", attn_backend="sdpa")``, the walkthrough's scenario 2 spec (``job.model_spec``
     "walkthrough"): the "4B" flavor's hard-coded rope_theta 1e6 and 40960 context, whatever config.json says.
 
-    The torchtitan-neuron fork accepts ``attn_backend="sdpa"``; torchtitan 0.3.0 refuses it for language
+    A base up to 2026-06-09 accepts ``attn_backend="sdpa"``; later ones and torchtitan 0.3.0 refuse it for language
     models ("sdpa is no longer supported for language models", models/common/config_utils.py), so there
-    the flavor is built with its default backend. Either way the attention that runs is the kernel
+    the flavor is built with its default backend (titan_cfg.forms.walkthrough_model_spec). Either way the attention that runs is the kernel
     registry's (titan_cfg.kernels: ``attention=causal`` in this mode), installed after this.
 
     Weights of another shape than the flavor's (the embedded tiny model on cpu) cannot load into it: their spec
     is built from config.json as in the default mode, with the flavor's rope_theta and context, the two settings
     the flavor fixes beyond the shape.
     """
-    from torchtitan.models.qwen3 import model_registry
-
-    try:
-        spec = model_registry(WALKTHROUGH_FLAVOR, attn_backend=WALKTHROUGH_ATTENTION)
-    except ValueError as err:
-        if "sdpa is no longer supported" not in str(err):
-            raise
-        spec = model_registry(WALKTHROUGH_FLAVOR)
+    spec = forms.walkthrough_model_spec(WALKTHROUGH_FLAVOR, WALKTHROUGH_ATTENTION)
     model, shape = spec.model, job.shape
     if (model.dim, model.vocab_size, len(model.layers)) == (shape.hidden_size, shape.vocab_size,
                                                             shape.num_hidden_layers):

@@ -12,7 +12,7 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from titan_cfg import kernels
+from titan_cfg import forms, kernels, window
 from titan_cfg.job import CHECKPOINT_FOLDER, KEEP_LATEST_K, Job
 from titan_cfg.scenarios import SCENARIOS
 
@@ -28,9 +28,13 @@ def _unused_load_warning(record: logging.LogRecord) -> bool:
 
 
 def build(job: Job) -> "Trainer.Config":
-    """The complete torchtitan config for ``job`` (no tensors are created)."""
+    """The complete torchtitan config for ``job`` (no tensors are created).
+
+    Raises:
+        titan_cfg.window.WindowError: the installed torchtitan cannot serve the job's scenario (before anything).
+    """
+    window.require(job.scenario)
     from torchtitan.components.optimizer import default_adamw
-    from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC
     from torchtitan.hf_datasets.text_datasets import HuggingFaceTextDataLoader
 
     root = logging.getLogger()  # torchtitan's logger (torchtitan.tools.logging)
@@ -56,11 +60,7 @@ def build(job: Job) -> "Trainer.Config":
     config.optimizer = default_adamw(lr=job.lr)
     config.lr_scheduler = dataclasses.replace(config.lr_scheduler, warmup_steps=job.warmup_steps)
     config.parallelism = dataclasses.replace(config.parallelism, data_parallel_shard_degree=-1)
-    config.activation_checkpoint = {
-        "none": None,
-        "full": FullAC.Config(),
-        "selective": SelectiveAC.Config(),
-    }[job.activation_checkpoint]
+    config.activation_checkpoint = forms.activation_checkpoint(job.activation_checkpoint)  # the install's form
     config.compile = dataclasses.replace(config.compile, enable=job.compile, backend=job.compile_backend or "inductor")
     # every step logged, without colour codes: the lines go to train.log and the Prefect log, not to a terminal
     config.metrics = dataclasses.replace(config.metrics, log_freq=1, disable_color_printing=True)

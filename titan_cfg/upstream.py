@@ -41,6 +41,8 @@ WRITTEN_AGAINST = {"torch": "2.13.0", "torchtitan": "0.3.0"}
 #: module is imported whole, for what importing it does.
 TORCHTITAN: dict[str, tuple[str, ...]] = {
     "torchtitan.components.optimizer": ("default_adamw",),
+    "torchtitan.config": ("ActivationCheckpointConfig",),  # the form before FullAC / SelectiveAC (titan_cfg.forms)
+    "torchtitan.config.manager": ("ConfigManager", "ConfigManager.parse_args"),  # its argv default (titan_cfg.forms)
     "torchtitan.distributed.activation_checkpoint": ("FullAC", "FullAC.Config", "SelectiveAC", "SelectiveAC.Config"),
     "torchtitan.distributed.fsdp": ("disable_fsdp_gradient_division",),  # patched on cpu (titan_cfg.compat.cpu)
     "torchtitan.distributed.utils": ("set_pg_timeouts",),  # patched on cpu
@@ -65,6 +67,26 @@ TORCHTITAN: dict[str, tuple[str, ...]] = {
     "torchtitan.trainer": ("Trainer", "Trainer.Config", "Trainer.forward_backward_step", "Trainer.train", "logger",
                            "time"),  # the probe and the first-batch record wrap Trainer's methods
 }
+
+#: Dotted module or name -> the scenarios that take it (and what under it); the rest are taken by every scenario.
+ONLY_FOR: dict[str, tuple[str, ...]] = {
+    "torchtitan.experiments.transformers_modeling_backend": ("hf_backend",),
+    "torchtitan.models.qwen3._": ("native", "moe"),  # the private builders of titan_cfg.model_spec
+    "torchtitan.models.qwen3.model": ("native", "moe"),
+    "torchtitan.models.qwen3.model_registry": ("native", "moe"),
+    "torchtitan.models.common": ("native", "moe"),
+    "torchtitan.models.common.moe": ("moe",),
+    "torchtitan.models.qwen3.config_registry.qwen3_32b": ("native",),
+    "torchtitan.models.qwen3.config_registry.qwen3_30b_a3b": ("moe",),
+}
+
+#: Names of a form of an adapted change of the torchtitan window (titan_cfg.window, titan_cfg.forms): each install
+#: has one form or the other, so none of them is needed by itself; the window's check covers them.
+FORMS: frozenset[str] = frozenset({
+    "torchtitan.config.ActivationCheckpointConfig",
+    *(f"torchtitan.distributed.activation_checkpoint.{n}" for n in ("FullAC", "FullAC.Config", "SelectiveAC",
+                                                                     "SelectiveAC.Config")),
+})
 
 #: Module -> the names titanflow takes from it on Neuron nodes only (targets of device ``neuron``: trn2, trn2-cluster;
 #: installed by the trn2 profile, absent from cpu and cuda machines, whose checks skip them). Read in torch-neuronx's
@@ -119,9 +141,19 @@ NAMES: tuple[Name, ...] = _names(TORCHTITAN) + _names(NEURON, "neuron") + _names
 PRIVATE_NAMES: tuple[tuple[str, str], ...] = tuple((n.module, n.name) for n in NAMES if n.private)
 
 
-def names_for(device: str) -> tuple[Name, ...]:
-    """The names a target of ``device`` (``cpu``, ``cuda``, ``neuron``: titan_cfg.targets.Target.device) needs."""
-    return tuple(n for n in NAMES if n.device in (None, device))
+def _scenarios(entry: Name) -> tuple[str, ...] | None:
+    """The scenarios that take ``entry`` (:data:`ONLY_FOR`, the longest prefix that matches), None: every one."""
+    matches = [prefix for prefix in ONLY_FOR if entry.dotted == prefix or entry.dotted.startswith(
+        prefix if prefix.endswith("_") else f"{prefix}.")]
+    return ONLY_FOR[max(matches, key=len)] if matches else None
+
+
+def names_for(device: str, scenario: str | None = None) -> tuple[Name, ...]:
+    """The names a target of ``device`` (``cpu``, ``cuda``, ``neuron``: titan_cfg.targets.Target.device) needs, for
+    ``scenario`` alone (:data:`ONLY_FOR`) or for every scenario (None); the names of an adapted change's forms
+    (:data:`FORMS`) are left to the window's check."""
+    return tuple(n for n in NAMES if n.device in (None, device) and n.dotted not in FORMS
+                 and (scenario is None or scenario in (_scenarios(n) or (scenario,))))
 
 
 class Missing(LookupError):

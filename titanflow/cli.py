@@ -325,6 +325,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     run, _, run_dir = checked
     from titanflow import paths
     from titanflow.launch.render import RenderError, render
+    from titan_cfg.window import WindowError
     from titanflow.run.pretrained import embedded_weights
     from titanflow.weights.identity import weights_id
     from titanflow.prefect_ops.hub_token import token_for
@@ -344,9 +345,10 @@ def cmd_render(args: argparse.Namespace) -> int:
                                      run.init)
     try:
         rendered = render(run, weights_dir, run_dir, files_only=True)  # to be read: config.json is enough
-    except RenderError as err:  # the job or torchtitan's config of it refused: nothing is left half-written
+    except (RenderError, WindowError) as err:  # refused: nothing is left half-written
         shutil.rmtree(run_dir, ignore_errors=True)
-        print(f"titanflow: bad input:\n{err}", file=sys.stderr)
+        what = "environment" if isinstance(err, WindowError) else "bad input"  # the install's fault, or the input's
+        print(f"titanflow: {what}:\n{err}", file=sys.stderr)
         return 2
     named = weights_id(run.weights, weights_dir) or ("the folder given" if run.weights else f"the embedded tiny "
                                                      f"{model_type}" + ("'s pretrained checkpoint" if run.init ==

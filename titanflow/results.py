@@ -23,7 +23,7 @@ Verdict = Literal["pass", "fail", "cancelled"]
 LossOutcome = Literal["pass", "fail"]
 
 #: Why a run failed; the order is the order of the checks on a root cause (titanflow.judge.failures).
-FailureClass = Literal["input", "disk_full", "out_of_memory", "infrastructure", "compile", "numerics",
+FailureClass = Literal["input", "environment", "disk_full", "out_of_memory", "infrastructure", "compile", "numerics",
                        "export_validation"]
 
 #: A rule's class: a failure class (the loss curve's is numerics), or performance (slower, larger).

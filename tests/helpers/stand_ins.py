@@ -43,11 +43,22 @@ def installed_distributions(folder: Path, **versions: str) -> Path:
     return folder
 
 
+def every_name() -> dict[str, tuple[str, ...]]:
+    """titan_cfg.upstream's ``TORCHTITAN`` table and the names titan_cfg.window's probes look for, merged: what a
+    stand-in of a torchtitan that has every change of the window holds."""
+    from titan_cfg import upstream, window
+
+    merged = dict(upstream.TORCHTITAN)
+    for module, names in window.PROBED.items():
+        merged[module] = tuple(dict.fromkeys((*merged.get(module, ()), *names)))
+    return merged
+
+
 def generated_fork(folder: Path, names: dict[str, tuple[str, ...]], version: str = "0.2.2+neuron.1",
-                   drop: tuple[str, ...] = ()) -> Path:
+                   drop: tuple[str, ...] = (), distribution: str = "torchtitan") -> Path:
     """``folder`` filled with a stand-in of the torchtitan fork that holds exactly ``names`` (titan_cfg.upstream's
     ``TORCHTITAN`` table: module -> names, ``"Trainer.train"`` an attribute of a name) as placeholder objects, less
-    each dotted name or module in ``drop``, with the fork's ``version`` in a ``.dist-info`` (importlib.metadata and
+    each dotted name or module in ``drop``, with the fork's ``version`` in a ``.dist-info`` of ``distribution`` (its ``top_level.txt``: torchtitan; importlib.metadata and
     titanflow doctor read it); returns ``folder``. Every module is a package, so a module of the table and its
     submodules both fit; a name that is also a module of the table (``...backend.model``) is that submodule."""
     modules: dict[str, dict] = {}  # module -> {name: {attribute: {...}}}
@@ -75,7 +86,10 @@ def generated_fork(folder: Path, names: dict[str, tuple[str, ...]], version: str
         lines += [f"{name} = {_placeholder(name, attributes)}" for name, attributes in tree.items()
                   if f"{module}.{name}" not in names]
         folder.joinpath(*parts, "__init__.py").write_text("\n".join(lines) + "\n")
-    return installed_distributions(folder, torchtitan=version)
+    installed_distributions(folder, **{distribution: version})
+    (info,) = folder.glob("*.dist-info")
+    (info / "top_level.txt").write_text("torchtitan\n")
+    return folder
 
 
 def _placeholder(name: str, attributes: dict) -> str:

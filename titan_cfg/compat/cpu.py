@@ -30,54 +30,53 @@ _APPLIED: list[str] = []
 
 
 # 1. triton ------------------------------------------------------------------
-# torchtitan.train -> ... -> distributed/minimal_async_ep/api.py imports
-# minimal_async_ep/kernels.py, which does `import triton` at module level
-# although the kernels run only for CUDA expert parallelism. A CPU torch has no
-# triton, and a fake top-level `triton` package breaks torch's inductor, so we
-# register a stand-in for that one kernels module instead.
-_EP_KERNELS = "torchtitan.distributed.minimal_async_ep.kernels"
-_EP_KERNEL_NAMES = (
-    "copy_full_counts_to_peers_kernel",
-    "copy_rows_to_peers_kernel",
-    "expand_topk_grad_kernel",
-    "fill_combine_metadata_kernel",
-    "fill_dispatch_metadata_kernel",
-    "invert_flat_indices_kernel",
-    "reduce_topk_slots_kernel",
-    "topk_scores_grad_kernel",
-)
+# Some torchtitan modules do `import triton` at module level although their kernels run only on CUDA, and a plain
+# import of the trainer reaches them: distributed/minimal_async_ep/kernels.py (0.3.0, from 2026-07 on main; reached
+# from minimal_async_ep/api.py) and, on early 2026 bases, models/common/moe/kernels.py (reached from moe/utils.py). A
+# CPU torch has no triton, and a fake top-level `triton` package breaks torch's inductor, so we register a stand-in
+# for each such kernels module that the installed torchtitan has, with its public names raising when called.
+_TRITON_ONLY: dict[str, tuple[str, ...]] = {
+    "torchtitan.distributed.minimal_async_ep.kernels": (
+        "copy_full_counts_to_peers_kernel", "copy_rows_to_peers_kernel", "expand_topk_grad_kernel",
+        "fill_combine_metadata_kernel", "fill_dispatch_metadata_kernel", "invert_flat_indices_kernel",
+        "reduce_topk_slots_kernel", "topk_scores_grad_kernel"),
+    "torchtitan.models.common.moe.kernels": ("fill_indices_wrapper", "generate_permute_indices"),
+}
+
+
+def _needs_triton(module: str) -> bool:
+    """The installed torchtitan's ``module`` file imports triton at module level. Read the file rather than
+    find_spec(): finding a submodule imports its package, whose __init__ is what imports the kernels."""
+    path = Path(importlib.util.find_spec("torchtitan").origin).parent.joinpath(*module.split(".")[1:])
+    return path.with_suffix(".py").is_file() and "import triton" in path.with_suffix(".py").read_text()
 
 
 def triton_still_needed() -> bool:
-    """True while torchtitan's EP kernels module cannot be imported without triton."""
-    if importlib.util.find_spec("triton") is not None:
-        return False
-    # Read the file rather than find_spec(): finding a submodule imports its
-    # package, whose __init__ is what imports the kernels.
-    kernels = Path(importlib.util.find_spec("torchtitan").origin).parent.joinpath(
-        *_EP_KERNELS.split(".")[1:]).with_suffix(".py")
-    return kernels.is_file() and "import triton" in kernels.read_text()
+    """True while one of torchtitan's CUDA-only kernels modules cannot be imported without triton."""
+    return importlib.util.find_spec("triton") is None and any(map(_needs_triton, _TRITON_ONLY))
 
 
 def make_importable_without_triton() -> bool:
-    """Register the triton-free stand-in if needed (import-only: no behaviour changes).
+    """Register the triton-free stand-ins if needed (import-only: no behaviour changes).
 
-    Returns True when the stand-in was registered.
+    Returns True when a stand-in was registered.
     """
-    if triton_still_needed() and _EP_KERNELS not in sys.modules:
-        _stub_ep_kernels()
-        return True
-    return False
+    if importlib.util.find_spec("triton") is not None:
+        return False
+    wanted = [m for m in _TRITON_ONLY if m not in sys.modules and _needs_triton(m)]
+    for module in wanted:
+        _stub_kernels(module)
+    return bool(wanted)
 
 
-def _stub_ep_kernels() -> None:
+def _stub_kernels(name: str) -> None:
     def unavailable(*_args, **_kwargs):
-        raise RuntimeError("minimal_async_ep kernels need triton (CUDA); not available on the cpu target")
+        raise RuntimeError(f"{name} needs triton (CUDA); not available on the cpu target")
 
-    module = types.ModuleType(_EP_KERNELS, "CPU stand-in: the real module needs triton.")
-    for name in _EP_KERNEL_NAMES:
-        setattr(module, name, unavailable)
-    sys.modules[_EP_KERNELS] = module
+    module = types.ModuleType(name, "CPU stand-in: the real module needs triton.")
+    for attribute in _TRITON_ONLY[name]:
+        setattr(module, attribute, unavailable)
+    sys.modules[name] = module
 
 
 # 2. device type and device module ---------------------------------------------

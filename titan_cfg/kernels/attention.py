@@ -38,7 +38,7 @@ import torch.nn.functional as F
 from torch.nn.attention.flex_attention import BlockMask, create_block_mask, create_mask
 from torchtitan.models.common.attention import FlexAttention, ScaledDotProductAttention
 
-from titan_cfg import kernels, packed_row
+from titan_cfg import forms, kernels, packed_row
 from titan_cfg.kernels.layout import call_in_layout
 
 
@@ -177,6 +177,8 @@ def install(trainer_config, implementation: str) -> None:
         for layer in model_config.layers:
             layer.attention.inner_attention = (CausalAttention.Config(implementation=implementation) if causal
                                                else KernelAttention.Config(implementation=implementation))
+            if causal:
+                forms.unmasked(layer.attention)  # a base up to 2026-06-09 also says so in the layer's mask type
         decoder.create_attention_mask = eager_block_mask
     else:
         from torchtitan.experiments.transformers_modeling_backend import model as hf_backend_model

@@ -12,6 +12,7 @@ checked in this order (the first that matches wins):
 | class | signals |
 |---|---|
 | ``input`` | the root cause is a checkpoint or input that does not load: a missing or unexpected key, a shape mismatch, a damaged safetensors file, a missing file; or a rank's own ``ValueError``, ``AssertionError`` or ``IndexError`` that no signature of any class explains (:data:`RANK_REFUSAL`: a configuration or data the trainer refuses) (never retried) |
+| ``environment`` | the installed torchtitan cannot serve the scenario: an API it needs is missing, or one it builds on was removed upstream (titan_cfg.window.WindowError, named with the upstream date; found before launch by the render and doctor) (never retried: the same install refuses again) |
 | ``disk_full`` | a write that found its file system full: ``No space left on device`` / errno 28 / ENOSPC, a disk quota (EDQUOT), titanflow's own ``disk full: <what> could not be written to <path>: ...`` (titanflow.paths.DiskFull) (never retried: the same run fills the same disk) |
 | ``out_of_memory`` | a rank the kernel's out-of-memory killer ended (titanflow.launch.oom adds ``killed by the kernel's out-of-memory killer`` to a SIGKILL's root cause), ``out of memory``, ``OutOfMemoryError``, ``Cannot allocate memory``, ``MemoryError`` (never retried: the same job meets the same limit) |
 | ``infrastructure`` | launch failure, rendezvous / port in use, SIGKILL / exit -9 / "Killed" of no known cause, the timeout watchdog |
@@ -52,6 +53,9 @@ SIGNATURES: dict[str, list[str]] = {
         r"Missing key in checkpoint state_dict|Unexpected key\(s\) in state_dict|size mismatch for",
         r"SafetensorError|HeaderTooLarge|safetensors_rust",
         r"^FileNotFoundError|^IsADirectoryError|^ConfigError",
+    ],
+    "environment": [  # the installed torchtitan cannot serve the scenario (titan_cfg.window.WindowError)
+        r"WindowError|cannot serve the \w+ scenario",
     ],
     "disk_full": [DISK_FULL_TEXT],  # titanflow.paths: the OS's words, the errno names, titanflow's own DiskFull
     "out_of_memory": [

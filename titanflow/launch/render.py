@@ -28,6 +28,7 @@ from titan_cfg.job import JOB_ENV, JOB_FILE, Job
 from titan_cfg.published import Workload, published_for_job
 from titan_cfg.targets import TARGETS
 from titan_cfg.trainer_config import build as build_trainer_config
+from titan_cfg.window import WindowError
 from titanflow import paths
 from titanflow.launch.dataset import locate as locate_dataset
 from titanflow.launch.kubernetes.launch import pod_script
@@ -209,12 +210,15 @@ def build_config(job: Job) -> dict:
 
     Raises:
         RenderError: torchtitan rejected the config (the message names the exception and its text).
+        titan_cfg.window.WindowError: the installed torchtitan cannot serve the scenario (titan_cfg.window).
     """
     from titan_cfg.compat.cpu import make_importable_without_triton  # lazy: torch
 
     make_importable_without_triton()  # import-only: torchtitan's EP kernels module wants triton
     try:
         config = build_trainer_config(job)
+    except WindowError:  # the installed torchtitan, not the input: an environment failure
+        raise
     except Exception as err:  # noqa: BLE001 - whatever torchtitan raises, the run cannot start with it
         raise RenderError(f"torchtitan rejected the rendered config: {type(err).__name__}: {err}") from err
     return json.loads(json.dumps(to_plain(config)))  # as written to trainer_config.json: lists, not tuples

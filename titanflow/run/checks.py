@@ -6,7 +6,7 @@ that ``titanflow doctor`` (titanflow.run.doctor, every check printed) and a scen
 |---|---|---|
 | ``python`` | ``profiles/cpu/.python-version``: 3.11 (the CPU torch 2.13.0 wheel, CI) | ``profiles/trn2/.python-version``: 3.12 (the walkthrough's; profiles/trn2/setup.sh reads the same file) |
 | ``package <name>`` | each pin of ``profiles/cpu/constraints.txt`` of the stack (:data:`STACK`: torch, torchtitan, transformers) | each pin of ``profiles/trn2/constraints.txt`` of the stack |
-| ``upstream names`` | every name titanflow takes from torchtitan, and the private torch names, resolve (titan_cfg.upstream, in a Python of its own after the target's compatibility layers); each missing one is named with its module | the same, and the torch_neuronx and nkilib names |
+| ``upstream names`` | every name the run's scenario takes from torchtitan, and the private torch names, resolve (titan_cfg.upstream, in a Python of its own after the target's compatibility layers), and no change of the torchtitan window blocks the scenario (titan_cfg.window: the API and its upstream date); each missing one is named with its module, and the line says which distribution is installed and where it sits in the window | the same, and the torch_neuronx and nkilib names |
 | ``torchtitan fork`` | - | the importable ``torchtitan`` is torchtitan-neuron 0.2.2+neuron.1 (release-2.33): where it lives, its version |
 | ``cuda devices`` | cuda: ``torch.cuda.is_available()`` and ``torch.cuda.device_count()`` >= ranks | - |
 | ``neuron devices`` | - | ``neuron-ls --json-output`` (else ``/dev/neuron*``): devices x 8 physical cores >= ranks x LNC |
@@ -167,16 +167,18 @@ def check_fork() -> Check:
     if spec is None or not spec.submodule_search_locations:
         return Check("torchtitan fork", False, "torchtitan is not importable", fix)
     where = Path(next(iter(spec.submodule_search_locations)))
+    installed = torchtitan_distribution()
     try:
-        version = importlib.metadata.version("torchtitan")
+        name, version = installed or ("torchtitan", "")
         parsed = Version(version)
-    except (importlib.metadata.PackageNotFoundError, InvalidVersion):
-        return Check("torchtitan fork", False, f"torchtitan at {where} has no readable version", fix)
+    except InvalidVersion:
+        return Check("torchtitan fork", False, f"torchtitan at {where} has no readable version (no installed "
+                     f"distribution of {', '.join(TORCHTITAN_DISTRIBUTIONS)} provides it)", fix)
     wanted = Version(FORK_VERSION)
     ok = (parsed.local or "").startswith("neuron") and parsed.public == wanted.public
     what = "the fork" if ok else ("another release of the fork" if (parsed.local or "").startswith("neuron")
                                   else "not the fork (upstream torchtitan)")
-    return Check("torchtitan fork", ok, f"torchtitan {version} at {where}: {what} (needs {FORK_VERSION}, "
+    return Check("torchtitan fork", ok, f"{name} {version} at {where}: {what} (needs {FORK_VERSION}, "
                  f"{FORK_REF})", fix)
 
 
@@ -186,19 +188,19 @@ def _children_cpu_s() -> float:
     return used.ru_utime + used.ru_stime
 
 
-def check_upstream(target: str) -> Check:
-    """Every name titanflow takes from torchtitan (and, on a Neuron target, torch_neuronx and nkilib) and every
-    private torch name it uses (titan_cfg.upstream.names_for the target's device) is in this install, resolved in a
-    Python of its own after ``target``'s compatibility layers and the triton-free import of torchtitan, as
-    titan_cfg.entry.prepare does in a rank (the caller imports no torch: a scenario run's preflight calls this on
-    trn2). The detail names each missing one with the module it was looked for in, and the seconds the resolution
-    took (the Python's start and its imports included: wall-clock, and the CPU seconds of the Python, which a busy
-    machine does not stretch)."""
+def check_upstream(target: str, scenario: str | None = None) -> Check:
+    """Every name ``scenario`` (None: every scenario) takes from torchtitan (and, on a Neuron target, torch_neuronx
+    and nkilib) and every private torch name it uses (titan_cfg.upstream.names_for the target's device and the
+    scenario) is in this install, and no change of the torchtitan window blocks the scenario (titan_cfg.window:
+    an API it needs that the install lacks, named with the upstream date that brought it), resolved in a Python of
+    its own after ``target``'s compatibility layers and the triton-free import of torchtitan, as titan_cfg.entry.prepare
+    does in a rank (the caller imports no torch: a scenario run's preflight calls this on trn2). The detail says where
+    the install sits in the window (:func:`titan_cfg.window.position`), names each missing name with the module it
+    was looked for in, and the seconds the resolution took (the Python's start and its imports included: wall-clock,
+    and the CPU seconds of the Python, which a busy machine does not stretch)."""
     spec = TARGETS[target]()
-    device = spec.device
-    probe = ("import json; from titan_cfg import compat; from titan_cfg.compat.cpu import "
-             f"make_importable_without_triton; from titan_cfg.upstream import missing; compat.apply({target!r}); "
-             f"make_importable_without_triton(); print(json.dumps(missing({device!r})))")
+    probe = ("import json; from titan_cfg.window import report; "
+             f"print(json.dumps(report({spec.node!r}, {spec.device!r}, {tuple([scenario] if scenario else SCENARIOS)!r})))")
     started, cpu_before = time.perf_counter(), _children_cpu_s()
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300,
                           cwd=paths.REPO_ROOT, check=False)
@@ -206,20 +208,53 @@ def check_upstream(target: str) -> Check:
     written = ", ".join(f"{k} {v}" for k, v in upstream.WRITTEN_AGAINST.items())
     fix = spec.install_profile.upstream_fix.format(fork=FORK_VERSION)
     fix += (", or adapt the code that takes each name and its entry in titan_cfg/upstream.py to this install (written "
-            f"against {written})")
+            f"against {written}; the window it adapts to: titan_cfg/window.py)")
     if done.returncode != 0:
         return Check("upstream names", False, f"the names could not be resolved ({took}): "
                      f"{done.stderr.strip()[-300:]}", fix)
-    lacking = json.loads(done.stdout.strip().splitlines()[-1])
-    wanted = upstream.names_for(device)
-    packages = sorted({n.module.split(".")[0] for n in wanted})
-    if lacking:
-        return Check("upstream names", False, f"{len(lacking)} missing of the {len(wanted)} names titanflow takes: "
-                     + "; ".join(f"{what}: {why}" for what, why in lacking.items())
-                     + f" (resolved after the {target} target's compatibility layers, as its ranks would, "
-                       f"{took})", fix)
-    return Check("upstream names", True, f"all {len(wanted)} names titanflow takes from {', '.join(packages)} "
-                 f"resolve ({took})")
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    lacking = {what: why for row in found["scenarios"].values() for what, why in row["missing"].items()}
+    wanted = len(upstream.names_for(spec.device, scenario))
+    blocked = {name: row["refusals"] for name, row in found["scenarios"].items() if row["refusals"]}
+    installed = torchtitan_distribution()
+    where = (f"{installed[0]} {installed[1]}" if installed else "torchtitan (no distribution found)") + \
+        f" {found['position']}" + (f"; adapts to {', '.join(found['adapted_to'])}"
+                                   if found["adapted_to"] else "")
+    whom = f"{scenario}" if scenario else "every scenario"
+    if lacking or blocked:
+        parts = [f"{len(lacking)} missing of the {wanted} names {whom} takes: "
+                 + "; ".join(f"{what}: {why}" for what, why in lacking.items())] if lacking else []
+        parts += [f"{name} cannot run on this base: " + "; ".join(lines) for name, lines in blocked.items()]
+        return Check("upstream names", False, "; ".join(parts) + f" ({where}; resolved after the {target} target's "
+                     f"compatibility layers, as its ranks would, {took})", fix)
+    packages = sorted({n.module.split(".")[0] for n in upstream.names_for(spec.device, scenario)})
+    return Check("upstream names", True, f"all {wanted} names {whom} takes from {', '.join(packages)} "
+                 f"resolve ({where}; {took})")
+
+
+#: The names the torchtitan package is installed under: upstream's, and the Neuron fork's (its repository is
+#: torchtitan-neuron; Neuron's tutorials run recipes from torchtitan_neuron).
+TORCHTITAN_DISTRIBUTIONS = ("torchtitan", "torchtitan-neuron", "torchtitan_neuron")
+
+
+def torchtitan_distribution() -> tuple[str, str] | None:
+    """(distribution name, version) of the installed distribution that provides the ``torchtitan`` package that
+    ``import torchtitan`` finds (importlib.metadata's ``packages_distributions``, whichever of
+    :data:`TORCHTITAN_DISTRIBUTIONS` or other name it was installed under), None when none does."""
+    spec = importlib.util.find_spec("torchtitan")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    where = Path(next(iter(spec.submodule_search_locations))).resolve()
+    providers = importlib.metadata.packages_distributions().get("torchtitan", [])
+    ordered = sorted(set(providers), key=lambda n: (n not in TORCHTITAN_DISTRIBUTIONS, n))
+    for name in ordered:  # the one whose files include the package found (a shadowed copy is not it)
+        dist = importlib.metadata.distribution(name)
+        if Path(dist.locate_file("torchtitan")).resolve() == where:
+            return dist.metadata["Name"], dist.version
+    if ordered:
+        dist = importlib.metadata.distribution(ordered[0])
+        return dist.metadata["Name"], dist.version
+    return None
 
 
 def neuron_ls() -> Path | None:
@@ -486,7 +521,8 @@ def run_checks(run: ScenarioRun, weights: str | None, *, with_weights: bool = Tr
     the upstream names (:func:`check_upstream`, a Python of its own: seconds). A target of many
     nodes is checked as one of its nodes (trn2-cluster as trn2: run it there, ``srun -N1 titanflow doctor``)."""
     target = run.target_spec.node
-    checks = [check_python(target), *check_packages(target)] + ([check_upstream(target)] if with_upstream else [])
+    checks = [check_python(target), *check_packages(target)]
+    checks += [check_upstream(target, run.scenario)] if with_upstream else []
     if run.target_spec.device == "neuron":
         checks += [check_fork(), check_devices(run), check_lnc(run)]
     if run.target_spec.device == "cuda":

@@ -53,7 +53,7 @@ def require_ready(run: ScenarioRun) -> None:
     """
     # the upstream names are resolved in a Python of their own (seconds): only once everything else holds
     failed = [check for check in run_checks(run, run.weights, with_weights=False, with_upstream=False) if not check.ok]
-    if not failed and not (upstream_names := check_upstream(run.target_spec.node)).ok:
+    if not failed and not (upstream_names := check_upstream(run.target_spec.node, run.scenario)).ok:
         failed = [upstream_names]
     if failed:
         raise ValueError(f"target: {run.target} is not ready on this machine (`titanflow doctor --target {run.target}` "

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers.stand_ins import STAND_INS, generated_fork
+from helpers.stand_ins import STAND_INS, every_name, generated_fork
 
 from titan_cfg import upstream
 from titanflow.paths import REPO_ROOT
@@ -61,25 +61,45 @@ DROPPED = "torchtitan.models.qwen3._build_qwen3_layers"
 
 
 def test_doctor_trn2_names_each_name_the_fork_lacks_with_its_module(tmp_path):
-    """A fork (stand-in generated from titan_cfg.upstream's list) without one name titanflow takes: the check fails
-    naming module and name, within 5 s of CPU (the seconds the line reports, from this run: a Python, torch, the
-    stand-ins); the same fork with every name passes, torch_neuronx's and nkilib's (the neuron stand-ins) included."""
+    """A fork (stand-in generated from titan_cfg.upstream's list and titan_cfg.window's probes) without one name native
+    takes: the check fails naming module and name, within 5 s of CPU (the seconds the line reports, from this run: a
+    Python, torch, the stand-ins)."""
     neuron = STAND_INS / "neuron"
-    lacking = _doctor("--target", "trn2", path=(generated_fork(tmp_path / "lacking", upstream.TORCHTITAN,
-                                                               drop=(DROPPED,)), neuron))
+    lacking = _doctor("--target", "trn2", "--scenario", "native",
+                      path=(generated_fork(tmp_path / "lacking", every_name(), drop=(DROPPED,)), neuron))
     line, wall, cpu = _upstream_line(lacking)
     assert lacking.returncode == 1 and line.startswith(
-        f"FAIL  upstream names: 1 missing of the {len(upstream.names_for('neuron'))} names titanflow takes: {DROPPED}: "
-        "module torchtitan.models.qwen3 has no name _build_qwen3_layers (resolved after the trn2 target's "
-        "compatibility layers, as its ranks would, in "), line
+        f"FAIL  upstream names: 1 missing of the {len(upstream.names_for('neuron', 'native'))} names native takes: "
+        f"{DROPPED}: module torchtitan.models.qwen3 has no name _build_qwen3_layers; "), line
+    assert "; resolved after the trn2 target's compatibility layers, as its ranks would, in " in line
     assert "-> fix: make setup-trn2" in line
     assert cpu < 5, f"the check took {cpu} s of CPU ({wall} s on the clock)"
-    full = _doctor("--target", "trn2", path=(generated_fork(tmp_path / "full", upstream.TORCHTITAN), neuron))
-    line, wall, cpu = _upstream_line(full)
-    assert line.startswith(f"ok    upstream names: all {len(upstream.names_for('neuron'))} names titanflow takes "
-                           "from nkilib, torch, torch_neuronx, torchtitan resolve (in "), line
+
+
+#: What the fork of the passing case lacks: an attribute only hf_backend takes, and the chunked loss wrapper (upstream
+#: from 2026-06-26, #3779), whose older form, the plain chunked loss, titan_cfg.forms takes.
+HF_BACKEND_ONLY = "torchtitan.experiments.transformers_modeling_backend.model.create_attention_mask"
+LOSS_WRAPPER = "torchtitan.components.loss.ChunkedLossWrapper"
+
+
+def test_doctor_finds_the_fork_under_its_own_name_and_checks_only_what_the_scenario_takes(tmp_path):
+    """A fork installed as ``torchtitan-neuron`` that lacks an hf_backend-only attribute and the chunked loss wrapper:
+    ``--scenario native`` passes the upstream check, names the distribution and version, where the fork sits in the
+    window and the loss
+    wrapper's older form with its upstream date; the fork check finds it under that name."""
+    fork = generated_fork(tmp_path / "fork", every_name(), drop=(HF_BACKEND_ONLY, LOSS_WRAPPER),
+                          distribution="torchtitan-neuron")
+    result = _doctor("--target", "trn2", "--scenario", "native", path=(fork, STAND_INS / "neuron"))
+    line, wall, cpu = _upstream_line(result)
+    assert line.startswith(f"ok    upstream names: all {len(upstream.names_for('neuron', 'native'))} names native "
+                           "takes from nkilib, torch, torch_neuronx, torchtitan resolve (torchtitan-neuron "
+                           "0.2.2+neuron.1 resembles upstream between "), line
+    # it has later changes than some it lacks (the loss wrapper, and those its placeholders cannot answer): out of
+    # upstream's order, as a patched base is
+    assert "out of upstream's order (a patched base)" in line
+    assert "adapts to " in line and "chunked_loss_wrapper (2026-06-26, #3779)" in line
     assert cpu < 5, f"the check took {cpu} s of CPU ({wall} s on the clock)"
-    assert "ok    torchtitan fork: torchtitan 0.2.2+neuron.1" in full.stdout  # doctor sees the generated fork as the fork
+    assert "ok    torchtitan fork: torchtitan-neuron 0.2.2+neuron.1" in result.stdout
 
 
 def test_a_generated_fork_lacks_a_whole_module_as_no_module(tmp_path):
@@ -99,7 +119,8 @@ def test_doctor_checks_the_weights_of_the_scenario_asked_for(monkeypatch, capsys
 
     checked = []
     real = doctor.run_checks
-    monkeypatch.setattr(checks, "check_upstream", lambda target: checks.Check("upstream names", True, "not here"))
+    monkeypatch.setattr(checks, "check_upstream", lambda target, scenario: checks.Check("upstream names", True,
+                                                                                        "not here"))
     monkeypatch.setattr(doctor, "run_checks", lambda run, weights, **kw: checked.append((run, weights)) or real(
         run, weights, **kw))
     monkeypatch.delenv("TITANFLOW_WEIGHTS_ROOT", raising=False)

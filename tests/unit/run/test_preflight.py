@@ -22,7 +22,7 @@ def test_a_run_on_trn2_is_refused_for_a_missing_upstream_name_only_once_everythi
     every other check passed, so a machine that is no trn2 node is refused at once; then a missing name refuses it."""
     calls = []
     failing = checks.Check("upstream names", False, "lacks torchtitan.models.qwen3._qwen3_norm (gone)", "adapt it")
-    monkeypatch.setattr(preflight, "check_upstream", lambda target: calls.append(target) or failing)
+    monkeypatch.setattr(preflight, "check_upstream", lambda target, scenario: calls.append((target, scenario)) or failing)
     run = ScenarioRun(scenario="native", target="trn2")
     monkeypatch.setattr(preflight, "run_checks", lambda *a, **k: [checks.Check("python", False, "3.11", "use 3.12")])
     with pytest.raises(ValueError, match="python"):
@@ -31,4 +31,4 @@ def test_a_run_on_trn2_is_refused_for_a_missing_upstream_name_only_once_everythi
     monkeypatch.setattr(preflight, "run_checks", lambda *a, **k: [checks.Check("python", True, "3.12", "")])
     with pytest.raises(ValueError, match=r"upstream names: lacks torchtitan.models.qwen3._qwen3_norm"):
         preflight.require_ready(run)
-    assert calls == ["trn2"]
+    assert calls == [("trn2", "native")]
