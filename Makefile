@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 # The cpu profile's Python (profiles/cpu/.python-version; titanflow doctor reads the same file).
 CPU_PYTHON := $(shell cat profiles/cpu/.python-version)
 
-.PHONY: setup run test test-fast test-lowest setup-lowest goldens assets clean server stop chromium overlay-trn2 setup-trn2 slurm-packages slurm-up slurm-down
+.PHONY: setup run test test-fast test-lowest test-upstream overlays-upstream setup-lowest goldens assets clean server stop chromium overlay-trn2 setup-trn2 slurm-packages slurm-up slurm-down
 
 # The cpu install profile (profiles/cpu). torch is installed first and alone, pinned to the CPU
 # build (2.13.0); the project and its extra `cpu` (torchtitan 0.3.0, transformers 5.23.0) then
@@ -31,8 +31,8 @@ run: assets
 # which the other worker fills (tests/conftest.py keeps each shared server or cluster on one worker).
 # In collection order (no reordering by group size): the long end-to-end runs first, the unit tests after.
 # PYTEST_ARGS adds options, e.g. make test PYTEST_ARGS=--durations=40.
-test: setup overlay-trn2 chromium slurm-packages setup-lowest
-	$(BIN)/python -m pytest -q -n 2 --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS)
+test: setup overlay-trn2 overlays-upstream chromium slurm-packages setup-lowest
+	TITANFLOW_UPSTREAM_SNAPSHOTS=$(UPSTREAM_SNAPSHOTS) $(BIN)/python -m pytest -q -n 2 --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS)
 	$(MAKE) --no-print-directory test-lowest
 
 # The lowest end of pyproject.toml's ranges (profiles/cpu-lowest: Prefect, prefect-kubernetes, pandas, pyarrow,
@@ -81,6 +81,17 @@ $(OVERLAY_TRN2)/.installed: $(STAMP) profiles/trn2/requirements.txt profiles/trn
 	touch $@
 
 overlay-trn2: $(OVERLAY_TRN2)/.installed
+
+# The torchtitan window's lanes (docs/trn2-walkthrough.md, "The torchtitan window"): each upstream snapshot of
+# $(UPSTREAM_SNAPSHOTS) installed beside the cpu venv, once per content key, with what it requires that the venv lacks
+# (tests/upstream/overlays.py); tests/upstream/ renders, checks and trains each against the docs' table (make test
+# runs them too). A snapshot not in the folder skips its lane with a message.
+UPSTREAM_SNAPSHOTS ?= ../shared/upstream/torchtitan
+overlays-upstream: setup
+	TITANFLOW_UPSTREAM_SNAPSHOTS=$(UPSTREAM_SNAPSHOTS) $(BIN)/python tests/upstream/overlays.py
+
+test-upstream: overlays-upstream
+	TITANFLOW_UPSTREAM_SNAPSHOTS=$(UPSTREAM_SNAPSHOTS) $(BIN)/python -m pytest -q tests/upstream $(PYTEST_ARGS)
 
 # The trn2 profile on the node (docs/install.md, "On a trn2 node"): titanflow on top of the walkthrough's
 # stack in the Neuron 2.33 DLAMI's venv, replacing none of it. PRINT=1 prints the commands only; SCENARIOS="moe ..."

@@ -194,6 +194,7 @@ def apply() -> list[str]:
     if pg_timeouts_still_needed():
         _patch_pg_timeouts()
         _APPLIED.append("pg_timeouts")
-    _patch_fsdp_reduce_op()
-    _APPLIED.append("fsdp_sum_reduction")
+    if importlib.util.find_spec("torchtitan.distributed.fsdp") is not None:  # from 2026-02-23's successors on
+        _patch_fsdp_reduce_op()
+        _APPLIED.append("fsdp_sum_reduction")
     return list(_APPLIED)

@@ -1,0 +1,71 @@
+"""One lane of the torchtitan window, run in a Python whose ``PYTHONPATH`` starts with a snapshot's overlay
+(tests/upstream/overlays.py): what the installed torchtitan does with each scenario, printed as one JSON object.
+
+    PYTHONPATH=.venv/overlays/torchtitan-<date>-<key> python tests/upstream/lane.py <out dir> [--train s1,s2]
+
+``{"distribution": [name, version], "window": titan_cfg.window.report(...) for the cpu target, "renders": {scenario:
+{"<target>/<mode>": "works" or the refusal}}, "trained": {scenario: losses or the error}}``: every scenario rendered
+for the cpu and trn2 targets in the default and the walkthrough mode (``model_spec`` "config", "walkthrough"), files
+only, as ``titanflow render`` does; each scenario of ``--train`` trained in the walkthrough mode on one rank for 2
+steps on the cpu target (the embedded tiny model, random init), as the flow's train task launches it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from titan_cfg.scenarios import SCENARIOS
+from titan_cfg.window import WindowError, report
+from titanflow.launch.render import RenderError, render
+from titanflow.launch.torchrun import TrainingError, run_training
+from titanflow.params import ScenarioRun
+from titanflow.run.checks import torchtitan_distribution
+from titanflow.run.pretrained import embedded_weights
+
+TARGETS = ("cpu", "trn2")
+MODES = ("config", "walkthrough")
+#: The training of a lane: what an assertion on the golden's leading steps needs, on one rank.
+TRAIN = {"steps": 2, "nproc_per_node": 1, "model_spec": "walkthrough"}
+
+
+def renders(out: Path) -> dict:
+    """``{scenario: {"<target>/<mode>": "works" | "<refusal>"}}`` of every scenario, files only, into ``out``."""
+    found = {}
+    for scenario in SCENARIOS:
+        weights = embedded_weights("random", SCENARIOS[scenario].model_type)
+        for target in TARGETS:
+            for mode in MODES:
+                run = ScenarioRun(scenario=scenario, target=target, model_spec=mode)
+                try:
+                    render(run, weights, out / f"{scenario}-{target}-{mode}", files_only=True)
+                    found.setdefault(scenario, {})[f"{target}/{mode}"] = "works"
+                except (RenderError, WindowError) as err:
+                    found.setdefault(scenario, {})[f"{target}/{mode}"] = f"{type(err).__name__}: {err}"
+    return found
+
+
+def train(scenario: str, out: Path) -> list[float] | str:
+    """The per-step losses of :data:`TRAIN` for ``scenario`` (or the error's text)."""
+    run = ScenarioRun(scenario=scenario, target="cpu", **TRAIN)
+    weights = embedded_weights("random", SCENARIOS[scenario].model_type)
+    try:
+        return run_training(render(run, weights, out / f"train-{scenario}"), timeout_s=900).losses
+    except (TrainingError, RenderError, WindowError) as err:
+        return f"{type(err).__name__}: {err}"[-2000:]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--train", default="")
+    args = parser.parse_args()
+    result = {"distribution": torchtitan_distribution(), "window": report("cpu", "cpu", tuple(SCENARIOS)),
+              "renders": renders(args.out),
+              "trained": {s: train(s, args.out) for s in filter(None, args.train.split(","))}}
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,120 @@
+"""The torchtitan window's lanes: each snapshot of upstream (tests/upstream/overlays.py) and the 0.3.0 release of the
+cpu venv, held to the table of docs/trn2-walkthrough.md ("The torchtitan window"): every scenario renders, or is
+refused naming the changes of titan_cfg/window.py the cell names, for the cpu and trn2 targets in both modes;
+doctor's upstream check (titan_cfg.window.report, what its Python prints) agrees; and each scenario that works is
+trained (walkthrough mode, one rank, 2 steps: tests/upstream/lane.py) on its golden's first steps.
+
+A snapshot missing from the snapshot folder skips its lane with a message saying where it was looked for. 0.3.0's
+lane trains nothing: tests/e2e/test_walkthrough_mode.py and test_scenarios.py train it in full.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from titan_cfg import window
+from titan_cfg.scenarios import SCENARIOS
+from titanflow.judge.goldens import golden_for
+from titanflow.judge.regression import load_rules
+from titanflow.paths import REPO_ROOT
+
+sys.path.insert(0, str(Path(__file__).parent))
+import overlays  # noqa: E402  (this folder's installer)
+
+#: One worker runs every lane (``--dist loadgroup``), so each lane's training runs once.
+pytestmark = pytest.mark.xdist_group("upstream-lanes")
+
+LANE = Path(__file__).parent / "lane.py"
+TABLE_TITLE = "| point | native config |"
+RELEASE = "0.3.0"  # the cpu venv's own torchtitan: no overlay
+
+
+def table() -> dict[str, dict[tuple[str, str], list[str]]]:
+    """``{point: {(scenario, mode): [the changes that refuse it]}}`` (``[]``: works) from the docs' table."""
+    lines = (REPO_ROOT / "docs" / "trn2-walkthrough.md").read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(TABLE_TITLE))
+    header = [cell.strip() for cell in lines[start].strip("|").split("|")][1:]
+    rows = {}
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        point, *cells = [cell.strip() for cell in line.strip("|").split("|")]
+        rows[point] = {tuple(column.split()): ([] if cell == "works" else cell.removeprefix("refused: ").split(", "))
+                       for column, cell in zip(header, cells)}
+    return rows
+
+
+TABLE = table()
+
+
+@pytest.fixture(scope="module", params=list(TABLE))
+def lane(request, tmp_path_factory) -> tuple[str, dict]:
+    """(point, tests/upstream/lane.py's answer) for one point of the table, its overlay first on the path."""
+    point = request.param
+    path = [str(REPO_ROOT)]
+    if point != RELEASE:
+        archive = overlays.snapshots().get(point)
+        if archive is None:
+            pytest.skip(f"the torchtitan snapshot of {point} is not in {overlays.snapshot_folder()} (set "
+                        "TITANFLOW_UPSTREAM_SNAPSHOTS to the folder of torchtitan-<date>-<commit>.tar.gz): lane skipped")
+        path.insert(0, str(overlays.install(archive)))
+    rows = TABLE[point]
+    train = [s for s in SCENARIOS if not rows[(s, "walkthrough")]] if point != RELEASE else []
+    out = tmp_path_factory.mktemp(f"lane-{point}")
+    done = subprocess.run([sys.executable, str(LANE), str(out), "--train", ",".join(train)], capture_output=True,
+                          text=True, timeout=1800, check=False,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(path)})
+    assert done.returncode == 0, done.stderr[-4000:]
+    return point, json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_the_table_covers_every_scenario_mode_and_snapshot():
+    assert {key for row in TABLE.values() for key in row} == {(s, m) for s in SCENARIOS
+                                                              for m in ("config", "walkthrough")}
+    assert set(overlays.snapshots()) <= set(TABLE), "a snapshot without its row in docs/trn2-walkthrough.md"
+    assert set(window.CHECKED_ON) == set(TABLE)
+    assert {key for row in TABLE.values() for keys in row.values() for key in keys} <= {c.key for c in window.CHANGES}
+
+
+def test_every_render_works_or_is_refused_as_the_table_says(lane):
+    point, found = lane
+    for (scenario, mode), keys in TABLE[point].items():
+        for target in ("cpu", "trn2"):
+            got = found["renders"][scenario][f"{target}/{mode}"]
+            if not keys:
+                assert got == "works", (point, scenario, mode, target, got)
+            else:  # an environment failure naming each change with its date, never bad input
+                assert got.startswith(f"WindowError: this torchtitan cannot serve the {scenario} scenario: "), got
+                assert [line for line in (window.change(k).refusal() for k in keys) if line not in got] == []
+
+
+def test_doctors_upstream_check_refuses_exactly_what_the_table_refuses(lane):
+    point, found = lane
+    for scenario, row in found["window"]["scenarios"].items():
+        keys = TABLE[point][(scenario, "config")]
+        assert row["refusals"] == [window.change(k).refusal() for k in keys], (point, scenario)
+        if not keys:
+            assert row["missing"] == {}, (point, scenario)
+    assert found["distribution"][0] == "torchtitan" and found["window"]["position"].startswith("resembles upstream")
+
+
+def test_each_scenario_that_works_trains_its_first_steps_on_the_golden(lane):
+    """Step 1 (the loss before any update: the model's init and the first batch) within the golden_curve rule's
+    margin of the golden's step 1; step 2 (after one update, whose learning rate a 2-step run's warm-up sets
+    otherwise than the golden's 10 steps) within its band."""
+    point, found = lane
+    (rule,) = [r for r in load_rules().rules if r.kind == "golden_curve"]
+    for scenario, losses in found["trained"].items():
+        assert isinstance(losses, list) and len(losses) == 2 and all(map(math.isfinite, losses)), (point, losses)
+        golden = (golden_for(scenario, "cpu", "random", None, model_spec="walkthrough")
+                  or golden_for(scenario, "cpu", "random", None))  # hf_backend: the default mode's (docs)
+        first = [golden.losses[1], golden.losses[2]]
+        assert abs(losses[0] - first[0]) <= rule.margin, (point, scenario, losses, first)
+        assert abs(losses[1] - first[1]) <= rule.band, (point, scenario, losses, first)
