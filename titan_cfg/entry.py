@@ -17,7 +17,7 @@ import os
 import sys
 from pathlib import Path
 
-from titan_cfg import first_batch, forms, probe
+from titan_cfg import first_batch, forms, probe, window
 from titan_cfg.compat import apply as apply_compat
 from titan_cfg.compat.cpu import make_importable_without_triton
 from titan_cfg.job import JOB_ENV, Job
@@ -31,6 +31,11 @@ def prepare() -> tuple[Job, tuple[str, ...]]:
     torchtitan's trainer; returns (the job, the names of the patches applied). Once per process: a forked rank
     inherits the launcher's call and its patches."""
     job = Job.read(Path(os.environ[JOB_ENV]))
+    if TARGETS[job.target]().device == "neuron":
+        # Registers the neuron device and its collectives with torch before anything is built, as Neuron's
+        # torch.distributed guide does; torch's backend autoload would do it on `import torch`, but torch-neuronx's own
+        # Qwen3 tutorial turns that off (TORCH_DEVICE_BACKEND_AUTOLOAD=0), and torchtitan's own models never import it.
+        import torch_neuronx  # noqa: F401
     applied = apply_compat(TARGETS[job.target]().node, SCENARIOS[job.scenario].compat)  # trn2-cluster: trn2's
     make_importable_without_triton()
     import torchtitan.train  # noqa: F401  (imported here so that a launcher that forks ranks shares it)
@@ -42,8 +47,12 @@ def main() -> None:
     """torchrun entry: compat for the job's target (:func:`prepare`), the parity probe and the step-1 batch record
     (titan_cfg.first_batch), then torchtitan's trainer main."""
     job, applied = prepare()
-    if applied and os.environ.get("RANK", "0") == "0":
-        print(f"titanflow: compat patches applied: {', '.join(applied)}", flush=True)
+    if os.environ.get("RANK", "0") == "0":
+        if applied:
+            print(f"titanflow: compat patches applied: {', '.join(applied)}", flush=True)
+        # what decides the window's open rows on a node's first run (titan_cfg.window.record_install)
+        print(f"titanflow: {window.record_install(Path(job.dump_folder) / window.INSTALL_FILE, seed=job.seed)}",
+              flush=True)
     from torchtitan.train import main as torchtitan_main
 
     probe.install(Path(job.weights_dir), Path(job.dump_folder), tied_checkpoint=job.tied)

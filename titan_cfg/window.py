@@ -17,6 +17,7 @@ are upstream's first-parent history (pytorch/torchtitan).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 from titan_cfg import upstream
@@ -281,3 +282,29 @@ def report(target_node: str, device: str, scenarios: tuple[str, ...]) -> dict:
         names = upstream.names_for(device, name)
         rows[name] = {"missing": upstream.missing(device, names), "wanted": len(names), "refusals": refusals(name, found)}
     return {"present": found, "position": position(found), "adapted_to": adapted_to(found), "scenarios": rows}
+
+
+#: The file, in a run's train folder, where rank 0 records the torchtitan it trained with (:func:`record_install`).
+INSTALL_FILE = "torchtitan_install.json"
+
+
+def record_install(path: Path, seed: int | None) -> str:
+    """Write ``path`` (JSON): the distribution that provides ``torchtitan`` (name, version, where), where it sits in
+    the window, the changes it has (:func:`present`), the forms titanflow adapts to, and the run's ``seed``; the step-1
+    batch with its positions (whether the install's data loader yields per-document positions, and the document mask
+    titanflow trains with) is titan_cfg.first_batch's. Returns the one line a log gets. On a node's first run these
+    settle what cannot be read here (docs/trn2-walkthrough.md, "The torchtitan window")."""
+    import importlib.metadata
+    import importlib.util
+    import json
+
+    where = Path(importlib.util.find_spec("torchtitan").origin).parent
+    names = importlib.metadata.packages_distributions().get("torchtitan", [])
+    found = present()
+    installed = {"distributions": {n: importlib.metadata.version(n) for n in dict.fromkeys(names)},
+                 "where": str(where), "position": position(found), "present": found,
+                 "adapted_to": adapted_to(found), "seed": seed}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(installed, indent=1) + "\n")
+    dists = ", ".join(f"{n} {v}" for n, v in installed["distributions"].items()) or "no distribution"
+    return f"torchtitan at {where} ({dists}) {installed['position']}; recorded in {path.name}"

@@ -69,7 +69,26 @@ run "$PY" -m pip install -c "$PROFILE/constraints.txt" -r "$PROFILE/requirements
 # 5. Nothing installed contradicts anything else, then every check of the node (versions, the fork, the names
 #    titanflow takes from it, devices, LNC, the kernel, weights, data, cache, disk) with its fix: for each scenario
 #    asked for, the run of that scenario (its weights: titan_cfg.scenarios.ON_NODE), else doctor's default, native.
-run "$PY" -m pip check
+# pip check lists every conflict of the venv; the Neuron DLAMI's venv may carry some of its own, which are not this
+# script's to fix: it stops only on those that name a package it installed (the constraints' and requirements' names,
+# torch-neuronx, neuronx-cc, nki, the fork, titanflow) and lists the others.
+if [[ -z $PRINT ]]; then
+    ours=$(sed -e 's/#.*//' -e 's/[<>=!~ ;\[].*//' "$PROFILE/constraints.txt" "$PROFILE/requirements.txt" | grep -v '^$' \
+        | tr 'A-Z_' 'a-z-'; printf '%s\n' torch-neuronx neuronx-cc nki torchtitan torchtitan-neuron titanflow)
+    conflicts=$("$PY" -m pip check 2>&1 || true)
+    [[ $conflicts == "No broken requirements found." ]] && conflicts=""
+    mine=$(printf '%s\n' "$conflicts" | awk 'NF' | while read -r line; do
+        for name in $ours; do [[ $(tr 'A-Z_' 'a-z-' <<<"$line") =~ (^|[^a-z0-9-])$name([^a-z0-9-]|$) ]] && { echo "$line"; break; }; done
+    done)
+    others=$(printf '%s\n' "$conflicts" | grep -vxF -f <(printf '%s\n' "$mine") | awk 'NF' || true)
+    [[ -n $others ]] && printf 'setup.sh: conflicts already in this venv, left as they are:\n%s\n' "$others" >&2
+    if [[ -n $mine ]]; then
+        printf 'setup.sh: conflicts with what this script installed:\n%s\n' "$mine" >&2
+        exit 1
+    fi
+else
+    run "$PY" -m pip check
+fi
 if ((${#SCENARIOS[@]} == 0)); then
     run "$VENV/bin/titanflow" doctor --target trn2
 else

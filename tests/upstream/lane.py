@@ -4,7 +4,7 @@
     PYTHONPATH=.venv/overlays/torchtitan-<date>-<key> python tests/upstream/lane.py <out dir> [--train s1,s2]
 
 ``{"distribution": [name, version], "window": titan_cfg.window.report(...) for the cpu target, "renders": {scenario:
-{"<target>/<mode>": "works" or the refusal}}, "trained": {scenario: losses or the error}}``: every scenario rendered
+{"<target>/<mode>": "works" or the refusal}}, "trained": {scenario: {"losses": ..., "install": ...} or the error}}``: every scenario rendered
 for the cpu and trn2 targets in the default and the walkthrough mode (``model_spec`` "config", "walkthrough"), files
 only, as ``titanflow render`` does; each scenario of ``--train`` trained in the walkthrough mode on one rank for 2
 steps on the cpu target (the embedded tiny model, random init), as the flow's train task launches it.
@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 
 from titan_cfg.scenarios import SCENARIOS
-from titan_cfg.window import WindowError, report
+from titan_cfg.window import INSTALL_FILE, WindowError, report
 from titanflow.launch.render import RenderError, render
 from titanflow.launch.torchrun import TrainingError, run_training
 from titanflow.params import ScenarioRun
@@ -46,14 +46,17 @@ def renders(out: Path) -> dict:
     return found
 
 
-def train(scenario: str, out: Path) -> list[float] | str:
-    """The per-step losses of :data:`TRAIN` for ``scenario`` (or the error's text)."""
+def train(scenario: str, out: Path) -> dict | str:
+    """``{"losses": per-step losses, "install": what rank 0 recorded of the torchtitan it trained with
+    (titan_cfg.window.record_install)}`` of :data:`TRAIN` for ``scenario``, or the error's text."""
     run = ScenarioRun(scenario=scenario, target="cpu", **TRAIN)
     weights = embedded_weights("random", SCENARIOS[scenario].model_type)
     try:
-        return run_training(render(run, weights, out / f"train-{scenario}"), timeout_s=900).losses
+        result = run_training(render(run, weights, out / f"train-{scenario}"), timeout_s=900)
     except (TrainingError, RenderError, WindowError) as err:
         return f"{type(err).__name__}: {err}"[-2000:]
+    recorded = out / f"train-{scenario}" / "train" / INSTALL_FILE
+    return {"losses": result.losses, "install": json.loads(recorded.read_text())}
 
 
 def main() -> None:

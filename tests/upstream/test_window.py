@@ -111,8 +111,13 @@ def test_each_scenario_that_works_trains_its_first_steps_on_the_golden(lane):
     otherwise than the golden's 10 steps) within its band."""
     point, found = lane
     (rule,) = [r for r in load_rules().rules if r.kind == "golden_curve"]
-    for scenario, losses in found["trained"].items():
-        assert isinstance(losses, list) and len(losses) == 2 and all(map(math.isfinite, losses)), (point, losses)
+    for scenario, trained in found["trained"].items():
+        assert isinstance(trained, dict), (point, scenario, trained)
+        losses = trained["losses"]
+        assert len(losses) == 2 and all(map(math.isfinite, losses)), (point, losses)
+        # rank 0 recorded the torchtitan it trained with: the snapshot, where doctor places it in the window
+        assert trained["install"]["position"] == found["window"]["position"]
+        assert trained["install"]["distributions"] == {"torchtitan": found["distribution"][1]}
         golden = (golden_for(scenario, "cpu", "random", None, model_spec="walkthrough")
                   or golden_for(scenario, "cpu", "random", None))  # hf_backend: the default mode's (docs)
         first = [golden.losses[1], golden.losses[2]]
