@@ -98,21 +98,27 @@ def _preflighted(args: argparse.Namespace, *, launch: bool):
 def print_summary(summary: RunSummary, run_dir: Path | None = None) -> None:
     """A short human table of a run's summary; with its folder ``run_dir``, the folder (summary.json, train.log and the
     rest: docs/scenario-run.md, "The run folder"), and for a failed run its failure class as the history records it
-    (titanflow.record.history.run_failure_class)."""
+    (titanflow.record.history.run_failure_class). A failed task is said by its cause, fix and log paths
+    (titanflow.record.failure_text.explain), never by its tracebacks: those stay in summary.json and the logs."""
     rows = [("run", summary.run_id)] + ([("folder", str(run_dir))] if run_dir is not None else [])
     rows += [("verdict", summary.verdict)]
+    failure_class = None
     if summary.verdict == "fail" and run_dir is not None:
         from titanflow.record.history import run_failure_class
 
-        rows += [("failure class", run_failure_class(summary, run_dir))]
+        failure_class = run_failure_class(summary, run_dir)
+        rows += [("failure class", failure_class)]
     if summary.loss:
         rows += [("first-step loss", f"{summary.loss.first_step_loss:.4f}"),
                  ("expected", f"{summary.loss.expected_first_step_loss:.4f} +- {summary.loss.tolerance}"),
                  ("reason", summary.reason or "")]
-    if summary.failed_task:
-        error = summary.error or ""
-        rows += [("failed task", summary.failed_task), ("error", error if len(error) <= 600 else
-                                                        f"{error[:200]} ... {error[-400:]}")]
+    if summary.failed_task:  # the cause and the fix; the whole error (tracebacks) stays in summary.json and the logs
+        from titanflow.record.failure_text import explain
+
+        said = explain(summary.error, failure_class, run_dir)
+        rows += [("failed task", summary.failed_task), ("cause", said.cause)]
+        rows += [("fix", said.fix)] if said.fix else []
+        rows += [("logs", ", ".join(said.logs))] if said.logs else []
     if summary.cancelled:
         rows += [("cancelled", summary.reason or summary.cancelled.cause)]
     if summary.first_non_finite_step is not None:
