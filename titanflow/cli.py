@@ -217,10 +217,12 @@ def _interrupted_before_summary(run_dir: Path, stop: BaseException) -> int:
 def _with_api(call, imports: tuple[str, ...] = ()) -> tuple[bool, object]:
     """``(True, call())`` against ``PREFECT_API_URL``, or against a temporary local server started for
     the call when it is unset (the modules ``imports`` are imported while it starts, with its URL already set);
-    ``(False, None)`` after saying so when the given API does not answer."""
+    ``(False, None)`` after saying so when the given API does not answer, or the temporary server cannot start (a
+    database a newer Prefect migrated, refused before it starts: titanflow.prefect_ops.database_revision)."""
     for key, value in PREFECT_DEFAULTS.items():
         os.environ.setdefault(key, value)
-    from titanflow.prefect_ops.local_server import api_healthy, prefect_home, temporary_server
+    from titanflow.prefect_ops.database_revision import NewerDatabase
+    from titanflow.prefect_ops.local_server import ServerError, api_healthy, prefect_home, temporary_server
 
     if os.environ.get("PREFECT_API_URL"):
         if not api_healthy(os.environ["PREFECT_API_URL"]):
@@ -236,7 +238,13 @@ def _with_api(call, imports: tuple[str, ...] = ()) -> tuple[bool, object]:
             importlib.import_module(module)
 
     try:
-        with temporary_server(prefect_home() / "titanflow-server.log", while_starting=while_starting) as api_url:
+        with contextlib.ExitStack() as started:
+            try:  # the server's own start only: an error of the call is the call's
+                api_url = started.enter_context(temporary_server(prefect_home() / "titanflow-server.log",
+                                                                 while_starting=while_starting))
+            except (NewerDatabase, ServerError) as err:
+                print(f"titanflow: {err}", file=sys.stderr)
+                return False, None
             from prefect.settings import PREFECT_API_URL, temporary_settings
 
             with temporary_settings({PREFECT_API_URL: api_url}):
