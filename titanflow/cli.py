@@ -129,6 +129,8 @@ def print_summary(summary: RunSummary, run_dir: Path | None = None) -> None:
         if (summary.train.attempts or 1) > 1:  # the train task's retries (titanflow.tasks.retry) relaunched it
             rows += [("training launches", f"{summary.train.attempts} (retried or resumed; train.log has every "
                                            f"launch's output)")]
+        if summary.train.set_aside:  # damaged step checkpoints the last launch went past (titanflow.launch.resume)
+            rows += [("set aside", "; ".join(summary.train.set_aside))]
     if summary.parameters.get("model_spec") == "walkthrough":  # its own goldens and history (docs/trn2-walkthrough.md)
         rows += [("mode", "walkthrough (--model-spec walkthrough: the walkthrough's settings)")]
     parity = summary.validation.parity if summary.validation else None

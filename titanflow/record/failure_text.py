@@ -28,6 +28,10 @@ MAX_CAUSE_CHARS = 240
 FIXES: dict[str, str] = {
     "input": "correct the input the cause names (a field, the weights, a checkpoint); the same input fails the same "
              "way, so it is not retried",
+    "checkpoint": "titanflow run --resume {run_id} goes on from the newest intact step checkpoint; the damaged ones "
+                  "are kept under checkpoint/set-aside",
+    "environment": "titanflow doctor names the upstream change the installed torchtitan lacks for this scenario; "
+                   "install one inside the window titan_cfg/window.py lists",
     "disk_full": "free space on the runs folder's disk, or pass --runs-dir on a larger disk",
     "out_of_memory": OUT_OF_MEMORY_FIX.removeprefix("fix: "),
     "infrastructure": "check the machine in the rank logs (a port in use, a rank killed from outside, a timeout), "
