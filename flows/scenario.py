@@ -124,6 +124,7 @@ def qwen3_scenario(
     runs_dir: str | None = None,
     run_id: str | None = None,
     resume: str | None = None,
+    from_step_1: bool | None = None,
 ) -> dict:
     """Run one Qwen3 scenario; returns the summary (``runs/<id>/summary.json``) as a dict, plus its path
     under ``summary``.
@@ -139,7 +140,7 @@ def qwen3_scenario(
             global_batch_size=global_batch_size, seq_len=seq_len, nnodes=nnodes, nproc_per_node=nproc_per_node,
             scheduler=scheduler, lr=lr, warmup_steps=warmup_steps, seed=seed, export_dtype=export_dtype,
             compile=compile, kernels=kernels, timeout_s=timeout_s, runs_dir=runs_dir, run_id=run_id,
-            resume=resume) as session:
+            resume=resume, from_step_1=from_step_1) as session:
         run, summary, model_type = session.run, session.summary, SCENARIOS[session.run.scenario].model_type
         embedded_pretrained = run.init == "pretrained" and run.weights is None  # pretrains the embedded checkpoint
         with session.task(pull_weights, holds_node=embedded_pretrained):

@@ -98,21 +98,27 @@ def _preflighted(args: argparse.Namespace, *, launch: bool):
 def print_summary(summary: RunSummary, run_dir: Path | None = None) -> None:
     """A short human table of a run's summary; with its folder ``run_dir``, the folder (summary.json, train.log and the
     rest: docs/scenario-run.md, "The run folder"), and for a failed run its failure class as the history records it
-    (titanflow.record.history.run_failure_class)."""
+    (titanflow.record.history.run_failure_class). A failed task is said by its cause, fix and log paths
+    (titanflow.record.failure_text.explain), never by its tracebacks: those stay in summary.json and the logs."""
     rows = [("run", summary.run_id)] + ([("folder", str(run_dir))] if run_dir is not None else [])
     rows += [("verdict", summary.verdict)]
+    failure_class = None
     if summary.verdict == "fail" and run_dir is not None:
         from titanflow.record.history import run_failure_class
 
-        rows += [("failure class", run_failure_class(summary, run_dir))]
+        failure_class = run_failure_class(summary, run_dir)
+        rows += [("failure class", failure_class)]
     if summary.loss:
         rows += [("first-step loss", f"{summary.loss.first_step_loss:.4f}"),
                  ("expected", f"{summary.loss.expected_first_step_loss:.4f} +- {summary.loss.tolerance}"),
                  ("reason", summary.reason or "")]
-    if summary.failed_task:
-        error = summary.error or ""
-        rows += [("failed task", summary.failed_task), ("error", error if len(error) <= 600 else
-                                                        f"{error[:200]} ... {error[-400:]}")]
+    if summary.failed_task:  # the cause and the fix; the whole error (tracebacks) stays in summary.json and the logs
+        from titanflow.record.failure_text import explain
+
+        said = explain(summary.error, failure_class, run_dir)
+        rows += [("failed task", summary.failed_task), ("cause", said.cause)]
+        rows += [("fix", said.fix)] if said.fix else []
+        rows += [("logs", ", ".join(said.logs))] if said.logs else []
     if summary.cancelled:
         rows += [("cancelled", summary.reason or summary.cancelled.cause)]
     if summary.first_non_finite_step is not None:
@@ -123,6 +129,8 @@ def print_summary(summary: RunSummary, run_dir: Path | None = None) -> None:
         if (summary.train.attempts or 1) > 1:  # the train task's retries (titanflow.tasks.retry) relaunched it
             rows += [("training launches", f"{summary.train.attempts} (retried or resumed; train.log has every "
                                            f"launch's output)")]
+        if summary.train.set_aside:  # damaged step checkpoints the last launch went past (titanflow.launch.resume)
+            rows += [("set aside", "; ".join(summary.train.set_aside))]
     if summary.parameters.get("model_spec") == "walkthrough":  # its own goldens and history (docs/trn2-walkthrough.md)
         rows += [("mode", "walkthrough (--model-spec walkthrough: the walkthrough's settings)")]
     parity = summary.validation.parity if summary.validation else None
@@ -211,10 +219,12 @@ def _interrupted_before_summary(run_dir: Path, stop: BaseException) -> int:
 def _with_api(call, imports: tuple[str, ...] = ()) -> tuple[bool, object]:
     """``(True, call())`` against ``PREFECT_API_URL``, or against a temporary local server started for
     the call when it is unset (the modules ``imports`` are imported while it starts, with its URL already set);
-    ``(False, None)`` after saying so when the given API does not answer."""
+    ``(False, None)`` after saying so when the given API does not answer, or the temporary server cannot start (a
+    database a newer Prefect migrated, refused before it starts: titanflow.prefect_ops.database_revision)."""
     for key, value in PREFECT_DEFAULTS.items():
         os.environ.setdefault(key, value)
-    from titanflow.prefect_ops.local_server import api_healthy, prefect_home, temporary_server
+    from titanflow.prefect_ops.database_revision import NewerDatabase
+    from titanflow.prefect_ops.local_server import ServerError, api_healthy, prefect_home, temporary_server
 
     if os.environ.get("PREFECT_API_URL"):
         if not api_healthy(os.environ["PREFECT_API_URL"]):
@@ -230,7 +240,13 @@ def _with_api(call, imports: tuple[str, ...] = ()) -> tuple[bool, object]:
             importlib.import_module(module)
 
     try:
-        with temporary_server(prefect_home() / "titanflow-server.log", while_starting=while_starting) as api_url:
+        with contextlib.ExitStack() as started:
+            try:  # the server's own start only: an error of the call is the call's
+                api_url = started.enter_context(temporary_server(prefect_home() / "titanflow-server.log",
+                                                                 while_starting=while_starting))
+            except (NewerDatabase, ServerError) as err:
+                print(f"titanflow: {err}", file=sys.stderr)
+                return False, None
             from prefect.settings import PREFECT_API_URL, temporary_settings
 
             with temporary_settings({PREFECT_API_URL: api_url}):

@@ -194,6 +194,9 @@ class ScenarioRun(BaseModel):
     resume: str | None = Field(None, pattern=RUN_ID_PATTERN, max_length=RUN_ID_MAX, description="the id of a failed, "
                                "cancelled or killed run to continue in its own folder, from its newest complete step "
                                "checkpoint (titanflow.run.resume); its parameters are kept: give none that change the job")
+    from_step_1: bool = Field(False, description="true | false: with resume, when every complete step checkpoint of "
+                              "the run is damaged (each set aside, titanflow.launch.step_checkpoint), train it again from "
+                              "step 1 instead of refusing")
     tolerances: Tolerances = Tolerances()
 
     @field_validator("scenario", "target")
@@ -319,6 +322,9 @@ class ScenarioRun(BaseModel):
         if self.warmup_steps is not None and self.warmup_steps > self.steps:
             yield f"warmup_steps: {self.warmup_steps} exceeds steps {self.steps}; fix: pass at most {self.steps}"
         check_resumed_id(self.resume, self.run_id)
+        if self.from_step_1 and self.resume is None:
+            yield ("from_step_1: true without resume; a new run starts at step 1 anyway; fix: drop --from-step-1, or "
+                   "pass --resume <run-id> with it")
 
     def _shape_problems(self) -> Iterator[str]:
         """The sequence length against the scenario's loss chunks, and each chosen kernel against the shapes and the

@@ -23,8 +23,8 @@ Verdict = Literal["pass", "fail", "cancelled"]
 LossOutcome = Literal["pass", "fail"]
 
 #: Why a run failed; the order is the order of the checks on a root cause (titanflow.judge.failures).
-FailureClass = Literal["input", "environment", "disk_full", "out_of_memory", "infrastructure", "compile", "numerics",
-                       "export_validation"]
+FailureClass = Literal["input", "checkpoint", "environment", "disk_full", "out_of_memory", "infrastructure", "compile",
+                       "numerics", "export_validation"]
 
 #: A rule's class: a failure class (the loss curve's is numerics), or performance (slower, larger).
 FindingClass = Literal["performance"] | FailureClass
@@ -122,6 +122,8 @@ class TrainResult(BaseModel):
                                           "from (titanflow.launch.resume); None: it started at step 1")
     attempts: int | None = Field(None, description="launches of this run's training, the last included (a retry "
                                  "relaunches); None: a summary written before launches were counted")
+    set_aside: list[str] = Field(default_factory=list, description="damaged step checkpoints the last launch set "
+                                 "aside before it resumed, each as where it went and why (titanflow.launch.resume)")
 
 
 def non_finite_steps(losses: list[float] | None) -> list[int]:

@@ -8,12 +8,15 @@ memory cgroup of its own.
   what happened (titanflow.paths: the run folder's reserve gives the record room).
 - A rank over its memory limit is ended by the kernel's out-of-memory killer: ``out_of_memory``, the rank named with
   its resident set and the fix, not retried (titanflow.launch.oom).
+- Either way the printed summary says the cause, the fix and the logs, and no traceback (titanflow.record.failure_text);
+  the tracebacks stay in summary.json, the logs it names and the Prefect log.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import subprocess
 import time
 from collections.abc import Iterator
@@ -24,6 +27,7 @@ from helpers.memory_cgroup import limited_cgroup
 from helpers.run_processes import logged_steps, rank_process, wait_until
 from helpers.terminal import TITANFLOW
 
+from titanflow.launch.oom import FIX
 from titanflow.launch.resume import launches
 
 pytestmark = pytest.mark.fault
@@ -85,8 +89,9 @@ def test_a_disk_that_fills_during_training_ends_the_run_as_disk_full_with_its_re
 
     history = tmp_path / "history"  # on another disk: the history row is written whatever the runs folder holds
     run_dir = fillable_filesystem / "full"
+    prefect_log = open(tmp_path / "prefect.log", "w")  # stderr: the Prefect log, every line of it
     proc = subprocess.Popen([str(TITANFLOW), "run", "native", "--target", "cpu", "--runs-dir", str(fillable_filesystem),
-                             "--run-id", "full"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             "--run-id", "full"], stdout=subprocess.PIPE, stderr=prefect_log, text=True,
                             env=_env(PREFECT_API_URL=prefect_api, TITANFLOW_HISTORY=str(history)))
     try:
         wait_until(lambda: len(logged_steps(run_dir / "train.log")) >= 1, 600, "step 1")
@@ -97,6 +102,7 @@ def test_a_disk_that_fills_during_training_ends_the_run_as_disk_full_with_its_re
         output, _ = proc.communicate(timeout=900)
     finally:
         proc.kill()
+        prefect_log.close()
     print(f"\n{output[-3000:]}")
     assert proc.returncode == 1
     summary = read_summary(run_dir / "summary.json")
@@ -110,6 +116,18 @@ def test_a_disk_that_fills_during_training_ends_the_run_as_disk_full_with_its_re
     assert (row.run_id, row.verdict, row.failure_class) == ("full", "fail", "disk_full")
     assert len(launches(run_dir / "train.log")) == 1  # not retried: the same run would fill the same disk
     assert "disk_full" in output and "No space left on device" in output
+    _assert_cause_not_tracebacks(output, run_dir, "free space there, or pass --runs-dir on a larger disk")
+    assert any("Traceback" in log.read_text() for log in (run_dir / "train" / "ranks").rglob("stderr.log"))  # kept
+
+
+def _assert_cause_not_tracebacks(summary_text: str, run_dir: Path, fix: str) -> None:
+    """The printed summary (stdout; titanflow.record.failure_text) says the cause, the fix and the logs, and no
+    traceback: neither torch elastic's ChildFailedError block nor a rank's."""
+    assert "Traceback" not in summary_text and "ChildFailedError" not in summary_text, summary_text
+    assert re.search(r"^cause +train: torchrun exited 1; ", summary_text, re.MULTILINE), summary_text
+    assert re.search(rf"^fix +{re.escape(fix)}$", summary_text, re.MULTILINE), summary_text
+    logs = f"{run_dir / 'train.log'}, {run_dir / 'train' / 'ranks'}, {run_dir / 'summary.json'}"
+    assert re.search(rf"^logs +{re.escape(logs)}$", summary_text, re.MULTILINE), summary_text
 
 
 def test_a_rank_over_its_memory_limit_is_out_of_memory_and_not_retried(tmp_path, prefect_api):
@@ -120,8 +138,9 @@ def test_a_rank_over_its_memory_limit_is_out_of_memory_and_not_retried(tmp_path,
     from titanflow.record.summary import read_summary
 
     history, run_dir = tmp_path / "history", tmp_path / "runs" / "oom"
+    prefect_log = open(tmp_path / "prefect.log", "w")  # stderr: the Prefect log, every line of it
     proc = subprocess.Popen([str(TITANFLOW), "run", "native", "--target", "cpu", "--runs-dir", str(tmp_path / "runs"),
-                             "--run-id", "oom"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             "--run-id", "oom"], stdout=subprocess.PIPE, stderr=prefect_log, text=True,
                             env=_env(PREFECT_API_URL=prefect_api, TITANFLOW_HISTORY=str(history)))
     try:
         with limited_cgroup(64 * 2**20) as folder:
@@ -132,6 +151,7 @@ def test_a_rank_over_its_memory_limit_is_out_of_memory_and_not_retried(tmp_path,
             output, _ = proc.communicate(timeout=900)
     finally:
         proc.kill()
+        prefect_log.close()
     print(f"\n{output[-3000:]}")
     summary = read_summary(run_dir / "summary.json")
     assert (summary.verdict, summary.failed_task) == ("fail", "train")
@@ -141,3 +161,5 @@ def test_a_rank_over_its_memory_limit_is_out_of_memory_and_not_retried(tmp_path,
     (row,) = read_history(history_dir=history).itertuples()
     assert (row.verdict, row.failure_class) == ("fail", "out_of_memory")
     assert len(launches(run_dir / "train.log")) == 1  # not retried
+    _assert_cause_not_tracebacks(output, run_dir, FIX.removeprefix("fix: "))
+    assert re.search(r"^cause .*killed by the kernel's out-of-memory killer at a resident set of ", output, re.MULTILINE)

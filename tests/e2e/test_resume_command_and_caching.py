@@ -1,7 +1,9 @@
 """Resume a run and task caching (issue 11), with real `titanflow run` commands against one Prefect server:
 
 - a run whose `titanflow run` process is SIGKILLed mid-training (a node reboot, an OOM kill of the flow) is
-  continued by `titanflow run --resume <id>` in its own folder, and its loss curve is the uninterrupted golden;
+  continued by `titanflow run --resume <id>` in its own folder, past its damaged step checkpoints (one the ranks
+  cannot load: class checkpoint; a truncated and a missing shard: set aside before the launch), and its loss curve is
+  the uninterrupted golden;
 - an identical re-run answers pull_weights, torchtitan's config and compile_warmup from Prefect's cache;
 - a run stopped by SIGTERM and resumed twice talks to no Prefect server but its commands' own, and leaves none.
 """
@@ -9,6 +11,7 @@
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -26,10 +29,10 @@ from titanflow.record.summary import read_summary
 pytestmark = pytest.mark.fault
 
 TITANFLOW = Path(sys.executable).parent / "titanflow"
-#: A full-state save every 3 steps of the default 10-step run (3, 6, 9); the flow is killed once step 5 is
-#: logged, during step 6 (2.5-10 s a step on 2 busy cores; a save comes after its step's line), so step 3 is
-#: the newest complete step checkpoint.
-INTERVAL, KILL_AFTER_STEP = 3, 5
+#: A full-state save every 2 steps of the default 10-step run; the flow is killed once step 5 is logged, during step 6
+#: (2.5-10 s a step on 2 busy cores; a save comes after its step's line), so steps 2 and 4 are the complete saves
+#: (torchtitan keeps the newest 2: 4 and 6, or 6 and 8, when the ranks completed a later save before the kill).
+INTERVAL, KILL_AFTER_STEP = 2, 5
 
 
 def _env(api: str, **extra: str) -> dict:
@@ -56,20 +59,39 @@ def _flow_run_state(api: str, flow_run_id: str):
         return client.read_flow_run(flow_run_id).state
 
 
+def _resume(tmp_path: Path, api: str) -> tuple[subprocess.CompletedProcess, float]:
+    """``titanflow run --resume killed``: its output and wall seconds."""
+    started = time.monotonic()
+    proc = subprocess.run([str(TITANFLOW), "run", "--resume", "killed", "--runs-dir", str(tmp_path)],
+                          check=False, capture_output=True, text=True, timeout=900, env=_env(api))
+    return proc, time.monotonic() - started
+
+
 def test_a_run_killed_mid_training_is_continued_by_resume_and_its_curve_is_the_golden(tmp_path, prefect_api):
-    """`titanflow run native --target cpu --checkpoint-interval 3` (the golden workload, 10 steps) is SIGKILLed once
-    step 5 is logged: its ranks die with it, summary.json keeps the record written at the start (no verdict).
-    `titanflow run --resume killed` continues it in the same folder: pull_weights, render_config and
-    compile_warmup answer from Prefect's cache, training resumes from step 3 (6 or 9 if the ranks, ended within
-    seconds of the kill, completed that save; launch 2 in train.log, whose launch 1 lines are kept), and the 10 losses equal goldens/loss_curves/native-cpu-random.curve.csv at
-    torchtitan's 5 decimals where the numerics are the golden's. summary.json and the history row say resumed
-    once, from step 3, after a run killed without a verdict."""
+    """`titanflow run native --target cpu --checkpoint-interval 2` (the golden workload, 10 steps) is SIGKILLed once
+    step 5 is logged: its ranks die with it, summary.json keeps the record written at the start (no verdict); its
+    complete saves are steps L - 2 and L (L = 4, or 6 or 8 if the ranks completed a later save before the kill).
+
+    Then its saves are damaged as a node that lost power before its file system flushed leaves them, and it is resumed
+    twice in its folder (pull_weights, render_config and compile_warmup answer from Prefect's cache):
+
+    1. step-L's rank-0 shard zero-filled at its full size (blocks allocated, never written): titanflow's check of the
+       files passes it, the ranks' DCP load fails: one launch, failure class ``checkpoint``, not retried, step-L set
+       aside (load-failed), the printed summary without a traceback;
+    2. step-L's save back (its copy taken before 1) with its shard truncated, and a later save whose shard is gone
+       (step-L's copy again, as step-(L+2): torchtitan keeps only 2 saves, so a third is a copy): both set aside before
+       the launch, which resumes from step L - 2 (launch 3 in train.log, whose launch 1 lines are kept); the 10 losses
+       equal goldens/loss_curves/native-cpu-random.curve.csv at torchtitan's 5 decimals where the numerics are the
+       golden's. summary.json and the history row say resumed twice, last from step L - 2."""
+    from helpers.dcp_saves import SHARD, truncate_shard, zero_shard
+
     from titanflow.judge.environment import environment_key
     from titanflow.judge.goldens import curve_path, read_curve
+    from titanflow.launch.resume import step_folders
     from titanflow.record import history
-    from titanflow.run.resume import newest_complete_step
 
     run_dir = tmp_path / "killed"
+    checkpoint = run_dir / "train" / "checkpoint"
     log = (tmp_path / "first.out").open("w")
     first = subprocess.Popen([str(TITANFLOW), "run", "native", "--target", "cpu", "--checkpoint-interval",
                               str(INTERVAL), "--run-id", "killed", "--runs-dir", str(tmp_path)],
@@ -89,44 +111,74 @@ def test_a_run_killed_mid_training_is_continued_by_resume_and_its_curve_is_the_g
         log.close()
     record = read_summary(run_dir / "summary.json")
     assert record.verdict is None and record.train is None  # the record written at the start, nothing after
-    # step 3's save, or a later one the ranks completed before the kill reached them (a busy machine polls the log
-    # late: step 9's was seen under load); never step 10, the end
-    left = newest_complete_step(run_dir / "train" / "checkpoint")
-    assert left in (INTERVAL, 2 * INTERVAL, 3 * INTERVAL)
+    complete = sorted(step for step, folder in step_folders(checkpoint).items() if (folder / ".metadata").is_file())
+    left = complete[-1]
+    assert left in (2 * INTERVAL, 3 * INTERVAL, 4 * INTERVAL) and complete == [left - INTERVAL, left]
+    before = left - INTERVAL
     assert _flow_run_state(prefect_api, record.flow_run_id).name == "Running"  # no worker saw it die
 
-    started = time.monotonic()
-    resumed = subprocess.run([str(TITANFLOW), "run", "--resume", "killed", "--runs-dir", str(tmp_path)],
-                             check=False, capture_output=True, text=True, timeout=900,
-                             env=_env(prefect_api))
-    resume_s = time.monotonic() - started
+    # 1. step-L's bytes wrong, its files all there: the ranks' load fails once, class checkpoint
+    copy = tmp_path / f"step-{left}.copy"
+    shutil.copytree(checkpoint / f"step-{left}", copy)
+    zero_shard(checkpoint / f"step-{left}")
+    failed, failed_s = _resume(tmp_path, prefect_api)
+    once = read_summary(run_dir / "summary.json")
+    print(f"\nresume 1 (step-{left} zero-filled): {failed_s:.0f} s\n{failed.stdout}")
+    assert failed.returncode == 1, failed.stdout[-3000:] + failed.stderr[-3000:]
+    assert (once.verdict, once.failed_task) == ("fail", "train")
+    assert f"checkpoint: checkpoint/step-{left} did not load in the ranks" in once.error
+    assert re.search(r"^failure class +checkpoint$", failed.stdout, re.MULTILINE)
+    assert re.search(rf"^cause +train: torchrun exited 1; checkpoint: checkpoint/step-{left} did not load in the "
+                     "ranks", failed.stdout, re.MULTILINE)
+    assert "Traceback" not in failed.stdout and "ChildFailedError" not in failed.stdout
+    assert [launch for launch, _ in launches(run_dir / "train.log")] == [1, 2]  # not retried
+    assert (checkpoint / "set-aside" / f"step-{left}.broken-load-failed" / ".metadata").is_file()  # kept
+    row = history.read_history().query("run_id == 'killed'")
+    assert (row.verdict.tolist(), row.failure_class.tolist()) == (["fail"], ["checkpoint"])
+
+    # 2. step-L back, truncated; a later save without its shard: both set aside, resumed from L - 2 in one launch
+    shutil.copytree(copy, checkpoint / f"step-{left}")
+    size = truncate_shard(checkpoint / f"step-{left}", keep=4096)
+    shutil.copytree(copy, checkpoint / f"step-{left + INTERVAL}")
+    missing = (checkpoint / f"step-{left + INTERVAL}" / SHARD).stat().st_size
+    (checkpoint / f"step-{left + INTERVAL}" / SHARD).unlink()
+    resumed, resume_s = _resume(tmp_path, prefect_api)
     summary = read_summary(run_dir / "summary.json")
     print(f"\nresume: first run killed after {killed_s:.0f} s at {steps_at_kill} logged steps; the resumed run "
           f"took {resume_s:.0f} s (train {summary.timings_s.get('train', float('nan')):.0f} s), cached "
-          f"{summary.cached_tasks}, timings {json.dumps(summary.timings_s)}")
+          f"{summary.cached_tasks}, timings {json.dumps(summary.timings_s)}\n{resumed.stdout}")
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
-    assert re.search(rf"^resumed +1 time\(s\), last from step {left}$", resumed.stdout, re.MULTILINE)
+    assert re.search(rf"^resumed +2 time\(s\), last from step {before}$", resumed.stdout, re.MULTILINE)
     assert summary.verdict == "pass", summary.reason
-    assert summary.run_id == "killed" and summary.flow_run_id != record.flow_run_id
-    assert summary.resumes == 1
-    (continued,) = summary.resumed
-    assert (continued.previous_flow_run_id, continued.previous_verdict, continued.from_step) == (
-        record.flow_run_id, None, left)
-    assert (summary.train.resumed_from_step, summary.train.attempts) == (left, 2)
+    assert summary.run_id == "killed" and summary.flow_run_id not in (record.flow_run_id, once.flow_run_id)
+    assert summary.resumes == 2
+    assert [(c.previous_flow_run_id, c.previous_verdict, c.from_step) for c in summary.resumed] == [
+        (record.flow_run_id, None, left), (once.flow_run_id, "fail", before)]
+    assert (summary.train.resumed_from_step, summary.train.attempts) == (before, 3)
+    assert summary.train.set_aside == [
+        f"checkpoint/step-{left + INTERVAL} -> checkpoint/set-aside/step-{left + INTERVAL}.broken-missing-shard "
+        f"({SHARD} is missing; its .metadata records {missing:,} bytes in it)",
+        f"checkpoint/step-{left} -> checkpoint/set-aside/step-{left}.broken-truncated-shard ({SHARD} has 4,096 "
+        f"bytes; its .metadata records {size:,})"]
+    assert re.search(rf"^set aside +checkpoint/step-{left + INTERVAL} -> ", resumed.stdout, re.MULTILINE)
+    assert sorted(p.name for p in (checkpoint / "set-aside").iterdir()) == sorted([
+        f"step-{left}.broken-load-failed", f"step-{left}.broken-truncated-shard",
+        f"step-{left + INTERVAL}.broken-missing-shard"])  # each kept
     assert summary.cached_tasks == ["pull_weights", "render_config", "compile_warmup"]
     assert summary.parameters["checkpoint_interval"] == INTERVAL and summary.parameters["resume"] == "killed"
-    # the resume set the killed run's flow run Crashed (its processes gone), so its training slot was free at once
-    # instead of after its lease expired (it had waited 70 s for itself)
+    # the first resume set the killed run's flow run Crashed (its processes gone), so its training slot was free at
+    # once instead of after its lease expired (it had waited 70 s for itself)
     assert _flow_run_state(prefect_api, record.flow_run_id).name == "Crashed"
     assert summary.slot_wait_s < 5
 
     lines = list(log_lines(run_dir / "train.log"))
     opened = [i for i, line in enumerate(lines) if parse_launch_line(line)]
-    assert [parse_launch_line(lines[i]) for i in opened] == [(1, None), (2, left)]
+    assert [parse_launch_line(lines[i]) for i in opened] == [(1, None), (2, left), (3, before)]
     first_launch = {row["step"]: row["loss"] for row in map(parse_step_line, lines[:opened[1]]) if row}
     assert max(first_launch) >= KILL_AFTER_STEP  # launch 1's lines are kept
+    assert not [row for row in map(parse_step_line, lines[opened[1]:opened[2]]) if row]  # launch 2 trained nothing
     curve = [f"{x:.5f}" for x in summary.losses]
-    assert len(curve) == 10 and curve[:left] == [f"{first_launch[s]:.5f}" for s in range(1, left + 1)]
+    assert len(curve) == 10 and curve[:before] == [f"{first_launch[s]:.5f}" for s in range(1, before + 1)]
     golden = read_curve(curve_path("native", "cpu", "random"))
     if golden.same_numerics(environment_key(summary.environment), None):
         assert curve == [f"{golden.losses[s]:.5f}" for s in range(1, 11)]
@@ -137,7 +189,7 @@ def test_a_run_killed_mid_training_is_continued_by_resume_and_its_curve_is_the_g
     assert [line.split(",")[0] for line in metrics[1:]] == [str(s) for s in range(1, 11)]
 
     row = history.read_history().query("run_id == 'killed'")
-    assert (row.verdict.tolist(), row.resumes.tolist(), row.resumed_from_step.tolist()) == (["pass"], [1], [left])
+    assert (row.verdict.tolist(), row.resumes.tolist(), row.resumed_from_step.tolist()) == (["pass"], [2], [before])
 
 
 def test_an_identical_rerun_answers_the_tasks_before_training_from_the_cache(tmp_path, prefect_api):

@@ -12,6 +12,7 @@ checked in this order (the first that matches wins):
 | class | signals |
 |---|---|
 | ``input`` | the root cause is a checkpoint or input that does not load: a missing or unexpected key, a shape mismatch, a damaged safetensors file, a missing file; or a rank's own ``ValueError``, ``AssertionError`` or ``IndexError`` that no signature of any class explains (:data:`RANK_REFUSAL`: a configuration or data the trainer refuses) (never retried) |
+| ``checkpoint`` | a step checkpoint a resume cannot use: the ranks could not load the one titanflow's check of its files passed (``checkpoint: checkpoint/step-N did not load in the ranks``, titanflow.launch.torchrun, which set it aside), or every complete one was set aside as damaged (``checkpoint: no intact step checkpoint is left``, titanflow.launch.resume); matched on the whole error before anything else (never retried: the same checkpoint fails the same way, and the next resume goes on from the one before it) |
 | ``environment`` | the installed torchtitan cannot serve the scenario: an API it needs is missing, or one it builds on was removed upstream (titan_cfg.window.WindowError, named with the upstream date; found before launch by the render and doctor) (never retried: the same install refuses again) |
 | ``disk_full`` | a write that found its file system full: ``No space left on device`` / errno 28 / ENOSPC, a disk quota (EDQUOT), titanflow's own ``disk full: <what> could not be written to <path>: ...`` (titanflow.paths.DiskFull) (never retried: the same run fills the same disk) |
 | ``out_of_memory`` | a rank the kernel's out-of-memory killer ended (titanflow.launch.oom adds ``killed by the kernel's out-of-memory killer`` to a SIGKILL's root cause), ``out of memory``, ``OutOfMemoryError``, ``Cannot allocate memory``, ``MemoryError`` (never retried: the same job meets the same limit) |
@@ -53,6 +54,9 @@ SIGNATURES: dict[str, list[str]] = {
         r"Missing key in checkpoint state_dict|Unexpected key\(s\) in state_dict|size mismatch for",
         r"SafetensorError|HeaderTooLarge|safetensors_rust",
         r"^FileNotFoundError|^IsADirectoryError|^ConfigError",
+    ],
+    "checkpoint": [  # titanflow's own words (titanflow.launch.torchrun, titanflow.launch.resume): on the whole error
+        r"\bcheckpoint: (?:checkpoint/step-\d+ did not load in the ranks|no intact step checkpoint is left)",
     ],
     "environment": [  # the installed torchtitan cannot serve the scenario (titan_cfg.window.WindowError)
         r"WindowError|cannot serve the \w+ scenario",
@@ -146,7 +150,8 @@ def classify_failure(*, verdict: str | None, failed_task: str | None, error: str
 
     A run failed when its ``verdict`` is "fail", a task failed, or a loss is not finite; a
     ``cancelled`` run did not fail (None), whatever it logged before it was stopped.
-    Order: the root cause ``error`` names, when a signature of any class matches it, else input when it is a
+    Order: ``checkpoint`` when ``error`` says titanflow found the step checkpoint unusable; the root cause ``error``
+    names, when a signature of any class matches it, else input when it is a
     rank's own refusal (:data:`RANK_REFUSAL`); input when ``error`` is titanflow's own refusal of the run's input
     (:data:`INPUT_REFUSAL`); then a
     signature of a machine class (:data:`MACHINE_CLASSES`, in that order) in ``error`` or ``log_tail`` (the last lines
@@ -160,6 +165,8 @@ def classify_failure(*, verdict: str | None, failed_task: str | None, error: str
     bad_steps = non_finite_steps(losses)
     if verdict != "fail" and not failed_task and not bad_steps:
         return None
+    if matching_signature(error or "", ("checkpoint",)):  # titanflow's own finding, said only when it is one
+        return "checkpoint"
     cause = root_cause(error)
     by_cause = matching_signature(cause, FAILURE_CLASSES) if cause else None
     if by_cause:

@@ -7,6 +7,11 @@ and ``runs/<id>/metrics.csv`` (step, loss, grad_norm, memory_gib, tps).
 Every launch of a run appends to ``train.log`` after its launch line, which says the step it resumes
 from (titanflow.launch.resume); ``metrics.csv`` and the result's losses are the run's curve over all its
 launches, each step once, from the launch that trained it last (titanflow.launch.metrics.metrics_table).
+
+A launch that resumed from a step checkpoint and failed inside ``torch.distributed.checkpoint`` before its first step
+(:func:`checkpoint_load_failed`: the ranks could not load what titanflow's check of its files passed, e.g. bytes a
+flush never wrote) sets that checkpoint aside (``load-failed``) and says so in its error, failure class ``checkpoint``
+(titanflow.judge.failures): never retried, and the next resume goes on from the intact one before it.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from titan_cfg.job import Job
+from titan_cfg.job import CHECKPOINT_FOLDER, Job
 from titanflow import paths
 from titanflow.launch import oom
 from titanflow.launch.kubernetes.launch import run_pods
@@ -26,8 +31,9 @@ from titanflow.launch.metrics import log_tail, run_curve
 from titanflow.launch.nodes import first_node_error, nodes_dir
 from titanflow.launch.process import ProcessResult, run_streaming
 from titanflow.launch.render import RenderedJob
-from titanflow.launch.resume import Resume, checkpoint_folder, prepare, remove_incomplete
-from titanflow.launch.root_cause import first_rank_error
+from titanflow.launch.resume import Resume, checkpoint_folder, last_launch, prepare, remove_incomplete
+from titanflow.launch.root_cause import RankError, first_rank_error
+from titanflow.launch.step_checkpoint import SET_ASIDE, set_aside
 from titanflow.launch.slurm.job import recover_rank0_steps, run_job
 from titanflow.results import TrainResult, non_finite_steps
 
@@ -46,23 +52,44 @@ class TrainingError(RuntimeError):
     failing rank's own error, titanflow.launch.root_cause) and carries the log tail."""
 
 
+def launch_root_cause(result: ProcessResult, log_path: Path, ranks_dir: Path, nodes_job: Job | None = None,
+                      since: oom.LaunchMark | None = None) -> RankError | None:
+    """The first failing rank's own error, read from torchrun's rank logs under ``ranks_dir`` and the launcher's log
+    (``log_path``); for a job on Slurm or Kubernetes (``nodes_job``) on the node that failed first
+    (titanflow.launch.nodes.first_node_error). On this machine's own ranks, a SIGKILL the kernel's out-of-memory
+    killer sent since the launch started (``since``) is said as such (titanflow.launch.oom). None for a launch the
+    watchdog ended (its ranks only report being stopped) or one no rank left an error of."""
+    if result.timed_out:
+        return None
+    if nodes_job is not None:
+        return first_node_error(nodes_job)
+    root = first_rank_error(ranks_dir, log_tail(log_path, 200) or "")
+    if root is not None and since is not None:
+        root = root.model_copy(update={"message": oom.explain(root.message, since, result.peak_rss_bytes)})
+    return root
+
+
+def checkpoint_load_failed(root: RankError | None, log_path: Path) -> bool:
+    """Whether a failed launch that resumed from a step checkpoint failed loading it: it logged no step (by then its
+    only call of ``torch.distributed.checkpoint`` is the load), its output or its root cause holds DCP's
+    ``CheckpointException`` (:func:`titanflow.launch.resume.last_launch`), and the machine did not run out (a full
+    disk, a kill: those classes come first)."""
+    steps, dcp_failed = last_launch(log_path)
+    message = root.message if root is not None else ""
+    if steps or not (dcp_failed or "CheckpointException" in message):
+        return False
+    return not (DISK_FULL.search(message) or oom.SIGKILLED.search(message))
+
+
 def launch_error(what: str, why: str, result: ProcessResult, log_path: Path, ranks_dir: Path,
-                 nodes_job: Job | None = None, since: oom.LaunchMark | None = None) -> TrainingError:
+                 nodes_job: Job | None = None, since: oom.LaunchMark | None = None,
+                 root: RankError | None = ...) -> TrainingError:  # type: ignore[assignment]
     """``<what>: <why>; root cause (rank N): <its exception>; full log <path>`` and the last
     :data:`ERROR_TAIL_LINES` lines of the launch, each at most :data:`ERROR_LINE_CHARS` characters. The root cause
-    is read from torchrun's rank logs under ``ranks_dir`` and the launcher's log; for a job on Slurm or Kubernetes
-    (``nodes_job``) on the node that failed first (titanflow.launch.nodes.first_node_error). On this machine's own
-    ranks, a SIGKILL the kernel's out-of-memory killer sent since the launch started (``since``) is said as such
-    (titanflow.launch.oom), and a full disk with the space left in the run folder."""
-    # a launch the watchdog ended has no rank error of its own: the ranks only report being stopped
-    if result.timed_out:
-        root = None
-    elif nodes_job is not None:
-        root = first_node_error(nodes_job)
-    else:
-        root = first_rank_error(ranks_dir, log_tail(log_path, 200) or "")
-        if root is not None and since is not None:
-            root = root.model_copy(update={"message": oom.explain(root.message, since, result.peak_rss_bytes)})
+    is ``root`` when given, else :func:`launch_root_cause` of the other arguments; a full disk is said with the space
+    left in the run folder."""
+    if root is ...:
+        root = launch_root_cause(result, log_path, ranks_dir, nodes_job, since)
     cause = f"; root cause (rank {root.rank}): {root.message}" if root else ""
     if any(DISK_FULL.search(line) for line in [cause, *result.tail]):
         why += (f"; disk full: {log_path.parent} has {shutil.disk_usage(log_path.parent).free:,} bytes free (No space "
@@ -138,6 +165,19 @@ def _room_for_the_record(job: Job, log_path: Path, on_lines) -> None:
         on_lines([line])
 
 
+def _set_aside_unloadable(job: Job, step: int, log_path: Path, on_lines) -> str:
+    """Set aside step ``step``'s checkpoint, which the ranks could not load (module docstring); say so in train.log and
+    to ``on_lines``; returns the error's words for it (failure class ``checkpoint``, titanflow.judge.failures)."""
+    went = set_aside(checkpoint_folder(job) / f"step-{step}", "load-failed")
+    said = (f"checkpoint: {CHECKPOINT_FOLDER}/step-{step} did not load in the ranks (every file its .metadata names is "
+            f"there in full, so their bytes are wrong); set aside as {CHECKPOINT_FOLDER}/{SET_ASIDE}/{went.name}, kept")
+    with contextlib.suppress(OSError), open(log_path, "a") as log:
+        log.write(f"titanflow: {said}\n")
+    on_lines([f"titanflow: {said}"])
+    return (f"; {said}; fix: titanflow run --resume {job.run_id} goes on from the newest intact step checkpoint before "
+            "it (this one is not loaded again)")
+
+
 def run_training(rendered: RenderedJob, *, timeout_s: float, on_lines=lambda _: None,
                  resume: Resume | None = None, hold_nodes=None) -> TrainResult:
     """Launch from the newest complete step checkpoint (``resume``, else :func:`titanflow.launch.resume.prepare`
@@ -173,7 +213,10 @@ def run_training(rendered: RenderedJob, *, timeout_s: float, on_lines=lambda _: 
     if result.timed_out or result.returncode != 0 or table.empty:
         why = (f"timed out after {timeout_s:.0f} s" if result.timed_out
                else f"torchrun exited {result.returncode}" if result.returncode else "no training step was logged")
-        raise launch_error("train", why, result, log_path, ranks_dir(rendered), nodes_job, since)
+        root = launch_root_cause(result, log_path, ranks_dir(rendered), nodes_job, since)
+        if resume.resumed_from_step is not None and checkpoint_load_failed(root, log_path):
+            why += _set_aside_unloadable(job, resume.resumed_from_step, log_path, on_lines)
+        raise launch_error("train", why, result, log_path, ranks_dir(rendered), nodes_job, since, root=root)
     missing = sorted(set(range(1, job.steps + 1)) - set(table.step))
     if missing:  # exit 0 with steps unlogged: the log lost output; a curve with holes is never judged
         raise launch_error("train", f"torchrun exited 0 but steps {_spans(missing)} of 1-{job.steps} were not "
@@ -194,4 +237,5 @@ def run_training(rendered: RenderedJob, *, timeout_s: float, on_lines=lambda _: 
         wall_s=result.wall_s,
         resumed_from_step=resume.resumed_from_step,
         attempts=resume.launch,
+        set_aside=resume.set_aside,
     )

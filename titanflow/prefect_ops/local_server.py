@@ -24,6 +24,7 @@ from typing import Callable, Iterator
 import httpx
 
 from titanflow.launch.process import dies_with_this_thread, stop_group
+from titanflow.prefect_ops.database_revision import check_database, record_database
 
 
 class ServerError(RuntimeError):
@@ -136,16 +137,20 @@ def temporary_server(log_path: Path, startup_timeout_s: float = 90.0,
     server's start-up instead of following it).
 
     Startup took 5-14 s on a 2-core machine (fresh vs existing SQLite database). Block types are registered
-    only when :func:`block_types_registered` says the server's home lacks them.
+    only when :func:`block_types_registered` says the server's home lacks them. A database a newer Prefect migrated is
+    refused before the server starts (titanflow.prefect_ops.database_revision), and the revision each start leaves is
+    recorded beside it.
 
     Raises:
+        NewerDatabase: the home's database was migrated by a newer Prefect than the installed one (nothing started).
         ServerError: the server exited or did not answer within ``startup_timeout_s``.
     """
+    home = prefect_home()
+    check_database(home)
     port = free_port()
     api_url = f"http://127.0.0.1:{port}/api"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     prefect_cli = Path(sys.executable).parent / "prefect"
-    home = prefect_home()
     registered = block_types_registered(home)
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
@@ -164,6 +169,7 @@ def temporary_server(log_path: Path, startup_timeout_s: float = 90.0,
             time.sleep(0.05)  # a refused connection costs microseconds: poll often, so no start is waited on long
         if not registered:
             record_block_types(home)
+        record_database(home)
         yield api_url
     finally:
         stop_group(proc.pid, grace_s=15)

@@ -31,12 +31,16 @@ from titan_cfg.job import CHECKPOINT_FOLDER, JOB_FILE, Job
 from titanflow import paths
 from titanflow.launch.render import make_job
 from titanflow.launch.slurm.job import running_jobs
+from titanflow.launch.step_checkpoint import SET_ASIDE, set_aside, set_aside_folders
 from titanflow.params import RUN_ID_MAX, RUN_ID_PATTERN, ScenarioRun, check_resumed_id
 from titanflow.record.summary import SUMMARY, Continuation, RunSummary, read_summary
 from titanflow.run.preflight import preflight
 
-#: Parameters a resumed run may give other values: they do not change the job (each launch's time limit).
-CHANGEABLE = ("timeout_s",)
+#: Parameters a resumed run may give other values: they do not change the job (each launch's time limit; a start
+#: from step 1 when no intact step checkpoint is left).
+CHANGEABLE = ("timeout_s", "from_step_1")
+#: Parameters that are this continuation's own choice, never taken from the record of an earlier one.
+ASKED_EACH_TIME = ("from_step_1",)
 #: Parameters that name the run rather than its job.
 NAMING = ("resume", "run_id", "runs_dir")
 
@@ -142,9 +146,10 @@ def resumed_run(given: dict) -> Resumption:
         raise ValueError(f"resume: run {run_id} passed; there is nothing to continue; fix: start a new run "
                          "without --resume")
     recorded = {k: v for k, v in previous.parameters.items()
-                if v is not None and k in ScenarioRun.model_fields and k not in NAMING}
+                if v is not None and k in ScenarioRun.model_fields and k not in (*NAMING, *ASKED_EACH_TIME)}
     kept = ScenarioRun.model_validate(recorded)
-    asked = ScenarioRun.model_validate({**recorded, **{k: v for k, v in given.items() if k not in NAMING}})
+    asked = ScenarioRun.model_validate({**recorded, **{k: v for k, v in given.items()
+                                                       if k not in (*NAMING, *ASKED_EACH_TIME)}})
     differing = [name for name in given if name not in (*NAMING, *CHANGEABLE)
                  and getattr(asked, name) != getattr(kept, name)]
     if differing:
@@ -170,7 +175,33 @@ def resumed_run(given: dict) -> Resumption:
     previous_job = Job.read(job_path) if job_path.is_file() else None
     checkpoints = (Path(previous_job.dump_folder) if previous_job else run_dir / "train") / CHECKPOINT_FOLDER
     return Resumption(run=run, run_dir=run_dir, previous=previous, previous_job=previous_job,
-                      from_step=newest_complete_step(checkpoints))
+                      from_step=intact_step(checkpoints, run))
+
+
+def intact_step(checkpoints: Path, run: ScenarioRun) -> int | None:
+    """The step the resumed ``run`` goes on from: its newest intact step checkpoint in ``checkpoints``
+    (titanflow.launch.resume.newest_intact; the damaged ones newer than it are set aside when it launches), None when
+    it has none and starts at step 1.
+
+    Raises:
+        ValueError: ``resume: ...``: every complete step checkpoint is damaged, or was set aside as damaged, and no
+            intact one is left, while ``run.from_step_1`` is false; the message names them and the fix. With it true,
+            the damaged ones are set aside now (kept, titanflow.launch.step_checkpoint) and the run starts at step 1.
+    """
+    from titanflow.launch.resume import newest_intact, no_intact_message  # lazy: pandas (via titanflow.launch.metrics)
+
+    step, broken = newest_intact(checkpoints)
+    if step is not None:
+        return step
+    before = [f"{CHECKPOINT_FOLDER}/{SET_ASIDE}/{p.name}" for p in set_aside_folders(checkpoints)]
+    if not broken and not before:
+        return None
+    if not run.from_step_1:
+        named = [f"{CHECKPOINT_FOLDER}/{d.name} ({found.detail})" for d, found in broken] + before
+        raise ValueError(f"resume: run {run.resume}: {no_intact_message(checkpoints, named, run.resume)}")
+    for step_dir, found in broken:
+        set_aside(step_dir, found.reason)
+    return None
 
 
 def own_run_folder(run: ScenarioRun, flow_run_id: str) -> Path | None:

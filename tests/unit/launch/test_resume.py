@@ -11,6 +11,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from helpers.dcp_saves import dcp_save
 from pydantic import ValidationError
 
 from titan_cfg.job import KEEP_LATEST_K
@@ -34,13 +35,8 @@ def step_line(step: int, loss: float) -> str:
 
 
 def full_save(folder: Path, step: int) -> Path:
-    """A complete full-state save as DCP leaves it: each rank's data, then ``.metadata``."""
-    step_dir = folder / f"step-{step}"
-    step_dir.mkdir(parents=True)
-    for rank in (0, 1):
-        (step_dir / f"__{rank}_0.distcp").write_bytes(b"\0" * 64)
-    (step_dir / ".metadata").write_bytes(b"metadata")
-    return step_dir
+    """A complete full-state save as DCP leaves it: its data, then ``.metadata`` (DCP's own save: helpers.dcp_saves)."""
+    return dcp_save(folder, step)
 
 
 def save_cut_short(folder: Path, step: int) -> Path:
@@ -251,3 +247,114 @@ def test_the_rendered_config_saves_the_full_state_every_interval_and_the_last_st
     assert KEEP_LATEST_K == 2
     assert checkpoint["last_save_model_only"] and checkpoint["last_save_in_hf"]
     assert checkpoint["load_step"] == -1 and checkpoint["exclude_from_loading"] == []  # the newest, everything
+
+
+@pytest.mark.parametrize("damaged", ["truncated", "missing"])
+def test_a_damaged_newest_checkpoint_is_set_aside_and_the_launch_resumes_from_the_intact_one_before_it(job, damaged):
+    """step-6's shard shorter than its metadata records (a file system that had not flushed it), or gone: set aside,
+    kept, named in the launch line and the result; torchtitan's own choice is then step 3."""
+    from helpers.dcp_saves import SHARD, truncate_shard
+
+    folder = Path(job.dump_folder) / "checkpoint"
+    full_save(folder, 3)
+    newest = full_save(folder, 6)
+    size = truncate_shard(newest, keep=100) if damaged == "truncated" else (newest / SHARD).stat().st_size
+    if damaged == "missing":
+        (newest / SHARD).unlink()
+
+    resume = prepare(job, Path(job.dump_folder).parent / "train.log")
+
+    reason, detail = (("truncated-shard", f"{SHARD} has 100 bytes; its .metadata records {size:,}")
+                      if damaged == "truncated" else
+                      ("missing-shard", f"{SHARD} is missing; its .metadata records {size:,} bytes in it"))
+    assert resume.resumed_from_step == 3 and torchtitan_load_step(folder) == 3
+    assert resume.set_aside == [f"checkpoint/step-6 -> checkpoint/set-aside/step-6.broken-{reason} ({detail})"]
+    assert (folder / "set-aside" / f"step-6.broken-{reason}" / ".metadata").is_file()  # kept, not deleted
+    assert resume.line.startswith("titanflow: launch 1 resumes from step 3: checkpoint/step-3 is the newest complete "
+                                  "step checkpoint (DCP .metadata written)")
+    assert resume.line.endswith(f"; set aside, damaged: {resume.set_aside[0]}")
+
+
+def test_with_every_complete_checkpoint_damaged_the_launch_is_refused_naming_them_as_class_checkpoint(job):
+    from helpers.dcp_saves import SHARD, truncate_shard
+
+    from titanflow.judge.failures import classify_failure
+    from titanflow.launch.resume import NoIntactCheckpoint
+
+    folder = Path(job.dump_folder) / "checkpoint"
+    truncate_shard(full_save(folder, 3), keep=10)
+    (full_save(folder, 6) / SHARD).unlink()
+    with pytest.raises(NoIntactCheckpoint) as refused:
+        prepare(job, Path(job.dump_folder).parent / "train.log")
+    said = str(refused.value)
+    assert said.startswith(f"checkpoint: no intact step checkpoint is left in {folder}: checkpoint/step-6 -> "
+                           "checkpoint/set-aside/step-6.broken-missing-shard (")
+    assert "; checkpoint/step-3 -> checkpoint/set-aside/step-3.broken-truncated-shard (" in said
+    assert f"titanflow run --resume {job.run_id} --from-step-1 true" in said
+    assert sorted(p.name for p in (folder / "set-aside").iterdir()) == ["step-3.broken-truncated-shard",
+                                                                        "step-6.broken-missing-shard"]
+    assert classify_failure(verdict="fail", failed_task="train", error=f"NoIntactCheckpoint: {said}",
+                            losses=None) == "checkpoint"
+
+
+#: A stand-in for torchrun whose one rank loads the step checkpoint as torchtitan's does at start, with DCP, under
+#: torchelastic's ``@record`` (as torchtitan's entry point), and fails there: DCP's CheckpointException derives from
+#: BaseException, which ``@record`` does not catch, so no error.json is written, as on a real launch.
+FAKE_LOADING_RANK = """import os, sys, warnings
+import torch
+import torch.distributed.checkpoint as dcp
+from torch.distributed.elastic.multiprocessing.errors import record
+
+rank_dir = os.path.join(sys.argv[sys.argv.index("--log-dir") + 1], "launch", "attempt_0", "0")
+os.makedirs(rank_dir, exist_ok=True)
+os.environ["TORCHELASTIC_ERROR_FILE"] = os.path.join(rank_dir, "error.json")
+warnings.simplefilter("ignore", UserWarning)
+
+
+@record
+def main():
+    state = {{"model.w": torch.empty(64, 64), "optimizer.m": torch.empty(64, 64), "step": 0}}
+    dcp.load(state, checkpoint_id={checkpoint!r})
+
+
+main()
+"""
+
+
+@pytest.mark.fault
+def test_a_checkpoint_the_ranks_cannot_load_is_set_aside_and_classed_checkpoint_never_retried(job, tmp_path):
+    """step-6 holds every byte its metadata records, zeros (blocks allocated, never flushed): the check passes it,
+    the rank's DCP load fails. The launch's error says so and the fix; step-6 is set aside (load-failed), so the next
+    launch resumes from step 3; the class is checkpoint, which the train task does not retry."""
+    from helpers.dcp_saves import zero_shard
+
+    from titanflow.judge.failures import classify_failure
+    from titanflow.launch.step_checkpoint import damage
+    from titanflow.prefect_ops.stopped import classify_exception
+
+    run_dir, folder = tmp_path / "run", Path(job.dump_folder) / "checkpoint"
+    full_save(folder, 3)
+    zero_shard(full_save(folder, 6))
+    assert damage(folder / "step-6") is None
+    (run_dir / "train.log").write_text("\n".join([launch_line(1, None, "-"), step_line(1, 10.01)]) + "\n")
+    script = tmp_path / "fake_loading_rank.py"
+    script.write_text(FAKE_LOADING_RANK.format(checkpoint=str(folder / "step-6")))
+    rendered = RenderedJob(run_dir=str(run_dir), job_path=str(run_dir / "job" / "job.json"), env={},
+                           argv=[sys.executable, str(script), "--log-dir", str(tmp_path / "ranks")],
+                           trainer_config_path=str(run_dir / "job" / "trainer_config.json"))
+    seen: list[str] = []
+    with pytest.raises(TrainingError) as failed:
+        run_training(rendered, timeout_s=120, on_lines=seen.extend)
+    said = str(failed.value)
+    assert said.startswith("train: torchrun exited 1; checkpoint: checkpoint/step-6 did not load in the ranks (every "
+                           "file its .metadata names is there in full, so their bytes are wrong); set aside as "
+                           "checkpoint/set-aside/step-6.broken-load-failed, kept; fix: titanflow run --resume "
+                           f"{job.run_id} goes on from the newest intact step checkpoint before it")
+    assert "CheckpointException ranks:dict_keys([0])" in said  # the launch's last lines
+    assert "titanflow: checkpoint: checkpoint/step-6 did not load in the ranks" in (run_dir / "train.log").read_text()
+    assert any(line.startswith("titanflow: checkpoint: checkpoint/step-6 did not load") for line in seen)
+    assert classify_failure(verdict="fail", failed_task="train", error=f"TrainingError: {said}", losses=None) == \
+        "checkpoint"
+    assert classify_exception("train", failed.value) == "checkpoint"  # not infrastructure: never retried
+    assert torchtitan_load_step(folder) == 3
+    assert prepare(job, run_dir / "train.log").resumed_from_step == 3

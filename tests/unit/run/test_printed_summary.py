@@ -72,3 +72,21 @@ def test_a_failed_run_says_its_folder_and_its_failure_class_as_the_history_recor
     assert row_from_summary(run_dir / "summary.json").failure_class == "numerics"
     print_summary(_legacy(), FIXTURES / "legacy_run")  # a run that passed: no class
     assert "failure class" not in capsys.readouterr().out
+
+
+def test_a_failed_training_is_said_by_its_cause_fix_and_logs_never_by_its_tracebacks(capsys):
+    """native-cpu-nan's error (summary.json) carries torch elastic's ChildFailedError block and a rank's traceback;
+    the printed summary says the launch's exception, the numerics class's fix and the run's log files."""
+    from titanflow.record.failure_text import FIXES
+
+    run_dir = FIXTURES / "run_folders" / "native-cpu-nan"
+    summary = read_summary(run_dir / "summary.json")
+    assert "Traceback" in summary.error and "Root Cause (first observed failure)" in summary.error
+    print_summary(summary, run_dir)
+    printed = capsys.readouterr().out
+    assert re.search(r"\ncause +train: torchrun exited 1; RuntimeError: Loss is not finite \(global_avg_loss=nan\) at "
+                     r"step 3\. Stopping training\.\n", printed)
+    assert re.search(rf"\nfix +{re.escape(FIXES['numerics'])}\n", printed)
+    assert re.search(rf"\nlogs +{re.escape(str(run_dir / 'train.log'))}, {re.escape(str(run_dir / 'summary.json'))}\n",
+                     printed)
+    assert "Traceback" not in printed and "Root Cause" not in printed and "error_file" not in printed

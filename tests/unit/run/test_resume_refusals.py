@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers.dcp_saves import dcp_save
 
 from titanflow.cli import main
 from titanflow.params import ScenarioRun
@@ -55,7 +56,7 @@ def test_a_changed_scenario_is_named_as_the_command_line_gives_it(tmp_path, tiny
     _run_folder(tmp_path)
     with pytest.raises(ValueError) as err:
         resumed_run({"resume": "r1", "runs_dir": str(tmp_path), "scenario": "moe"})
-    assert "drop the scenario argument (only --timeout-s may change)" in str(err.value)  # not --scenario, no such flag
+    assert "drop the scenario argument (only --timeout-s, --from-step-1 may change)" in str(err.value)  # not --scenario, no such flag
 
 
 def test_a_folder_without_summary_is_refused(tmp_path):
@@ -76,7 +77,7 @@ def test_parameters_that_change_the_job_are_refused_naming_each(tmp_path, tiny_a
         resumed_run({"resume": "r1", "runs_dir": str(tmp_path), "steps": 20, "global_batch_size": 8, "lr": 8e-4})
     message = str(err.value)
     assert message.startswith("steps: run r1 is resumed with steps 20, not its 10; global_batch_size 8, not its None")
-    assert "drop --steps, --global-batch-size (only --timeout-s may change)" in message
+    assert "drop --steps, --global-batch-size (only --timeout-s, --from-step-1 may change)" in message
     assert "lr" not in message.split(". A resumed")[0]  # the recorded 8e-4 again: not a change
 
 
@@ -144,8 +145,7 @@ def test_the_newest_complete_step_checkpoint_is_where_a_resume_goes_on(tmp_path)
     checkpoint = tmp_path / "checkpoint"
     assert newest_complete_step(checkpoint) is None
     for step in (3, 6):
-        (checkpoint / f"step-{step}").mkdir(parents=True)
-        (checkpoint / f"step-{step}" / ".metadata").write_bytes(b"")
+        dcp_save(checkpoint, step)
     (checkpoint / "step-9").mkdir()  # a save cut short: no DCP .metadata
     assert newest_complete_step(checkpoint) == 6
 
@@ -182,3 +182,49 @@ def test_the_command_line_refuses_before_any_flow_run(tmp_path, capsys):
     assert "scenario: missing; fix: name one" in capsys.readouterr().err
     assert main(["run", "native", "--run-id", "r1", "--runs-dir", str(tmp_path)]) == 2
     assert "(--resume r1 continues it)" in capsys.readouterr().err
+
+
+def test_a_resume_goes_on_from_the_newest_intact_checkpoint_and_without_one_is_refused_naming_the_damaged(
+        tmp_path, capsys, tiny_assets):
+    """No training: DCP's own saves of steps 3 and 6 in the run's checkpoint folder (no job.json: train/checkpoint),
+    damaged as a node that lost power leaves them. step-6 truncated: the resume goes on from step 3. step-3's shard
+    gone too: refused, naming both and the fix; the command line exits 2 and nothing moves. With --from-step-1 true
+    the run starts at step 1, both set aside (kept); a later resume is refused again unless it asks again."""
+    from helpers.dcp_saves import SHARD, truncate_shard
+
+    run_dir = _run_folder(tmp_path, verdict="fail")
+    checkpoint = run_dir / "train" / "checkpoint"
+    dcp_save(checkpoint, 3)
+    size = truncate_shard(dcp_save(checkpoint, 6), keep=512)
+    assert resumed_run({"resume": "r1", "runs_dir": str(tmp_path)}).from_step == 3
+    assert sorted(p.name for p in checkpoint.iterdir()) == ["step-3", "step-6"]  # the check moves nothing
+
+    (checkpoint / "step-3" / SHARD).unlink()
+    with pytest.raises(ValueError) as refused:
+        resumed_run({"resume": "r1", "runs_dir": str(tmp_path)})
+    said = str(refused.value)
+    assert said.startswith(f"resume: run r1: no intact step checkpoint is left in {checkpoint}: checkpoint/step-6 "
+                           f"({SHARD} has 512 bytes; its .metadata records {size:,}); checkpoint/step-3 ({SHARD} is "
+                           "missing; its .metadata records ")
+    assert said.endswith("fix: move one back that you know to be intact, or train the run again from step 1: titanflow "
+                         "run --resume r1 --from-step-1 true (the set-aside checkpoints stay where they are)")
+    assert main(["run", "--resume", "r1", "--runs-dir", str(tmp_path)]) == 2
+    assert "resume: run r1: no intact step checkpoint is left" in capsys.readouterr().err
+    assert sorted(p.name for p in checkpoint.iterdir()) == ["step-3", "step-6"]
+
+    asked = resumed_run({"resume": "r1", "runs_dir": str(tmp_path), "from_step_1": True})
+    assert asked.from_step is None and asked.run.from_step_1
+    assert sorted(p.name for p in (checkpoint / "set-aside").iterdir()) == ["step-3.broken-missing-shard",
+                                                                            "step-6.broken-truncated-shard"]
+    with pytest.raises(ValueError, match=r"^resume: run r1: no intact step checkpoint is left in .*: "
+                                         r"checkpoint/set-aside/step-3\.broken-missing-shard; "
+                                         r"checkpoint/set-aside/step-6\.broken-truncated-shard; each is kept"):
+        resumed_run({"resume": "r1", "runs_dir": str(tmp_path)})  # asked once: not carried to the next resume
+
+
+def test_from_step_1_without_resume_is_refused_naming_it():
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="from_step_1: true without resume; a new run starts at step 1 anyway; "
+                                              "fix: drop --from-step-1"):
+        ScenarioRun(from_step_1=True)
