@@ -16,6 +16,7 @@ that ``titanflow doctor`` (titanflow.run.doctor, every check printed) and a scen
 | ``dataset`` | the folder the target trains on (titanflow.launch.dataset: Botchan; trn2: the fork's c4_test) |
 | ``compile cache`` | ``<cache root>/compile`` writable |
 | ``disk`` | free space under the runs folder for what the run writes there: step checkpoints, the export and logs (titanflow.run.disk, the figure preflight refuses a run by); parameters from the safetensors headers, or, before the weights are downloaded, estimated from config.json (the model built on the meta device), and then the download too: parameters x bytes of config.json's ``torch_dtype``, on the weights folder's disk |
+| ``config <scenario>`` | torchtitan builds the scenario's rendered ``Trainer.Config`` (the weights' config.json, else the embedded tiny model's), in the upstream names' Python (titan_cfg.install_probe): what no name shows (an attribute of a config, a keyword of a builder) fails here | the same |
 
 A scenario run on trn2 runs the same checks first (titanflow.run.preflight.require_ready), less
 the weights (checked there and at ``render_config``, after a Hub download); one on cuda runs
@@ -44,6 +45,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from titan_cfg import kernels, upstream
+from titan_cfg.job import Job
 from titan_cfg.model_spec import config_shape, read_config
 from titan_cfg.profiles import PROFILES
 from titan_cfg.published import published_weights_id
@@ -54,6 +56,7 @@ from titanflow.assets import TINY_SPECS, ensure_assets
 from titanflow.hf_folder import read_headers
 from titanflow.hub_id import is_hub_id
 from titanflow.launch.dataset import C4_TEST_ENV, locate
+from titanflow.launch.render import make_job
 from titanflow.params import ScenarioRun
 from titanflow.run.disk import Write, cache_writes, run_bytes, space_needs, trained_parameters
 from titanflow.weights.check import check_checkpoint, meta_model
@@ -198,20 +201,29 @@ def check_upstream(target: str, scenario: str | None = None) -> Check:
     the install sits in the window (:func:`titan_cfg.window.position`), names each missing name with the module it
     was looked for in, and the seconds the resolution took (the Python's start and its imports included: wall-clock,
     and the CPU seconds of the Python, which a busy machine does not stretch)."""
+    return upstream_checks(target, scenario)[0]
+
+
+def upstream_checks(target: str, scenario: str | None = None, job: Job | None = None) -> list[Check]:
+    """:func:`check_upstream`'s check and, for a rendered ``job`` of ``scenario``, ``config <scenario>``: this
+    torchtitan builds the job's ``Trainer.Config`` (titan_cfg.install_probe), where what no name shows fails (an
+    attribute of a config, a keyword of a builder), both from one Python of their own."""
     spec = TARGETS[target]()
-    probe = ("import json; from titan_cfg.window import report; "
-             f"print(json.dumps(report({spec.node!r}, {spec.device!r}, {tuple([scenario] if scenario else SCENARIOS)!r})))")
-    started, cpu_before = time.perf_counter(), _children_cpu_s()
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300,
-                          cwd=paths.REPO_ROOT, check=False)
+    asked = {"target_node": spec.node, "device": spec.device, "scenarios": [scenario] if scenario else list(SCENARIOS)}
+    with tempfile.TemporaryDirectory() as folder:
+        if job is not None:
+            asked["job"] = str(job.write(Path(folder) / "job.json"))
+        started, cpu_before = time.perf_counter(), _children_cpu_s()
+        done = subprocess.run([sys.executable, "-m", "titan_cfg.install_probe", json.dumps(asked)],
+                              capture_output=True, text=True, timeout=300, cwd=paths.REPO_ROOT, check=False)
     took = f"in {time.perf_counter() - started:.1f} s, {_children_cpu_s() - cpu_before:.1f} s of CPU"
     written = ", ".join(f"{k} {v}" for k, v in upstream.WRITTEN_AGAINST.items())
     fix = spec.install_profile.upstream_fix.format(fork=FORK_VERSION)
     fix += (", or adapt the code that takes each name and its entry in titan_cfg/upstream.py to this install (written "
             f"against {written}; the window it adapts to: titan_cfg/window.py)")
     if done.returncode != 0:
-        return Check("upstream names", False, f"the names could not be resolved ({took}): "
-                     f"{done.stderr.strip()[-300:]}", fix)
+        return [Check("upstream names", False, f"the names could not be resolved ({took}): "
+                      f"{done.stderr.strip()[-300:]}", fix)]
     found = json.loads(done.stdout.strip().splitlines()[-1])
     lacking = {what: why for row in found["scenarios"].values() for what, why in row["missing"].items()}
     wanted = len(upstream.names_for(spec.device, scenario))
@@ -225,11 +237,22 @@ def check_upstream(target: str, scenario: str | None = None) -> Check:
         parts = [f"{len(lacking)} missing of the {wanted} names {whom} takes: "
                  + "; ".join(f"{what}: {why}" for what, why in lacking.items())] if lacking else []
         parts += [f"{name} cannot run on this base: " + "; ".join(lines) for name, lines in blocked.items()]
-        return Check("upstream names", False, "; ".join(parts) + f" ({where}; resolved after the {target} target's "
-                     f"compatibility layers, as its ranks would, {took})", fix)
-    packages = sorted({n.module.split(".")[0] for n in upstream.names_for(spec.device, scenario)})
-    return Check("upstream names", True, f"all {wanted} names {whom} takes from {', '.join(packages)} "
-                 f"resolve ({where}; {took})")
+        names = Check("upstream names", False, "; ".join(parts) + f" ({where}; resolved after the {target} "
+                      f"target's compatibility layers, as its ranks would, {took})", fix)
+    else:
+        packages = sorted({n.module.split(".")[0] for n in upstream.names_for(spec.device, scenario)})
+        names = Check("upstream names", True, f"all {wanted} names {whom} takes from {', '.join(packages)} "
+                      f"resolve ({where}; {took})")
+    if job is None:
+        return [names]
+    config = found["config"]
+    what = f"the job's Trainer.Config ({job.shape.model_type}, {Path(job.weights_dir).name}'s config.json)"
+    if config is None:
+        return [names, Check(f"config {job.scenario}", False, f"{what} not built: this torchtitan cannot serve the "
+                             "scenario (the upstream names line)", names.fix)]
+    return [names, Check(f"config {job.scenario}", config == "built",
+                         f"{what} {'builds' if config == 'built' else 'does not build: ' + config} on this torchtitan",
+                         fix)]
 
 
 #: The names the torchtitan package is installed under: upstream's, and the Neuron fork's (its repository is
@@ -514,6 +537,21 @@ def default_weights(target: str, scenario: str) -> str | None:
     return on_node(scenario, node_of(target)).weights
 
 
+def config_job(run: ScenarioRun, folder: Path | None) -> Job | None:
+    """The job of ``run`` as ``titanflow render`` writes it (files only, its run folder a placeholder) for the weights
+    ``folder``, or, without one, for the embedded tiny model of the scenario's model type (the API is what the config
+    check asks of torchtitan; the shape is the weights check's); None where neither fits."""
+    if folder is None:
+        try:
+            folder = ensure_assets(spec=TINY_SPECS[SCENARIOS[run.scenario].model_type]).weights_dir
+        except OSError:  # a cache that is not writable: the weights line says so
+            return None
+    try:
+        return make_job(run, Path(folder), Path(tempfile.gettempdir()) / "titanflow-doctor", files_only=True)
+    except ValueError:  # the folder does not fit the run: the weights line says why
+        return None
+
+
 def run_checks(run: ScenarioRun, weights: str | None, *, with_weights: bool = True,
                with_upstream: bool = True) -> list[Check]:
     """Every check of the module docstring for ``run`` (its target, scenario, init, ranks, runs folder) and
@@ -521,21 +559,25 @@ def run_checks(run: ScenarioRun, weights: str | None, *, with_weights: bool = Tr
     the upstream names (:func:`check_upstream`, a Python of its own: seconds). A target of many
     nodes is checked as one of its nodes (trn2-cluster as trn2: run it there, ``srun -N1 titanflow doctor``)."""
     target = run.target_spec.node
+    cache = check_compile_cache()
+    weights_check = folder = None
+    if with_weights and (cache.ok or weights is not None):
+        weights_check, folder = check_weights(run, weights)
+    elif with_weights:  # the embedded tiny model is built into the cache
+        weights_check = Check("weights", False, "not checked: the embedded tiny model is built into the cache, "
+                                                "which is not writable", cache.fix)
     checks = [check_python(target), *check_packages(target)]
-    checks += [check_upstream(target, run.scenario)] if with_upstream else []
+    config = []
+    if with_upstream:
+        names, *config = upstream_checks(target, run.scenario, config_job(run, folder if with_weights else None))
+        checks.append(names)
     if run.target_spec.device == "neuron":
         checks += [check_fork(), check_devices(run), check_lnc(run)]
     if run.target_spec.device == "cuda":
         checks.append(check_cuda(run))
     checks += check_kernels(target, run.kernels_resolved)
-    cache = check_compile_cache()
-    folder = None
-    if with_weights and (cache.ok or weights is not None):
-        weights_check, folder = check_weights(run, weights)
+    if weights_check is not None:
         checks.append(weights_check)
-    elif with_weights:  # the embedded tiny model is built into the cache
-        checks.append(Check("weights", False, "not checked: the embedded tiny model is built into the cache, which "
-                                              "is not writable", cache.fix))
     checks += [check_dataset(run), cache]
     if with_weights and folder is not None:
         checks.append(check_disk(run, folder))
@@ -543,4 +585,5 @@ def run_checks(run: ScenarioRun, weights: str | None, *, with_weights: bool = Tr
         checks.append(Check("disk", False, "not checked: what the run writes is sized from its weights' config.json, "
                                            "which is not on this machine", "the weights' fix above, then titanflow "
                                            "doctor again"))
+    checks += config
     return checks

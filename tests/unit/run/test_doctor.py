@@ -29,7 +29,7 @@ def _doctor(*args: str, path: tuple[Path, ...] = ()) -> subprocess.CompletedProc
 def test_doctor_cpu_passes_here():
     result = _doctor("--target", "cpu")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert result.stdout.splitlines()[-1] == "doctor cpu: 9 checks, 0 failed: ready"
+    assert result.stdout.splitlines()[-1] == "doctor cpu: 10 checks, 0 failed: ready"
     assert not [line for line in result.stdout.splitlines() if line.startswith("FAIL")]
 
 
@@ -46,7 +46,7 @@ def test_doctor_trn2_here_fails_one_line_per_missing_piece():
     assert failed == ["python", "package torch", "package torch-neuronx", "package transformers", "upstream names",
                       "torchtitan fork", "neuron devices", "weights", "dataset", "disk"]
     assert all(" -> fix: " in line for line in result.stdout.splitlines() if line.startswith("FAIL"))
-    assert result.stdout.splitlines()[-1] == "doctor trn2: 12 checks, 10 failed"
+    assert result.stdout.splitlines()[-1] == "doctor trn2: 13 checks, 10 failed"
 
 
 def _upstream_line(result: subprocess.CompletedProcess) -> tuple[str, float, float]:
@@ -119,8 +119,8 @@ def test_doctor_checks_the_weights_of_the_scenario_asked_for(monkeypatch, capsys
 
     checked = []
     real = doctor.run_checks
-    monkeypatch.setattr(checks, "check_upstream", lambda target, scenario: checks.Check("upstream names", True,
-                                                                                        "not here"))
+    monkeypatch.setattr(checks, "upstream_checks", lambda target, scenario, job: [checks.Check("upstream names",
+                                                                                              True, "not here")])
     monkeypatch.setattr(doctor, "run_checks", lambda run, weights, **kw: checked.append((run, weights)) or real(
         run, weights, **kw))
     monkeypatch.delenv("TITANFLOW_WEIGHTS_ROOT", raising=False)
