@@ -51,8 +51,8 @@ def main() -> None:
         if applied:
             print(f"titanflow: compat patches applied: {', '.join(applied)}", flush=True)
         # what decides the window's open rows on a node's first run (titan_cfg.window.record_install)
-        print(f"titanflow: {window.record_install(Path(job.dump_folder) / window.INSTALL_FILE, seed=job.seed)}",
-              flush=True)
+        installed = window.record_install(Path(job.dump_folder) / window.INSTALL_FILE, job.seed, Path(job.weights_dir))
+        print(f"titanflow: {installed}", flush=True)
     from torchtitan.train import main as torchtitan_main
 
     probe.install(Path(job.weights_dir), Path(job.dump_folder), tied_checkpoint=job.tied)

@@ -18,9 +18,17 @@ from torch.utils.data import default_collate
 from torchtitan.hf_datasets.text_datasets import HuggingFaceTextDataLoader
 
 
+#: Whether a batch this process collated came with per-document ``positions`` that :func:`without_positions` left
+#: out (empty: none collated yet): what the installed torchtitan's loader yields, recorded on a node's first run
+#: (titan_cfg.window.record_install), since upstream's loader yields them only from 2026-03-18 (#2560).
+LOADER_POSITIONS: list[bool] = []
+
+
 def without_positions(samples: list) -> tuple[dict, object]:
     """The default collate of ``samples`` (``({"input": [L], "positions": [L]}, labels [L])`` each) with
     ``positions`` left out: ``({"input": [B, L]}, labels [B, L])``."""
+    if not LOADER_POSITIONS:
+        LOADER_POSITIONS.append(any("positions" in inputs for inputs, _ in samples))
     return default_collate([({k: v for k, v in inputs.items() if k != "positions"}, labels)
                             for inputs, labels in samples])
 

@@ -288,12 +288,14 @@ def report(target_node: str, device: str, scenarios: tuple[str, ...]) -> dict:
 INSTALL_FILE = "torchtitan_install.json"
 
 
-def record_install(path: Path, seed: int | None) -> str:
+def record_install(path: Path, seed: int | None, weights_dir: Path) -> str:
     """Write ``path`` (JSON): the distribution that provides ``torchtitan`` (name, version, where), where it sits in
-    the window, the changes it has (:func:`present`), the forms titanflow adapts to, and the run's ``seed``; the step-1
-    batch with its positions (whether the install's data loader yields per-document positions, and the document mask
-    titanflow trains with) is titan_cfg.first_batch's. Returns the one line a log gets. On a node's first run these
-    settle what cannot be read here (docs/trn2-walkthrough.md, "The torchtitan window")."""
+    the window, the changes it has (:func:`present`), the forms titanflow adapts to, the run's ``seed`` and its
+    weights (the folder, whether it is a trim titanflow made, ``<cache>/trimmed/``, and how many safetensors files
+    it holds: none for a config-only model); the step-1 batch (whether the install's data loader yields
+    per-document positions, and the document mask titanflow trains with) is titan_cfg.first_batch's. Returns the one
+    line a log gets. On a node's first run these settle what cannot be read here (docs/trn2-walkthrough.md, "The
+    torchtitan window")."""
     import importlib.metadata
     import importlib.util
     import json
@@ -303,7 +305,9 @@ def record_install(path: Path, seed: int | None) -> str:
     found = present()
     installed = {"distributions": {n: importlib.metadata.version(n) for n in dict.fromkeys(names)},
                  "where": str(where), "position": position(found), "present": found,
-                 "adapted_to": adapted_to(found), "seed": seed}
+                 "adapted_to": adapted_to(found), "seed": seed,
+                 "weights": {"dir": str(weights_dir), "trimmed_by_titanflow": weights_dir.parent.name == "trimmed",
+                             "safetensors_files": len(list(weights_dir.glob("*.safetensors")))}}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(installed, indent=1) + "\n")
     dists = ", ".join(f"{n} {v}" for n, v in installed["distributions"].items()) or "no distribution"

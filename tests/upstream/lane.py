@@ -16,6 +16,9 @@ import argparse
 import json
 from pathlib import Path
 
+import torch
+
+from titan_cfg import first_batch
 from titan_cfg.scenarios import SCENARIOS
 from titan_cfg.window import INSTALL_FILE, WindowError, report
 from titanflow.launch.render import RenderError, render
@@ -48,15 +51,18 @@ def renders(out: Path) -> dict:
 
 def train(scenario: str, out: Path) -> dict | str:
     """``{"losses": per-step losses, "install": what rank 0 recorded of the torchtitan it trained with
-    (titan_cfg.window.record_install)}`` of :data:`TRAIN` for ``scenario``, or the error's text."""
+    (titan_cfg.window.record_install), "loader_positions": whether its data loader yielded per-document positions
+    (titan_cfg.first_batch)}`` of :data:`TRAIN` for ``scenario``, or the error's text."""
     run = ScenarioRun(scenario=scenario, target="cpu", **TRAIN)
     weights = embedded_weights("random", SCENARIOS[scenario].model_type)
     try:
         result = run_training(render(run, weights, out / f"train-{scenario}"), timeout_s=900)
     except (TrainingError, RenderError, WindowError) as err:
         return f"{type(err).__name__}: {err}"[-2000:]
-    recorded = out / f"train-{scenario}" / "train" / INSTALL_FILE
-    return {"losses": result.losses, "install": json.loads(recorded.read_text())}
+    dump_folder = out / f"train-{scenario}" / "train"
+    first = torch.load(first_batch.rank_file(dump_folder, 0), weights_only=True)
+    return {"losses": result.losses, "install": json.loads((dump_folder / INSTALL_FILE).read_text()),
+            "loader_positions": first["loader_positions"]}
 
 
 def main() -> None:

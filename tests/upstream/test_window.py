@@ -118,6 +118,9 @@ def test_each_scenario_that_works_trains_its_first_steps_on_the_golden(lane):
         # rank 0 recorded the torchtitan it trained with: the snapshot, where doctor places it in the window
         assert trained["install"]["position"] == found["window"]["position"]
         assert trained["install"]["distributions"] == {"torchtitan": found["distribution"][1]}
+        assert trained["install"]["weights"]["safetensors_files"] == 1 and trained["install"]["seed"] == 0
+        # every point of the window here yields per-document positions (from 2026-03-18); the packed row drops them
+        assert trained["loader_positions"] is True
         golden = (golden_for(scenario, "cpu", "random", None, model_spec="walkthrough")
                   or golden_for(scenario, "cpu", "random", None))  # hf_backend: the default mode's (docs)
         first = [golden.losses[1], golden.losses[2]]
