@@ -540,6 +540,49 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return doctor(args.target, args.scenario, args.init, args.weights, args.nproc, args.runs_dir)
 
 
+def cmd_golden(args: argparse.Namespace) -> int:
+    """A node's baselines (titanflow.judge.baselines): ``promote RUN_ID --why TEXT`` makes a passed run the baseline
+    of its workload on its hardware, ``list`` prints them, ``show KEY`` one, ``retire KEY`` moves one aside (kept).
+    0 on success, 2 on bad input (a run that cannot be promoted, an unknown key or run)."""
+    from titanflow.judge import baselines
+    from titanflow.record import history
+    from titanflow.record.summary import read_summary
+
+    try:
+        if args.action == "list":
+            found = baselines.listed(args.history_dir)
+            print(f"baselines: {baselines.baselines_dir(args.history_dir)}, {len(found)} in force")
+            for b in found:
+                print(f"{b.key}  run {b.run_id}  {len(b.losses)} steps  promoted {b.promoted_at:%Y-%m-%d %H:%M} UTC  "
+                      f"{b.hardware}  why: {b.why}")
+            return 0
+        if args.what is None:
+            print(f"titanflow: bad input:\n{'run_id' if args.action == 'promote' else 'key'}: missing; fix: "
+                  f"titanflow golden {args.action} {'RUN_ID --why TEXT' if args.action == 'promote' else 'KEY'}",
+                  file=sys.stderr)
+            return 2
+        if args.action == "show":
+            print(baselines.show(args.what, args.history_dir).model_dump_json(indent=1))
+        elif args.action == "retire":
+            print(f"retired {args.what}: kept as {baselines.retire(args.what, args.history_dir)}")
+        else:
+            table = history.read_history(history_dir=args.history_dir)
+            rows = table[table.run_id == args.what] if not table.empty else table
+            if rows.empty:
+                print(f"titanflow: bad input:\nrun_id: no run {args.what!r} in the history "
+                      f"({history.history_file(args.history_dir)}); fix: pass the id of a run it holds "
+                      "(titanflow history --last N lists them)", file=sys.stderr)
+                return 2
+            row = rows.iloc[-1].to_dict()
+            summary = read_summary(Path(row["run_dir"]) / "summary.json").model_dump(mode="json")
+            made = baselines.promote(row, summary, args.why or "", args.history_dir)
+            print(f"promoted run {made.run_id} as baseline {made.key} ({len(made.losses)} steps, {made.hardware})")
+    except baselines.BaselineError as err:
+        print(f"titanflow: bad input:\n{err}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def cmd_assets(args: argparse.Namespace) -> int:
     """Build or reuse the offline assets and print where they are.
 
@@ -656,6 +699,16 @@ def build_parser() -> argparse.ArgumentParser:
     doc.add_argument("--nproc-per-node", "--nproc", dest="nproc", help="ranks per node (default: the target's)")  # validated by ScenarioRun
     doc.add_argument("--runs-dir", help="parent of the runs' folders, whose disk is checked for what a run writes "
                                          "there (step checkpoints, the export, logs)")
+    gold = sub.add_parser("golden", help="a node's baselines: promote a passed run, list, show or retire them",
+                          description="A passed run promoted on a node becomes the baseline of its workload on its "
+                                      "hardware: later runs are judged on their whole loss curve against it, in the "
+                                      "exact lane (the same environment) at the golden_curve rule's margin, else at "
+                                      "its band, naming what differs (titanflow/judge/baselines.py). Kept beside the "
+                                      "history ($TITANFLOW_HISTORY/baselines); a retired one is kept in retired/.")
+    gold.add_argument("action", choices=("promote", "list", "show", "retire"))
+    gold.add_argument("what", nargs="?", help="promote: the run id; show, retire: the baseline's key (golden list)")
+    gold.add_argument("--why", help="promote: why this run is the baseline (kept with it)")
+    gold.add_argument("--history-dir", help="the history folder (default: $TITANFLOW_HISTORY or history/)")
     trim = sub.add_parser("trim", help="write an MoE checkpoint trimmed to its first layers and experts",
                           description="Copy a Qwen3 MoE Hugging Face folder (or Hub id) keeping the first --layers "
                                       "layers, the first --experts experts of each with the router's rows to match, "
@@ -679,7 +732,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     command = {"run": cmd_run, "render": cmd_render, "assets": cmd_assets, "nightly": cmd_nightly,
                "history": cmd_history, "compare": cmd_compare, "trim": cmd_trim, "doctor": cmd_doctor,
-               "bisect": cmd_bisect}[args.command]
+               "bisect": cmd_bisect, "golden": cmd_golden}[args.command]
     try:
         return command(args)
     except (KeyboardInterrupt, Terminated) as stop:

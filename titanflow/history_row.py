@@ -127,6 +127,12 @@ class HistoryRow(_ResultMetrics):
                                         json_schema_extra=_PROVENANCE)
     weights_digest: str | None = Field(None, description="pretrained init: content hash of the checkpoint loaded",
                                        json_schema_extra=_PROVENANCE)
+    stack_digest: str | None = Field(None, description="digest of every Python distribution the run could import "
+                                     "(titanflow.judge.environment.installed_stack); None before it was kept",
+                                     json_schema_extra=_PROVENANCE)
+    hardware: str | None = Field(None, description="what the run computed on (titanflow.judge.environment.hardware: "
+                                 "the target's node type and the CPU model and instruction set); None before it was "
+                                 "kept", json_schema_extra=_PROVENANCE)
     resumed_from_step: int | None = Field(None, description="step of the step checkpoint the last training launch "
                                           "resumed from (titanflow.launch.resume); None: it started at step 1")
     attempts: int | None = Field(None, description="training launches of the run (train.log's launch lines); "

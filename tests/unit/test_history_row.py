@@ -40,7 +40,7 @@ def test_the_metrics_are_the_marked_fields_the_results_first():
     side = ("tokens_per_s", "peak_memory_gib", "peak_rss_bytes", "compile_warmup_s", "slot_wait_s", "total_s")
     assert _among(SIDE_BY_SIDE, side) == side and SIDE_BY_SIDE[-3:] == side[-3:]
     assert PROVENANCE == ("torch_version", "torchtitan_version", "transformers_version", "prefect_version",
-                          "git_commit", "git_dirty", "environment_key", "weights_digest")
+                          "git_commit", "git_dirty", "environment_key", "weights_digest", "stack_digest", "hardware")
 
 
 def test_a_results_metric_is_a_column_of_its_name_type_and_description():
@@ -78,5 +78,5 @@ def test_every_column_is_filled_from_the_record_or_computed():
     computed = {"config_key", "parameters", "started_at", "finished_at", "failure_class", "first_step_loss",
                 "final_loss", "losses", "torch_version", "torchtitan_version", "transformers_version",
                 "prefect_version", "git_commit", "git_dirty", "nproc", "run_dir", "environment_key",
-                "resumed_from_step", "attempts"}
+                "stack_digest", "hardware", "resumed_from_step", "attempts"}
     assert set(rows.HistoryRow.model_fields) == set(SOURCES) | computed

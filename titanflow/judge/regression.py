@@ -42,7 +42,8 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from titanflow.history_row import METRICS
-from titanflow.judge.environment import describe
+from titanflow.judge.baselines import NodeBaseline, baseline_for
+from titanflow.judge.environment import describe, stack_difference
 from titanflow.judge.goldens import GOLDEN_DIR, curve_path, golden_for
 from titanflow.results import Finding, FindingClass, Status
 
@@ -132,11 +133,43 @@ def load_rules(path: Path | str = RULES_PATH) -> Rules:
         raise ValueError(f"{path}: {problems}") from None
 
 
-def _check_curve(rule: Rule, row: dict, golden_dir: Path) -> Finding:
-    """The golden_curve rule on one run: the worst step decides. A run of the golden's workload is compared over
-    every step it logged; a shorter run of that workload over the leading steps its schedule shares with the
-    golden's (titanflow.judge.goldens.GoldenCurve.shared_steps)."""
+def _check_against_node(rule: Rule, row: dict, node: NodeBaseline, stack: dict | None) -> Finding:
+    """The golden_curve rule against the node's own baseline of the run's workload and hardware: every step both
+    logged, the worst decides; the exact lane (the same numerics environment and installed stack) at the margin,
+    else the band lane at the band, naming what differs (``stack``: the run's installed stack, for the packages)."""
     losses = list(row.get("losses") or [])
+    steps = [s for s in range(1, len(losses) + 1) if s in node.losses]
+    same = row.get("environment_key") == node.environment_key and row.get("stack_digest") == node.stack_digest
+    margin, lane = rule.margin, "exact lane: the same environment"
+    if not same:
+        margin = rule.band or rule.margin
+        changed = stack_difference(node.stack, stack)
+        what = (f"{len(changed)} package(s) differ: {', '.join(changed[:6])}{', ...' if len(changed) > 6 else ''}"
+                if changed else f"numerics environment {node.environment_key} -> {row.get('environment_key')}, "
+                                f"stack {node.stack_digest} -> {row.get('stack_digest')}")
+        lane = f"band lane: another environment than the baseline's ({what})"
+    if not steps:
+        return Finding(metric=rule.metric, margin=margin, status="no baseline", finding_class=rule.finding_class,
+                       detail=f"node baseline {node.key} (run {node.run_id}) shares no step with the run")
+    gaps = {s: abs(losses[s - 1] - node.losses[s]) if math.isfinite(losses[s - 1]) else math.inf for s in steps}
+    parted = [s for s in steps if gaps[s] > margin]
+    worst = max(steps, key=lambda s: gaps[s])
+    passed = not parted
+    where = f"parts from it at step {parted[0]}, " if parted else ""
+    detail = (f"{where}step {worst}: |{losses[worst - 1]:.6f} - {node.losses[worst]:.6f}| = {gaps[worst]:.6f} "
+              f"{'<=' if passed else '>'} {margin} (worst of {len(steps)} steps vs node baseline {node.key}, run "
+              f"{node.run_id}, promoted {node.promoted_at:%Y-%m-%d}; {lane})")
+    return Finding(metric=rule.metric, value=losses[worst - 1], baseline=node.losses[worst], margin=margin,
+                   passed=passed, status="pass" if passed else "fail", finding_class=rule.finding_class, detail=detail)
+
+
+def _check_curve(rule: Rule, row: dict, golden_dir: Path, history_dir: Path | None = None,
+                 stack: dict | None = None) -> Finding:
+    """The golden_curve rule on one run: the worst step decides. The node's own baseline of the run's workload and
+    hardware comes first (titanflow.judge.baselines: :func:`_check_against_node`); else a run of the golden's workload
+    is compared over every step it logged, a shorter run of that workload over the leading steps its schedule shares
+    with the golden's (titanflow.judge.goldens.GoldenCurve.shared_steps)."""
+    losses = list(row.get("losses") if row.get("losses") is not None else [])
     parameters = json.loads(row.get("parameters") or "{}")
     weights = parameters.get("weights")
     name = curve_path(row["scenario"], row["target"], row["init"], model_spec=parameters.get("model_spec")).name
@@ -147,10 +180,15 @@ def _check_curve(rule: Rule, row: dict, golden_dir: Path) -> Finding:
 
     if not losses:
         return finding("no value", "the run logged no loss")
+    node = baseline_for(row, history_dir)
+    if node is not None:
+        return _check_against_node(rule, row, node, stack)
     curve = golden_for(row["scenario"], row["target"], row["init"], weights, golden_dir, parameters.get("model_spec"))
     if curve is None:
-        return finding("no baseline", f"no golden curve {name}" if weights is None
-                       else f"the goldens are of the embedded weights; this run trained {weights}")
+        promote = f"; make this run the baseline of its workload on this node: titanflow golden promote {row['run_id']}"
+        return finding("no baseline", (f"no golden curve {name}" if weights is None
+                                       else f"the goldens are of the embedded weights; this run trained {weights}")
+                       + f" and no baseline on this node{promote}")
     compared, prefix = len(losses), ""
     if not curve.same_workload(row.get("config_key")):
         shared = curve.shared_steps(parameters)
@@ -226,12 +264,14 @@ def _check_median(rule: Rule, metric: str, row: dict, previous: pd.DataFrame, ba
 
 
 def evaluate(row: dict | pd.Series, history: pd.DataFrame, rules: Rules | None = None,
-             golden_dir: Path = GOLDEN_DIR) -> list[Finding]:
+             golden_dir: Path = GOLDEN_DIR, history_dir: Path | None = None, stack: dict | None = None) -> list[Finding]:
     """Every rule on one run (a row of titanflow.record.history) -> findings, in rule order.
 
     ``history``: titanflow.record.history.read_history(); may include ``row`` itself and
     runs of other scenarios (only comparable earlier passing runs are used).
-    ``rules``: default :func:`load_rules` of the committed file.
+    ``rules``: default :func:`load_rules` of the committed file. ``history_dir``: where the node's baselines are
+    (titanflow.judge.baselines; default the history folder); ``stack``: the run's installed stack
+    (summary.json's), which a band-lane finding names the package differences from.
     """
     rules = rules or load_rules()
     row = dict(row)
@@ -239,7 +279,7 @@ def evaluate(row: dict | pd.Series, history: pd.DataFrame, rules: Rules | None =
     findings = []
     for rule in rules.rules:
         if rule.kind == "golden_curve":
-            findings.append(_check_curve(rule, row, golden_dir))
+            findings.append(_check_curve(rule, row, golden_dir, history_dir, stack))
         elif rule.metric == "task_seconds":
             findings += [_check_median(rule, column, row, previous, rules.baseline)
                          for column in sorted(row) if column.startswith("seconds_")]

@@ -44,7 +44,7 @@ def compare_with_history(summary_path: Path) -> HistoryComparison:
     row = history.row_from_summary(summary_path, summary)
     past = history.read_history(scenario=row.scenario, target=row.target, init=row.init)
     rules = regression.load_rules()
-    findings = regression.evaluate(row.as_record(), past, rules)
+    findings = regression.evaluate(row.as_record(), past, rules, stack=summary.stack)
     curve = golden_for(row.scenario, row.target, row.init, summary.parameters.get("weights"),
                        model_spec=summary.parameters.get("model_spec"))
     previous = regression.baseline_runs(row.as_record(), past, rules.baseline) if not past.empty else past

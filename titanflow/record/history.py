@@ -32,9 +32,10 @@ import pandas as pd
 from filelock import FileLock
 from pydantic import BaseModel, ValidationError
 
+from titan_cfg.targets import node_of
 from titanflow import paths
 from titanflow.history_row import DTYPES, HistoryRow, extra
-from titanflow.judge.environment import environment_key
+from titanflow.judge.environment import environment_key, hardware
 from titanflow.judge.workload import config_key
 from titanflow.launch.metrics import log_tail, logged_losses
 from titanflow.launch.resume import launches
@@ -200,6 +201,8 @@ def row_from_summary(summary_path: Path | str, summary: RunSummary | None = None
         nproc=world_size(run_dir, summary.parameters),
         run_dir=str(run_dir),
         environment_key=environment_key(summary.environment),
+        stack_digest=(summary.stack or {}).get("digest"),
+        hardware=hardware(node_of(summary.target), summary.environment),
         resumed_from_step=train.resumed_from_step if train else (launched[-1][1] if launched else None),
         attempts=train.attempts if train else (len(launched) or None),
     ))

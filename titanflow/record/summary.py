@@ -119,6 +119,8 @@ class RunSummary(BaseModel):
                                "(titanflow.prefect_ops.slot), apart from every task's time")
     environment: dict | None = Field(None, description="the numerics environment the run computed in (CPU, "
                                      "instruction set, versions: titanflow.judge.environment)")
+    stack: dict | None = Field(None, description="every Python distribution the run's process could import and "
+                               "their digest (titanflow.judge.environment.installed_stack); None before it was kept")
     weights_digest: str | None = Field(None, description="pretrained init: content hash of the checkpoint "
                                        "loaded (titanflow.weights.digest)")
     resumed: list[Continuation] = Field(default_factory=list, description="each time the run was continued in its "

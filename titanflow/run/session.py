@@ -27,7 +27,7 @@ from prefect import runtime
 from prefect.logging import get_run_logger
 
 from titanflow import paths
-from titanflow.judge.environment import numerics_environment
+from titanflow.judge.environment import installed_stack, numerics_environment
 from titanflow.prefect_ops.slot import HeldSlot, training_slot
 from titanflow.params import ScenarioRun
 from titanflow.prefect_ops.cancel_watch import watching_for_cancel
@@ -131,7 +131,7 @@ def _start(given: dict) -> ScenarioSession:
     record = RunRecorder(run_dir, RunSummary(
         run_id=run_dir.name, flow_run_id=flow_run_id, scenario=run.scenario, target=run.target,
         init=run.init, steps=run.steps, kernels=run.kernels_resolved, parameters=run.model_dump(),
-        environment=numerics_environment(paths.cache_root()), resumed=resumed))
+        environment=numerics_environment(paths.cache_root()), stack=installed_stack(), resumed=resumed))
     record.write()  # from the start: a run killed before its end keeps its parameters, to be resumed
     if resumption and end_previous_flow_run(resumption.previous.flow_run_id, flow_run_id):
         logger.info("flow run %s of the resumed run set Crashed: its processes are gone (its training slot is "
