@@ -39,6 +39,7 @@ from pydantic import BaseModel, Field
 from titanflow import paths
 from titanflow.history_row import METRICS, HistoryRow, extra
 from titanflow.judge import regression
+from titanflow.judge.environment import stack_difference
 from titanflow.record import history
 from titanflow.record.summary import NON_FINITE_STOP, SUMMARY, read_summary
 
@@ -208,6 +209,19 @@ class RunComparison(BaseModel):
     metrics: list[SideBySide]
     parameters: list[Difference] = Field(description="parameters whose values differ")
     provenance: list[Difference] = Field(description="versions, commit, numerics environment that differ")
+    packages: list[str] | None = Field(None, description="the installed Python distributions that differ, B against A "
+                                       "(titanflow.judge.environment.stack_difference of their summary.json stacks: "
+                                       "+added, -removed, name a -> b); None when a run recorded no stack")
+
+    def environment_line(self) -> str:
+        """What the runs' installed stacks say: the packages that differ, that none do, or that one was not recorded."""
+        if self.packages is None:
+            return "environment: not compared (a run recorded no installed stack)"
+        if not self.packages:
+            return "environment: the same installed packages"
+        shown = ", ".join(self.packages[:8]) + (f", ... ({len(self.packages) - 8} more)" if len(self.packages) > 8
+                                                else "")
+        return f"environment: {len(self.packages)} package(s) differ: {shown}"
 
     def headline(self) -> str:
         """One line: where the curves part (or that they do not), and what differs."""
@@ -220,7 +234,8 @@ class RunComparison(BaseModel):
             gap = f"largest gap {self.largest_gap:.4g} nats" if self.largest_gap is not None else "no step in common"
             curves = f"curves within {self.margin} nats over {shared} common steps ({gap})"
         differ = [d.name for d in self.parameters + self.provenance]
-        return (f"{self.run_b} ({self.verdict_b}) vs {self.run_a} ({self.verdict_a}): {curves}; "
+        changed = f"{len(self.packages)} package(s) differ; " if self.packages else ""
+        return (f"{self.run_b} ({self.verdict_b}) vs {self.run_a} ({self.verdict_a}): {changed}{curves}; "
                 + (f"differ: {', '.join(differ)}" if differ else "same parameters and versions"))
 
 
@@ -317,4 +332,21 @@ def compare(a: dict, b: dict, margin: float | None = None) -> RunComparison:
         workload_a=_workload(a), workload_b=_workload(b), comparable=_workload(a) == _workload(b),
         margin=margin, steps=steps, divergence_step=parted[0] if parted else None,
         largest_gap=max(gaps) if gaps else None,
-        metrics=side_by_side(a, b), parameters=params, provenance=provenance)
+        metrics=side_by_side(a, b), parameters=params, provenance=provenance,
+        packages=_packages(a, b))
+
+
+def _stack(row: dict) -> dict | None:
+    """The installed stack the run's summary.json recorded; None without one (a run from before it, or no folder)."""
+    path = Path(row.get("run_dir") or "") / "summary.json"
+    try:
+        return read_summary(path).stack if path.is_file() else None
+    except (OSError, ValueError):
+        return None
+
+
+def _packages(a: dict, b: dict) -> list[str] | None:
+    """B's installed packages against A's (titanflow.judge.environment.stack_difference); None if either is
+    unrecorded."""
+    stack_a, stack_b = _stack(a), _stack(b)
+    return stack_difference(stack_a, stack_b) if stack_a and stack_b else None

@@ -59,7 +59,7 @@ def comparison_tables(c: RunComparison) -> dict[str, pd.DataFrame]:
 
 
 def _preamble(c: RunComparison) -> list[str]:
-    lines = [f"A: {c.run_a} ({c.verdict_a}; {c.source_a}: {c.run_dir_a})",
+    lines = [c.environment_line(), f"A: {c.run_a} ({c.verdict_a}; {c.source_a}: {c.run_dir_a})",
              (f"B: {c.run_b} ({c.verdict_b}{', ' + c.failure_class_b if c.failure_class_b else ''}; "
               f"{c.source_b}: {c.run_dir_b})")]
     if not c.comparable:
