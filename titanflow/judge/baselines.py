@@ -37,7 +37,7 @@ PERFORMANCE = ("tokens_per_s", "peak_memory_gib", "peak_rss_bytes", "compile_war
 
 def baselines_dir(history_dir: Path | str | None = None) -> Path:
     """``<history>/baselines`` (the history folder: ``history_dir``, else $TITANFLOW_HISTORY or history/)."""
-    return Path(history_dir) / BASELINES if history_dir is not None else paths.history_dir() / BASELINES
+    return Path(history_dir) / BASELINES if history_dir is not None else paths.history_root() / BASELINES
 
 
 class NodeBaseline(BaseModel):

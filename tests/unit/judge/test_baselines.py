@@ -87,3 +87,9 @@ def test_golden_command_lists_and_refuses_an_unknown_run(tmp_path, capsys):
     assert "run_id: no run 'nope' in the history" in capsys.readouterr().err
     assert main(["golden", "show", "--history-dir", str(tmp_path)]) == 2
     assert "key: missing; fix: titanflow golden show KEY" in capsys.readouterr().err
+
+
+def test_the_baselines_live_beside_the_history_table(tmp_path, monkeypatch):
+    monkeypatch.setenv("TITANFLOW_HISTORY", str(tmp_path / "history"))
+    assert baselines.baselines_dir() == tmp_path / "history" / "baselines"
+    assert curve_finding(run("first"), None).status == "no baseline"  # the default folder, empty
