@@ -583,6 +583,28 @@ def cmd_golden(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_prune(args: argparse.Namespace) -> int:
+    """Apply the runs folder's retention policy (titanflow.record.retention): a dry run by default, printing what
+    goes and the bytes it frees; ``--apply`` removes it. 0 on success, 2 on a policy file that does not load."""
+    from titanflow.record import retention
+
+    try:
+        decisions = retention.plan(args.runs_dir and Path(args.runs_dir), history_dir=args.history_dir)
+    except ValueError as err:
+        print(f"titanflow: bad input:\n{err}", file=sys.stderr)
+        return 2
+    going = [d for d in decisions if d.action != "keep"]
+    for d in going:
+        print(f"{'removes' if args.apply else 'would remove'} {d.bytes / 2**30:.2f} GiB of {d.run_dir.name}: "
+              f"{', '.join(str(p.relative_to(d.run_dir.parent)) for p in d.paths)} ({d.why})")
+    total = retention.apply(going) if args.apply else sum(d.bytes for d in going)
+    kept = len(decisions) - len(going)
+    print(f"prune: {'freed' if args.apply else 'would free'} {total:,} bytes ({total / 2**30:.2f} GiB) from "
+          f"{len(going)} of {len(decisions)} runs; {kept} kept whole"
+          + ("" if args.apply else "; titanflow prune --apply removes it"))
+    return 0
+
+
 def cmd_assets(args: argparse.Namespace) -> int:
     """Build or reuse the offline assets and print where they are.
 
@@ -709,6 +731,15 @@ def build_parser() -> argparse.ArgumentParser:
     gold.add_argument("what", nargs="?", help="promote: the run id; show, retire: the baseline's key (golden list)")
     gold.add_argument("--why", help="promote: why this run is the baseline (kept with it)")
     gold.add_argument("--history-dir", help="the history folder (default: $TITANFLOW_HISTORY or history/)")
+    prune = sub.add_parser("prune", help="the runs folder's retention policy: what goes, the bytes it frees; --apply",
+                           description="Failed runs kept 14 days, the newest 5 passing runs of each workload, runs a "
+                                       "node baseline came from and runs without a verdict (in progress, resumable) "
+                                       "always; past that a run's export and step checkpoints go, and after 180 days "
+                                       "the rest (titanflow/record/retention.toml). A dry run unless --apply.")
+    prune.add_argument("--apply", action="store_true", help="remove what the dry run lists")
+    prune.add_argument("--runs-dir", help="the runs folder (default: $TITANFLOW_RUNS or runs/)")
+    prune.add_argument("--history-dir", help="the history folder, whose baselines are kept (default: "
+                                             "$TITANFLOW_HISTORY or history/)")
     trim = sub.add_parser("trim", help="write an MoE checkpoint trimmed to its first layers and experts",
                           description="Copy a Qwen3 MoE Hugging Face folder (or Hub id) keeping the first --layers "
                                       "layers, the first --experts experts of each with the router's rows to match, "
@@ -732,7 +763,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     command = {"run": cmd_run, "render": cmd_render, "assets": cmd_assets, "nightly": cmd_nightly,
                "history": cmd_history, "compare": cmd_compare, "trim": cmd_trim, "doctor": cmd_doctor,
-               "bisect": cmd_bisect, "golden": cmd_golden}[args.command]
+               "bisect": cmd_bisect, "golden": cmd_golden, "prune": cmd_prune}[args.command]
     try:
         return command(args)
     except (KeyboardInterrupt, Terminated) as stop:

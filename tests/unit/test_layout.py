@@ -149,7 +149,7 @@ def test_nothing_imports_flows_or_tasks_by_a_top_level_name():
 def test_the_wheel_installs_titanflow_and_titan_cfg_and_no_top_level_flows_or_tasks(tree_copy, tmp_path):
     """pip builds the wheel from the project (this environment's setuptools, no index: about 3 s). Its top-level
     names, its RECORD and top_level.txt: titanflow (flows and tasks inside it) and titan_cfg; and every data file the
-    packages read beside their modules (the regression rules, the published figures)."""
+    packages read beside their modules (the regression rules, the published figures, the retention policy)."""
     pytest.importorskip("setuptools")
     build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
                             "--no-index", "--disable-pip-version-check", "--wheel-dir", str(tmp_path), str(tree_copy)],
@@ -165,7 +165,8 @@ def test_the_wheel_installs_titanflow_and_titan_cfg_and_no_top_level_flows_or_ta
     assert sorted(top_level) == sorted(PACKAGES) and record == set(names)
     data = {p.relative_to(REPO_ROOT).as_posix() for package in ("titanflow", "titan_cfg")
             for p in (REPO_ROOT / package).rglob("*") if p.is_file() and p.suffix not in (".py", ".pyc")}
-    assert data == {"titanflow/judge/regression_rules.toml", "titan_cfg/published_expectations.toml"}
+    assert data == {"titanflow/judge/regression_rules.toml", "titan_cfg/published_expectations.toml",
+                    "titanflow/record/retention.toml"}
     assert data <= set(names)
     for folder in ("flows", "tasks"):
         files = {p.relative_to(REPO_ROOT / folder).as_posix() for p in (REPO_ROOT / folder).glob("*.py")}

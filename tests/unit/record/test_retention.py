@@ -1,0 +1,75 @@
+"""titanflow prune (titanflow.record.retention): a runs folder of 20 runs (passed, failed, cancelled, in progress, one
+a node baseline was promoted from, one not titanflow's) against the committed policy (retention.toml: failed kept 14
+days, the newest 5 passing runs of a workload, records 180 days): the dry run lists what goes with its bytes, --apply
+frees exactly those bytes, and what the policy keeps is left byte for byte."""
+
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from helpers.history_rows import history_row
+
+from titanflow.cli import main
+from titanflow.judge import baselines
+from titanflow.record import retention
+from titanflow.record.summary import RunSummary
+
+NOW = datetime.now(timezone.utc)  # the runs' ages count from the test's start; no age is within an hour of a limit
+EXPORT_BYTES, CHECKPOINT_BYTES, LOG_BYTES = 3000, 5000, 100
+
+
+def make_run(runs: Path, run_id: str, verdict: str | None, days_ago: float, steps: int = 10) -> Path:
+    """A run folder with a summary.json, an export, a step checkpoint and a log of the sizes above."""
+    folder = runs / run_id
+    (folder / "export").mkdir(parents=True)
+    (folder / "export" / "model.safetensors").write_bytes(b"w" * EXPORT_BYTES)
+    (folder / "train" / "checkpoint" / "step-10").mkdir(parents=True)
+    (folder / "train" / "checkpoint" / "step-10" / "__0_0.distcp").write_bytes(b"c" * CHECKPOINT_BYTES)
+    (folder / "train.log").write_bytes(b"l" * LOG_BYTES)
+    finished = NOW - timedelta(days=days_ago)
+    (folder / "summary.json").write_text(RunSummary(
+        run_id=run_id, scenario="native", target="cpu", init="random", steps=steps, verdict=verdict,
+        parameters={"scenario": "native", "target": "cpu", "init": "random", "steps": steps},
+        started_at=finished - timedelta(minutes=2), finished_at=finished).model_dump_json())
+    return folder
+
+
+def test_twenty_runs_keep_what_the_policy_says_and_free_the_bytes_the_dry_run_printed(tmp_path, capsys):
+    runs, history = tmp_path / "runs", tmp_path / "history"
+    passing = [make_run(runs, f"pass-{i:02d}", "pass", days_ago=i) for i in range(8)]  # newest first
+    other_workload = make_run(runs, "pass-20-steps", "pass", days_ago=30, steps=20)  # the newest of its own workload
+    failed_recent = [make_run(runs, f"fail-recent-{i}", "fail", days_ago=1 + i) for i in range(3)]
+    failed_old = [make_run(runs, f"fail-old-{i}", "fail", days_ago=20 + i) for i in range(3)]
+    cancelled_old = make_run(runs, "cancelled-old", "cancelled", days_ago=15)
+    ancient = make_run(runs, "pass-ancient", "pass", days_ago=200)
+    in_progress = make_run(runs, "in-progress", None, days_ago=40)
+    promoted = make_run(runs, "pass-promoted", "pass", days_ago=100)
+    stray = runs / "not-a-run"
+    stray.mkdir()
+    (stray / "notes.txt").write_text("kept")
+    assert len([p for p in runs.iterdir() if (p / "summary.json").exists()]) == 19  # and the stray folder: 20
+    baselines.promote(history_row("pass-promoted", 1, hardware="cpu: AMD EPYC, AVX512"), {}, "first night", history)
+
+    decisions = {d.run_dir.name: d for d in retention.plan(runs, history_dir=history, now=NOW)}
+    heavy = {f.name for f in [*passing[5:], *failed_old, cancelled_old]}
+    assert {name for name, d in decisions.items() if d.action == "heavy"} == heavy
+    assert {name for name, d in decisions.items() if d.action == "whole"} == {"pass-ancient"}
+    kept = {f.name for f in [*passing[:5], other_workload, *failed_recent, in_progress, promoted]}
+    assert {name for name, d in decisions.items() if d.action == "keep"} == kept
+    assert "not-a-run" not in decisions
+    expected = len(heavy) * (EXPORT_BYTES + CHECKPOINT_BYTES) + (EXPORT_BYTES + CHECKPOINT_BYTES + LOG_BYTES
+                                                                 + (ancient / "summary.json").stat().st_size)
+
+    assert main(["prune", "--runs-dir", str(runs), "--history-dir", str(history)]) == 0
+    dry = capsys.readouterr().out.splitlines()
+    assert dry[-1] == (f"prune: would free {expected:,} bytes ({expected / 2**30:.2f} GiB) from 8 of 19 runs; "
+                       "11 kept whole; titanflow prune --apply removes it")
+    assert all((f / "export").exists() for f in passing)  # a dry run removes nothing
+    assert main(["prune", "--apply", "--runs-dir", str(runs), "--history-dir", str(history)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].startswith(f"prune: freed {expected:,} bytes")
+    for name in heavy:  # the heavy parts went, the records and logs stayed
+        assert not (runs / name / "export").exists() and not (runs / name / "train" / "checkpoint").exists()
+        assert (runs / name / "summary.json").exists() and (runs / name / "train.log").exists()
+    assert not ancient.exists() and stray.exists()
+    for name in kept:
+        assert (runs / name / "export" / "model.safetensors").stat().st_size == EXPORT_BYTES
+        assert (runs / name / "train" / "checkpoint" / "step-10" / "__0_0.distcp").exists()
