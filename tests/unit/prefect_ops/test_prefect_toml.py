@@ -12,8 +12,10 @@ from titanflow.paths import REPO_ROOT
 def _settings_seen_from(cwd) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}  # as a bare shell has it
     probe = ("import json; from prefect.settings import get_current_settings as s; c = s(); "
+             "v = c.server.services.db_vacuum; "
              "print(json.dumps({'home': str(c.home), 'analytics': c.server.analytics_enabled, "
-             "'leases': c.server.concurrency.lease_storage}))")
+             "'leases': c.server.concurrency.lease_storage, 'vacuum': sorted(v.enabled), "
+             "'flow_run_days': v.retention_period.days}))")
     done = subprocess.run([sys.executable, "-c", probe], cwd=cwd, env=env, capture_output=True, text=True,
                           timeout=120, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -21,8 +23,10 @@ def _settings_seen_from(cwd) -> dict:
 
 def test_a_process_started_from_the_repository_root_gets_the_project_settings():
     seen = _settings_seen_from(REPO_ROOT)
+    # the database's retention (docs/nightly.md, "A node that never fills"): flow runs 90 days after their end
     assert seen == {"home": ".prefect", "analytics": False,
-                    "leases": "prefect.server.concurrency.lease_storage.filesystem"}
+                    "leases": "prefect.server.concurrency.lease_storage.filesystem",
+                    "vacuum": ["events", "flow_runs"], "flow_run_days": 90}
 
 
 def test_the_command_line_finds_the_same_home_without_importing_prefect(monkeypatch):
