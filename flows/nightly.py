@@ -14,8 +14,9 @@ counted as flagged, and so are runs whose history could not be recorded.
 The markdown artifact ``nightly-<target>``
 (titanflow.report.nightly: one SuiteRow per run) keeps one version per night. Each failed run is then compared with the last passing run of its
 workload (tasks/compare.py: artifact ``<scenario>-<target>-<init>-compare``, a line in the report),
-and the last 14 nights are drawn in the artifact ``trends-<target>`` (tasks/trends.py); either
-failing is logged, never the suite's failure.
+and the last 14 nights are drawn in the artifact ``trends-<target>`` (tasks/trends.py); then the runs folder's
+retention policy is applied (tasks/prune.py, titanflow.record.retention). Any of them failing is logged, never the
+suite's failure.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from titanflow.prefect_ops.stopped import cancel_cause, cancelled_not_crashed
 from titanflow.report.nightly import SuiteRow, outcome, suite_markdown, suite_state, total_flagged
 from titanflow.run.nightly_plan import nightly_runs
 from titanflow.tasks.compare import compare_last_pass
+from titanflow.tasks.prune import prune
 from titanflow.tasks.trends import trends
 
 
@@ -107,4 +109,6 @@ def qwen3_nightly(
             row.compared = _report_task(compare_last_pass, row.run_id)
     publish()
     _report_task(trends, target, [r.run_id for r in rows])
+    if suite:  # the runs folder's retention policy, once the night's runs are judged and recorded
+        _report_task(prune, str(suite[0][1].runs_root()))
     return conclude(target, rows)

@@ -39,5 +39,6 @@ class TaskName(StrEnum):
     # the qwen3-nightly's own tasks, after its scenario runs
     compare_runs = "compare_runs"  # each failed run against the last passing comparable run
     trends = "trends"  # the trends-<target> artifact
+    prune = "prune"  # the runs folder's retention policy applied (titanflow.record.retention)
     # the qwen3-bisect's own task
     probe = "probe"  # one revision's qwen3-scenario run, in its own worktree

@@ -31,6 +31,7 @@ from titan_cfg.scenarios import SCENARIOS
 from titanflow import paths
 from titanflow.params import ScenarioRun
 from titanflow.paths import nearest_existing
+from titanflow.record import retention
 from titanflow.weights.trim import cached_trim
 
 #: Bytes per parameter of one full-state checkpoint: float32 weights (4) and AdamW's exp_avg and exp_avg_sq (4 + 4).
@@ -180,4 +181,13 @@ def check_space(run: ScenarioRun, config: dict) -> None:
     for need in space_needs([runs, *cache_writes(run, config)]):
         if not need.ok:
             field, where = ("runs_dir", root) if need.what.startswith(runs.what) else ("TITANFLOW_CACHE", need.where)
-            raise ValueError(f"{field}: {where} has {need.free / GIB:.2f} GiB free and {need.what}; fix: {need.fix}")
+            raise ValueError(f"{field}: {where} has {need.free / GIB:.2f} GiB free and {need.what}; fix: {need.fix}"
+                             + (_prune_fix(root) if field == "runs_dir" else ""))
+
+
+def _prune_fix(runs_dir: Path) -> str:
+    """The prune command and what it would free under ``runs_dir`` (titanflow.record.retention), or "" when the
+    policy frees nothing there."""
+    freed = sum(d.bytes for d in retention.plan(runs_dir) if d.action != "keep")
+    return (f"; or titanflow prune --apply --runs-dir {runs_dir}, which frees {freed / GIB:.2f} GiB there under the "
+            "retention policy (titanflow/record/retention.toml)") if freed else ""

@@ -3,34 +3,12 @@ a node baseline was promoted from, one not titanflow's) against the committed po
 days, the newest 5 passing runs of a workload, records 180 days): the dry run lists what goes with its bytes, --apply
 frees exactly those bytes, and what the policy keeps is left byte for byte."""
 
-from datetime import datetime, timedelta, timezone
-from pathlib import Path
-
 from helpers.history_rows import history_row
+from helpers.run_folders import CHECKPOINT_BYTES, EXPORT_BYTES, LOG_BYTES, NOW, make_run
 
 from titanflow.cli import main
 from titanflow.judge import baselines
 from titanflow.record import retention
-from titanflow.record.summary import RunSummary
-
-NOW = datetime.now(timezone.utc)  # the runs' ages count from the test's start; no age is within an hour of a limit
-EXPORT_BYTES, CHECKPOINT_BYTES, LOG_BYTES = 3000, 5000, 100
-
-
-def make_run(runs: Path, run_id: str, verdict: str | None, days_ago: float, steps: int = 10) -> Path:
-    """A run folder with a summary.json, an export, a step checkpoint and a log of the sizes above."""
-    folder = runs / run_id
-    (folder / "export").mkdir(parents=True)
-    (folder / "export" / "model.safetensors").write_bytes(b"w" * EXPORT_BYTES)
-    (folder / "train" / "checkpoint" / "step-10").mkdir(parents=True)
-    (folder / "train" / "checkpoint" / "step-10" / "__0_0.distcp").write_bytes(b"c" * CHECKPOINT_BYTES)
-    (folder / "train.log").write_bytes(b"l" * LOG_BYTES)
-    finished = NOW - timedelta(days=days_ago)
-    (folder / "summary.json").write_text(RunSummary(
-        run_id=run_id, scenario="native", target="cpu", init="random", steps=steps, verdict=verdict,
-        parameters={"scenario": "native", "target": "cpu", "init": "random", "steps": steps},
-        started_at=finished - timedelta(minutes=2), finished_at=finished).model_dump_json())
-    return folder
 
 
 def test_twenty_runs_keep_what_the_policy_says_and_free_the_bytes_the_dry_run_printed(tmp_path, capsys):

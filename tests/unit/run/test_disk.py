@@ -64,6 +64,24 @@ def test_a_runs_folder_too_small_is_refused_before_anything_is_written(tmp_path,
     assert preflight(run).parent == tmp_path / "runs"
 
 
+def test_the_refusal_names_the_prune_that_would_make_room(tmp_path, monkeypatch):
+    """A runs folder whose sixth-newest passing run of one workload still holds a 1.5 GiB export (sparse): the
+    retention policy (the newest 5 passing runs kept whole) would free it, and the refusal says so with the command."""
+    from helpers.run_folders import CHECKPOINT_BYTES, make_run
+
+    runs = tmp_path / "runs"
+    for day in range(6):
+        make_run(runs, f"pass-{day}", "pass", days_ago=day, export_bytes=3 * 2**29 if day == 5 else 0)
+    free = 200 * 2**20
+    monkeypatch.setattr(disk.shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(2**30, 2**30 - free, free))
+    run = ScenarioRun(scenario="native", target="cpu", runs_dir=str(runs))
+    with pytest.raises(ValueError) as refused:
+        preflight(run)
+    freed = (3 * 2**29 + CHECKPOINT_BYTES) / 2**30
+    assert str(refused.value).endswith(f"; or titanflow prune --apply --runs-dir {runs}, which frees {freed:.2f} GiB "
+                                       "there under the retention policy (titanflow/record/retention.toml)")
+
+
 def qwen3_moe_parameters(config: dict) -> int:
     """Parameters of an untied Qwen3 MoE checkpoint by hand from its config.json: the embedding and lm_head, per layer
     q/k/v/o, q/k norms, the router, every expert's gated MLP and two norms, and the final norm (transformers'
