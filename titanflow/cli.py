@@ -430,7 +430,7 @@ def cmd_history(args: argparse.Namespace) -> int:
     print(f"history: {history.history_file(args.history_dir)}, {len(table)} run(s)")
     if args.last is not None:
         from titanflow.judge.trends import trend_table
-        from titanflow.report.trends import trend_text
+        from titanflow.report.trends import name_stack_changes, trend_text
 
         if args.last < 1:
             print(f"titanflow: bad input:\nlast: {args.last} nights, fewer than 1; fix: pass a number of nights, at least 1",
@@ -442,7 +442,7 @@ def cmd_history(args: argparse.Namespace) -> int:
             print(f"titanflow: bad input:\ntarget: unknown {args.target!r}; fix: pass one of {', '.join(sorted(TARGETS))}",
                   file=sys.stderr)
             return 2
-        print(trend_text(trend_table(table, target=args.target, nights=args.last)), end="")
+        print(trend_text(name_stack_changes(trend_table(table, target=args.target, nights=args.last), table)), end="")
     return 0
 
 

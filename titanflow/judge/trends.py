@@ -18,7 +18,9 @@ history (titanflow.judge.regression.evaluate), which takes the same passing comp
 finished before it as when the run was judged, so each out of margin is marked ``<metric> <change>``
 and its trend column listed in ``regressed``. The ``golden_curve`` rule is not evaluated again: a
 loss curve out of band failed the run (class numerics) and is marked by its verdict, against the
-golden it was judged with then, not today's.
+golden it was judged with then, not today's. A night whose installed stack (every Python distribution: the history's
+``stack_digest``) differs from the night before's is marked in ``stack`` with both digests and the run it changed from
+(``stack_changed_from``); titanflow.report.trends names the packages from both runs' summaries.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ DEFAULT_NIGHTS = 14
 
 #: Columns of :func:`trend_table`, in order.
 COLUMNS = ("target", "scenario", "init", "workload", "night", "run_id", "runs", "failed_runs", "verdict", *TREND_METRICS,
-           "regressions", "regressed")
+           "regressions", "regressed", "stack_changed_from", "stack")
 
 
 def median_rules(rules: regression.Rules | None = None) -> regression.Rules:
@@ -97,16 +99,41 @@ def trend_table(runs: pd.DataFrame, *, target: str | None = None, nights: int = 
     rows = []
     for (tgt, scenario, init, workload), group in chosen.groupby(["target", "scenario", "init", "config_key"],
                                                                  sort=True):
-        for night, runs_of_night in list(group.groupby("night", sort=True))[-nights:]:
+        before = None  # the last run of the night before, whose installed stack tonight's is compared with
+        nights_of_group = list(group.groupby("night", sort=True))
+        if len(nights_of_group) > nights:
+            before = nights_of_group[-nights - 1][1].iloc[-1]
+        for night, runs_of_night in nights_of_group[-nights:]:
             marks, regressed = [], []
             for _, run in runs_of_night.iterrows():
                 found, columns = run_marks(run.to_dict(), runs, rules)
                 marks += [m for m in found if m not in marks]
                 regressed += [c for c in columns if c not in regressed]
             last = runs_of_night.iloc[-1]
+            changed = _stack_changed(before, last)
+            before = last
             rows.append({"target": tgt, "scenario": scenario, "init": init, "workload": workload, "night": night,
                          "run_id": last.run_id, "runs": len(runs_of_night),
                          "failed_runs": int((runs_of_night.verdict == "fail").sum()), "verdict": last.verdict,
                          **{m: None if pd.isna(last[m]) else float(last[m]) for m in TREND_METRICS},
-                         "regressions": "; ".join(marks), "regressed": regressed})
+                         "regressions": "; ".join(marks), "regressed": regressed,
+                         "stack_changed_from": changed,
+                         "stack": f"stack {_digest_of(changed, group)} -> {last.stack_digest}" if changed else ""})
     return pd.DataFrame(rows, columns=list(COLUMNS))
+
+
+def _digest(run) -> str | None:
+    value = run.get("stack_digest") if run is not None else None
+    return value if isinstance(value, str) else None
+
+
+def _stack_changed(before, last) -> str | None:
+    """The run id of ``before`` (the last run of the night before) when its installed stack's digest differs from
+    ``last``'s; None when they are the same or either was not recorded."""
+    old, new = _digest(before), _digest(last)
+    return before.run_id if old and new and old != new else None
+
+
+def _digest_of(run_id: str, group: pd.DataFrame) -> str:
+    """The stack digest of run ``run_id`` of ``group``."""
+    return str(group[group.run_id == run_id].iloc[-1].stack_digest)

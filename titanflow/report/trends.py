@@ -24,8 +24,10 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from prefect.artifacts import create_markdown_artifact
 
+from titanflow.judge.environment import stack_difference
 from titanflow.judge.trends import DEFAULT_NIGHTS, TREND_METRICS, trend_table
 from titanflow.record import history
+from titanflow.record.summary import read_summary
 from titanflow.report.artifacts import png_markdown
 from titanflow.report.markdown import markdown_table
 
@@ -104,8 +106,34 @@ def display_rows(table: pd.DataFrame, mark: str) -> list[dict]:
                 f"{value:.4f}" if metric.endswith("loss") else f"{value:.4g}")
             cells[SHORT[metric]] = mark.format(text) if metric in r.regressed and text else text
         cells["regressions"] = r.regressions
+        if (table["stack"] != "").any():  # only where a night's installed stack changed
+            cells["stack"] = r["stack"]
         rows.append(cells)
     return rows
+
+
+def name_stack_changes(table: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+    """``table`` (titanflow.judge.trends.trend_table of ``runs``, the history) with each night's ``stack`` mark
+    naming the packages that differ from the night before (titanflow.judge.environment.stack_difference of both runs'
+    summary.json stacks); a mark whose runs' summaries are gone keeps the two digests."""
+    named = table.copy()
+    for index, row in table[table["stack"] != ""].iterrows():
+        stacks = [_recorded_stack(runs, run_id) for run_id in (row.stack_changed_from, row.run_id)]
+        changed = stack_difference(*stacks)
+        if changed:
+            named.at[index, "stack"] = (f"{len(changed)} package(s) changed: {', '.join(changed[:5])}"
+                                        + (", ..." if len(changed) > 5 else ""))
+    return named
+
+
+def _recorded_stack(runs: pd.DataFrame, run_id: str) -> dict | None:
+    """The installed stack run ``run_id``'s summary.json recorded (its history row's run folder); None if gone."""
+    rows = runs[runs.run_id == run_id]
+    path = Path(rows.iloc[-1].run_dir) / "summary.json" if not rows.empty else None
+    try:
+        return read_summary(path).stack if path is not None and path.is_file() else None
+    except (OSError, ValueError):
+        return None
 
 
 def trend_text(table: pd.DataFrame) -> str:
@@ -152,7 +180,7 @@ def nightly_trends(target: str, run_ids: list[str], nights: int = DEFAULT_NIGHTS
     runs = history.read_history(history_dir=history_dir)
     tonight = runs[runs.run_id.isin(run_ids)] if not runs.empty else runs
     workloads = sorted(set(tonight.config_key)) if not tonight.empty else None
-    table = trend_table(runs, target=target, nights=nights, workloads=workloads)
+    table = name_stack_changes(trend_table(runs, target=target, nights=nights, workloads=workloads), runs)
     png = None
     if not table.empty:
         folder = history.history_file(history_dir).parent
