@@ -16,6 +16,12 @@ are upstream's first-parent history (pytorch/torchtitan).
 
 from __future__ import annotations
 
+import ast
+import dataclasses
+import importlib.metadata
+import importlib.util
+import json
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -64,8 +70,6 @@ def _lacks(*dotted: str) -> Callable[[], bool]:
 
 def _token_batching() -> bool:
     """The trainer's training config no longer has ``local_batch_size`` (#4121 counts the batch in tokens)."""
-    import dataclasses
-
     trainer_config = upstream.resolve("torchtitan.trainer", "Trainer.Config")
     (training,) = [f for f in dataclasses.fields(trainer_config) if f.name == "training"]
     return not hasattr(training.default_factory(), "local_batch_size")
@@ -97,8 +101,6 @@ def _parses_current_argv() -> bool:
 
 def _returns_triple() -> bool:
     """``Trainer.post_dataloading_process`` is annotated to return a tuple of three (from #3371), not four."""
-    import ast
-
     try:
         method = upstream.resolve("torchtitan.trainer", "Trainer.post_dataloading_process")
     except upstream.Missing:
@@ -115,9 +117,9 @@ class Change:
 
     ``key``: its name here; ``date``: the upstream date it landed (first parent, ``YYYY-MM-DD``); ``pr``: its pull
     request; ``what``: the API in words; ``probe``: True when this install has the change (for a removal: the old
-    API is gone); ``needed_by``: the scenarios (``*``: every one) that cannot run on a base without it (empty: titanflow adapts, and
-    ``adapted`` says how); ``removal``: the change takes an API away, so the scenarios of ``needed_by`` cannot run on
-    a base *with* it.
+    API is gone); ``needed_by``: the scenarios (``*``: every one) that cannot run on a base without it (empty:
+    titanflow adapts, and ``adapted`` says how); ``removal``: the change takes an API away, so the scenarios of
+    ``needed_by`` cannot run on a base *with* it.
     """
 
     key: str
@@ -189,8 +191,6 @@ CHANGES: tuple[Change, ...] = (
 
 def _spmd_backends() -> tuple[str, ...]:
     """The values ``parallelism.spmd_backend`` takes in this install (its Literal annotation; () when it has none)."""
-    import typing
-
     try:
         parallelism = upstream.resolve("torchtitan.config", "ParallelismConfig")
     except upstream.Missing:
@@ -280,7 +280,8 @@ def report(target_node: str, device: str, scenarios: tuple[str, ...]) -> dict:
     rows = {}
     for name in scenarios:
         names = upstream.names_for(device, name)
-        rows[name] = {"missing": upstream.missing(device, names), "wanted": len(names), "refusals": refusals(name, found)}
+        rows[name] = {"missing": upstream.missing(device, names), "wanted": len(names),
+                      "refusals": refusals(name, found)}
     return {"present": found, "position": position(found), "adapted_to": adapted_to(found), "scenarios": rows}
 
 
@@ -296,10 +297,6 @@ def record_install(path: Path, seed: int | None, weights_dir: Path) -> str:
     per-document positions, and the document mask titanflow trains with) is titan_cfg.first_batch's. Returns the one
     line a log gets. On a node's first run these settle what cannot be read here (docs/trn2-walkthrough.md, "The
     torchtitan window")."""
-    import importlib.metadata
-    import importlib.util
-    import json
-
     where = Path(importlib.util.find_spec("torchtitan").origin).parent
     names = importlib.metadata.packages_distributions().get("torchtitan", [])
     found = present()

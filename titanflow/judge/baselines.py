@@ -156,5 +156,6 @@ def baseline_for(row: dict, history_dir: Path | str | None = None) -> NodeBaseli
     has no recorded hardware)."""
     if not row.get("hardware") or not row.get("config_key"):
         return None
-    path = baselines_dir(history_dir) / f"{workload_key(row['scenario'], row['target'], row['init'], row['config_key'], row['hardware'])}.json"
+    key = workload_key(row["scenario"], row["target"], row["init"], row["config_key"], row["hardware"])
+    path = baselines_dir(history_dir) / f"{key}.json"
     return NodeBaseline.model_validate_json(path.read_text()) if path.is_file() else None

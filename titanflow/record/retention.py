@@ -4,8 +4,8 @@ applied to each run folder, a dry run by default that says the bytes it would fr
     titanflow prune                 # what would go, and the bytes it frees
     titanflow prune --apply         # do it
 
-Per run (its ``summary.json``): no verdict yet (in progress, or stopped and resumable) or a node baseline promoted from
-it (titanflow.judge.baselines) -> kept whole; a failed or cancelled run within ``failed_keep_days`` of finishing, or one of the
+Per run (its ``summary.json``): no verdict yet (in progress, or stopped and resumable) or a node baseline promoted
+from it (titanflow.judge.baselines) -> kept whole; a failed or cancelled run within ``failed_keep_days`` of finishing, or one of the
 newest ``passing_keep_last`` passing runs of its workload (scenario, target, init and the parameters' key) -> kept
 whole; any other run loses its heavy parts (the export and the step checkpoints) and, once older than
 ``records_keep_days``, the rest too. A folder without a readable summary.json is not titanflow's to judge: kept.
