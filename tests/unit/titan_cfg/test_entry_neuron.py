@@ -1,12 +1,12 @@
 """On a neuron target each rank imports torch_neuronx before anything is built (titan_cfg.entry.prepare): torch's
 backend autoload may be off (torch-neuronx's Qwen3 tutorial sets TORCH_DEVICE_BACKEND_AUTOLOAD=0). Checked in a Python
-of its own with the torch_neuronx stand-in (tests/stand_ins/neuron) first on its path; a cpu job imports none."""
+of its own with the torch_neuronx stand-in (tests/stand_ins/neuron) first on its path (a cpu job imports none: every
+end-to-end run here trains without it)."""
 
 import os
 import subprocess
 import sys
 
-import pytest
 from helpers import FIXTURES
 from helpers.stand_ins import STAND_INS
 
@@ -15,9 +15,8 @@ from titanflow.params import ScenarioRun
 from titanflow.paths import REPO_ROOT
 
 
-@pytest.mark.parametrize("target, imported", [("trn2", True), ("cpu", False)])
-def test_a_neuron_rank_imports_torch_neuronx_first(tmp_path, target, imported):
-    job = make_job(ScenarioRun(scenario="native", target=target), FIXTURES / "qwen3-4b-instruct-2507",
+def test_a_neuron_rank_imports_torch_neuronx_first(tmp_path):
+    job = make_job(ScenarioRun(scenario="native", target="trn2"), FIXTURES / "qwen3-4b-instruct-2507",
                    tmp_path / "run", files_only=True)
     path = job.write(tmp_path / "job.json")
     probe = "import sys; from titan_cfg import entry; entry.prepare(); print('torch_neuronx' in sys.modules)"
@@ -26,4 +25,4 @@ def test_a_neuron_rank_imports_torch_neuronx_first(tmp_path, target, imported):
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=300,
                           check=False)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip().splitlines()[-1] == str(imported)
+    assert done.stdout.strip().splitlines()[-1] == "True"
