@@ -32,7 +32,7 @@ run: assets
 # In collection order (no reordering by group size): the long end-to-end runs first, the unit tests after.
 # PYTEST_ARGS adds options, e.g. make test PYTEST_ARGS=--durations=40.
 test: setup overlay-trn2 overlays-upstream chromium slurm-packages setup-lowest
-	TITANFLOW_UPSTREAM_SNAPSHOTS=$(UPSTREAM_SNAPSHOTS) $(BIN)/python -m pytest -q -n 2 --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS)
+	TITANFLOW_UPSTREAM_SNAPSHOTS=$(UPSTREAM_SNAPSHOTS) $(BIN)/python -m pytest -q -rs -n 2 --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS)
 	$(MAKE) --no-print-directory test-lowest
 
 # The lowest end of pyproject.toml's ranges (profiles/cpu-lowest: Prefect, prefect-kubernetes, pandas, pyarrow,
@@ -85,13 +85,14 @@ overlay-trn2: $(OVERLAY_TRN2)/.installed
 # The torchtitan window's lanes (docs/trn2-walkthrough.md, "The torchtitan window"): each upstream snapshot of
 # $(UPSTREAM_SNAPSHOTS) installed beside the cpu venv, once per content key, with what it requires that the venv lacks
 # (tests/upstream/overlays.py); tests/upstream/ renders, checks and trains each against the docs' table (make test
-# runs them too). A snapshot not in the folder skips its lane with a message.
-UPSTREAM_SNAPSHOTS ?= ../shared/upstream/torchtitan
+# runs them too). A snapshot not in the folder skips its lane with a message (-rs prints it). The folder:
+# UPSTREAM_SNAPSHOTS=<folder> or $TITANFLOW_UPSTREAM_SNAPSHOTS.
+UPSTREAM_SNAPSHOTS ?= $(or $(TITANFLOW_UPSTREAM_SNAPSHOTS),../shared/upstream/torchtitan)
 overlays-upstream: setup
 	TITANFLOW_UPSTREAM_SNAPSHOTS=$(UPSTREAM_SNAPSHOTS) $(BIN)/python tests/upstream/overlays.py
 
 test-upstream: overlays-upstream
-	TITANFLOW_UPSTREAM_SNAPSHOTS=$(UPSTREAM_SNAPSHOTS) $(BIN)/python -m pytest -q tests/upstream $(PYTEST_ARGS)
+	TITANFLOW_UPSTREAM_SNAPSHOTS=$(UPSTREAM_SNAPSHOTS) $(BIN)/python -m pytest -q -rs tests/upstream $(PYTEST_ARGS)
 
 # The trn2 profile on the node (docs/install.md, "On a trn2 node"): titanflow on top of the walkthrough's
 # stack in the Neuron 2.33 DLAMI's venv, replacing none of it. PRINT=1 prints the commands only; SCENARIOS="moe ..."

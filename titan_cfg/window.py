@@ -138,8 +138,8 @@ class Change:
     def refusal(self) -> str:
         """The one line a blocked scenario is refused with: the API and the date."""
         if self.removal:
-            return f"{self.what} (gone upstream on {self.date}, {self.pr}); titanflow needs a base before it"
-        return f"{self.what} (upstream from {self.date}, {self.pr}) is missing; titanflow needs a base from then on"
+            return f"gone: {self.what} (removed upstream on {self.date}, {self.pr}); titanflow needs a base before it"
+        return f"missing: {self.what} (upstream from {self.date}, {self.pr}); titanflow needs a base from then on"
 
 
 #: The changes in upstream's order. The rank side takes each adapted one's form through titan_cfg.forms.
@@ -247,10 +247,11 @@ def refusals(scenario: str, found: dict[str, bool] | None = None) -> list[str]:
 
 
 def adapted_to(found: dict[str, bool]) -> list[str]:
-    """The adapted changes an install with the changes ``found`` makes titanflow take another form for (one it
-    lacks; a removal it has): ``key (date, pr)`` each (what titanflow takes then: :attr:`Change.adapted`,
-    docs/trn2-walkthrough.md)."""
-    return [f"{c.key} ({c.date}, {c.pr})" for c in CHANGES if c.adapted and found[c.key] == c.removal]
+    """The adapted changes for which an install with the changes ``found`` makes titanflow take another form than
+    0.3.0's: ``without <key> (<date>, <pr>)`` for one it lacks (the older form taken), ``with <key> ...`` for a removal
+    it has (what titanflow does then: :attr:`Change.adapted`, docs/trn2-walkthrough.md)."""
+    return [f"{'with' if c.removal else 'without'} {c.key} ({c.date}, {c.pr})" for c in CHANGES
+            if c.adapted and found[c.key] == c.removal]
 
 
 def position(found: dict[str, bool]) -> str:
@@ -259,8 +260,10 @@ def position(found: dict[str, bool]) -> str:
     has = [c for c in CHANGES if found[c.key]]
     lacks = [c for c in CHANGES if not found[c.key]]
     last = f"{has[-1].date} (has {has[-1].key})" if has else "before the window (has none of its changes)"
-    first = f"{lacks[0].date} (lacks {lacks[0].key})" if lacks else "its end (lacks none of its changes)"
-    order = "" if not (has and lacks) or has[-1].date <= lacks[0].date else "; out of upstream's order (a patched base)"
+    if not lacks:
+        return f"resembles upstream from {last} on (it has every change of the window)"
+    first = f"{lacks[0].date} (lacks {lacks[0].key})"
+    order = "" if not has or has[-1].date <= lacks[0].date else "; out of upstream's order (a patched base)"
     return f"resembles upstream between {last} and {first}{order}"
 
 

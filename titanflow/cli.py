@@ -12,6 +12,9 @@
     titanflow bisect --good REV --bad REV native   the first revision whose run fails the check bad fails
     titanflow doctor --target trn2         is this machine ready for a target: one line per check, with its fix
     titanflow trim SOURCE DEST --layers 4 --experts 64 --top-k 4   an MoE folder cut to its first layers/experts
+    titanflow golden promote RUN_ID --why TEXT   a passed run: the baseline of its workload on this hardware
+    titanflow golden list                  the baselines in force (golden show KEY, golden retire KEY)
+    titanflow prune [--apply]              the runs folder's retention policy: what goes, the bytes it frees
 
 ``run`` executes the flow in this process against the Prefect server named by
 ``PREFECT_API_URL``, or a temporary local server (SQLite under ``PREFECT_HOME``,
@@ -334,7 +337,8 @@ def _stopped(stop: BaseException, run_dir: Path) -> BaseException:
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    """Render the job of a run without training (any target, e.g. trn2 on a CPU machine)."""
+    """Render the job of a run without training (any target, e.g. trn2 on a CPU machine): 0 on success, 2 on bad
+    input, 3 when the installed torchtitan cannot serve the scenario (titan_cfg.window: an environment failure)."""
     checked = _preflighted(args, launch=False)
     if checked is None:
         return 2
@@ -363,9 +367,9 @@ def cmd_render(args: argparse.Namespace) -> int:
         rendered = render(run, weights_dir, run_dir, files_only=True)  # to be read: config.json is enough
     except (RenderError, WindowError) as err:  # refused: nothing is left half-written
         shutil.rmtree(run_dir, ignore_errors=True)
-        what = "environment" if isinstance(err, WindowError) else "bad input"  # the install's fault, or the input's
-        print(f"titanflow: {what}:\n{err}", file=sys.stderr)
-        return 2
+        environment = isinstance(err, WindowError)  # the installed torchtitan's fault (exit 3), or the input's (2)
+        print(f"titanflow: {'environment' if environment else 'bad input'}:\n{err}", file=sys.stderr)
+        return 3 if environment else 2
     named = weights_id(run.weights, weights_dir) or ("the folder given" if run.weights else f"the embedded tiny "
                                                      f"{model_type}" + ("'s pretrained checkpoint" if run.init ==
                                                                         "pretrained" else ""))
@@ -543,11 +547,24 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 def cmd_golden(args: argparse.Namespace) -> int:
     """A node's baselines (titanflow.judge.baselines): ``promote RUN_ID --why TEXT`` makes a passed run the baseline
     of its workload on its hardware, ``list`` prints them, ``show KEY`` one, ``retire KEY`` moves one aside (kept).
-    0 on success, 2 on bad input (a run that cannot be promoted, an unknown key or run)."""
+    0 on success, 1 when the history table cannot be read, 2 on bad input (a run that cannot be promoted, an unknown
+    key or run, a baseline file that does not read)."""
     from titanflow.judge import baselines
     from titanflow.record import history
     from titanflow.record.summary import read_summary
 
+    def refuse(line: str) -> int:
+        print(f"titanflow: bad input:\n{line}", file=sys.stderr)
+        return 2
+
+    if args.action == "list" and args.what is not None:
+        return refuse(f"what: {args.what!r} is not taken by golden list; fix: titanflow golden list")
+    if args.action != "list" and args.what is None:
+        usage = "RUN_ID --why TEXT" if args.action == "promote" else "KEY"
+        return refuse(f"{'run_id' if args.action == 'promote' else 'key'}: missing; fix: titanflow golden "
+                      f"{args.action} {usage}")
+    if args.why is not None and args.action != "promote":
+        return refuse(f"why: only with promote; fix: leave --why out of golden {args.action}")
     try:
         if args.action == "list":
             found = baselines.listed(args.history_dir)
@@ -555,13 +572,7 @@ def cmd_golden(args: argparse.Namespace) -> int:
             for b in found:
                 print(f"{b.key}  run {b.run_id}  {len(b.losses)} steps  promoted {b.promoted_at:%Y-%m-%d %H:%M} UTC  "
                       f"{b.hardware}  why: {b.why}")
-            return 0
-        if args.what is None:
-            print(f"titanflow: bad input:\n{'run_id' if args.action == 'promote' else 'key'}: missing; fix: "
-                  f"titanflow golden {args.action} {'RUN_ID --why TEXT' if args.action == 'promote' else 'KEY'}",
-                  file=sys.stderr)
-            return 2
-        if args.action == "show":
+        elif args.action == "show":
             print(baselines.show(args.what, args.history_dir).model_dump_json(indent=1))
         elif args.action == "retire":
             print(f"retired {args.what}: kept as {baselines.retire(args.what, args.history_dir)}")
@@ -569,39 +580,63 @@ def cmd_golden(args: argparse.Namespace) -> int:
             table = history.read_history(history_dir=args.history_dir)
             rows = table[table.run_id == args.what] if not table.empty else table
             if rows.empty:
-                print(f"titanflow: bad input:\nrun_id: no run {args.what!r} in the history "
-                      f"({history.history_file(args.history_dir)}); fix: pass the id of a run it holds "
-                      "(titanflow history --last N lists them)", file=sys.stderr)
-                return 2
+                where = history.history_file(args.history_dir)
+                held = f"the history ({where}) has no such run" if where.exists() else f"no history table at {where}"
+                return refuse(f"run_id: no run {args.what!r}: {held}; fix: pass the id of a run the history holds "
+                              "(titanflow history --last N lists them; --history-dir names another history)")
             row = rows.iloc[-1].to_dict()
             summary = read_summary(Path(row["run_dir"]) / "summary.json").model_dump(mode="json")
-            made = baselines.promote(row, summary, args.why or "", args.history_dir)
-            print(f"promoted run {made.run_id} as baseline {made.key} ({len(made.losses)} steps, {made.hardware})")
+            made, replaced = baselines.promote(row, summary, args.why or "", args.history_dir)
+            print(f"promoted run {made.run_id} as baseline {made.key} ({len(made.losses)} steps, {made.hardware})"
+                  + (f"; the baseline it replaces is kept as {replaced}" if replaced else ""))
     except baselines.BaselineError as err:
-        print(f"titanflow: bad input:\n{err}", file=sys.stderr)
-        return 2
+        return refuse(str(err))
+    except history.HistoryError as err:
+        print(f"titanflow: {err}", file=sys.stderr)
+        return 1
     return 0
+
+
+def _gib(size: int) -> str:
+    """``size`` bytes in the unit that reads best: GiB, MiB or KiB, two decimals."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if size >= scale:
+            return f"{size / scale:.2f} {unit}"
+    return f"{size} bytes"
 
 
 def cmd_prune(args: argparse.Namespace) -> int:
     """Apply the runs folder's retention policy (titanflow.record.retention): a dry run by default, printing what
-    goes and the bytes it frees; ``--apply`` removes it. 0 on success, 2 on a policy file that does not load."""
+    goes and the bytes it frees; ``--apply`` removes it. 0 on success, 2 on bad input (a folder that is not one, a
+    policy or baseline file that does not load)."""
+    from titanflow import paths
+    from titanflow.judge.baselines import BaselineError
     from titanflow.record import retention
 
+    runs_dir = Path(args.runs_dir) if args.runs_dir else paths.runs_root()
+    history_dir = Path(args.history_dir) if args.history_dir else paths.history_root()
+    for field, folder, what in (("runs_dir", runs_dir, "the runs folder"),
+                                ("history_dir", history_dir, "the history folder, whose baselines' runs are kept")):
+        if not folder.is_dir():
+            print(f"titanflow: bad input:\n{field}: {folder} is {'a file' if folder.exists() else 'not there'}; fix: "
+                  f"pass {what} (--{field.replace('_', '-')})", file=sys.stderr)
+            return 2
     try:
-        decisions = retention.plan(args.runs_dir and Path(args.runs_dir), history_dir=args.history_dir)
-    except ValueError as err:
+        decisions = retention.plan(runs_dir, history_dir=history_dir)
+    except (ValueError, BaselineError) as err:
         print(f"titanflow: bad input:\n{err}", file=sys.stderr)
         return 2
     going = [d for d in decisions if d.action != "keep"]
     for d in going:
-        print(f"{'removes' if args.apply else 'would remove'} {d.bytes / 2**30:.2f} GiB of {d.run_dir.name}: "
-              f"{', '.join(str(p.relative_to(d.run_dir.parent)) for p in d.paths)} ({d.why})")
+        parts = ", ".join("the whole folder" if p == d.run_dir else p.relative_to(d.run_dir).as_posix()
+                          for p in d.paths)
+        print(f"{'removes' if args.apply else 'would remove'} {_gib(d.bytes)} of {d.run_dir.name}: {parts} ({d.why})")
     total = retention.apply(going) if args.apply else sum(d.bytes for d in going)
     kept = len(decisions) - len(going)
-    print(f"prune: {'freed' if args.apply else 'would free'} {total:,} bytes ({total / 2**30:.2f} GiB) from "
-          f"{len(going)} of {len(decisions)} runs; {kept} kept whole"
-          + ("" if args.apply else "; titanflow prune --apply removes it"))
+    command = f"titanflow prune --apply --runs-dir {runs_dir} --history-dir {history_dir}"
+    print(f"prune: {'freed' if args.apply else 'would free'} {total:,} bytes ({_gib(total)}) from "
+          f"{len(going)} of {len(decisions)} runs of {runs_dir}; {kept} kept whole"
+          + (f"; {command} removes it" if going and not args.apply else ""))
     return 0
 
 

@@ -39,10 +39,33 @@ def snapshot_folder() -> Path:
 
 
 def snapshots() -> dict[str, Path]:
-    """``{date: archive}`` of every snapshot in :func:`snapshot_folder` (empty when the folder is absent)."""
+    """``{date: archive}`` of every snapshot in :func:`snapshot_folder` (empty when the folder is absent).
+
+    Raises:
+        ValueError: a ``torchtitan-*.tar.gz`` there is not named ``torchtitan-<YYYY-MM-DD>-<commit>.tar.gz`` or not a
+            file, or two snapshots share a date (a lane per date).
+    """
     folder = snapshot_folder()
-    found = sorted(folder.glob("torchtitan-*.tar.gz")) if folder.is_dir() else []
-    return {match[1]: path for path in found if (match := ARCHIVE.fullmatch(path.name))}
+    found: dict[str, Path] = {}
+    for path in sorted(folder.glob("torchtitan-*.tar.gz")) if folder.is_dir() else []:
+        match = ARCHIVE.fullmatch(path.name)
+        if match is None or not path.is_file() or not _is_date(match[1]):
+            raise ValueError(f"snapshot: {path} is not a file named torchtitan-<YYYY-MM-DD>-<commit>.tar.gz; fix: "
+                             "rename or remove it")
+        if match[1] in found:
+            raise ValueError(f"snapshot: {path} and {found[match[1]]} share the date {match[1]}; fix: keep one")
+        found[match[1]] = path
+    return found
+
+
+def _is_date(text: str) -> bool:
+    from datetime import date
+
+    try:
+        date.fromisoformat(text)
+    except ValueError:
+        return False
+    return True
 
 
 def overlay_dir(archive: Path) -> Path:
@@ -80,17 +103,22 @@ def install(archive: Path) -> Path:
     """The overlay of ``archive``, installed first if it is not (module docstring); returns its folder.
 
     Raises:
-        subprocess.CalledProcessError: pip failed (its output is on the error); nothing is left half-installed.
+        RuntimeError: pip failed (names the archive, with pip's last lines); nothing is left half-installed.
     """
     folder = overlay_dir(archive)
     if (folder / ".installed").exists():
         return folder
     partial = folder.with_name(folder.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
-    _pip("install", "--quiet", "--no-deps", "--target", str(partial), str(archive))
-    added = _missing_from_venv(_requirements(partial))
-    if added:
-        _pip("install", "--quiet", "--no-deps", "--target", str(partial), *added)
+    try:
+        _pip("install", "--quiet", "--no-deps", "--target", str(partial), str(archive))
+        added = _missing_from_venv(_requirements(partial))
+        if added:
+            _pip("install", "--quiet", "--no-deps", "--target", str(partial), *added)
+    except subprocess.CalledProcessError as err:
+        shutil.rmtree(partial, ignore_errors=True)
+        said = "\n".join((err.stderr or err.stdout or "").strip().splitlines()[-5:])
+        raise RuntimeError(f"snapshot: {archive} did not install (pip exited {err.returncode}):\n{said}") from None
     (partial / "overlay.json").write_text(json.dumps({"archive": archive.name, "added": added}, indent=1) + "\n")
     (partial / ".installed").touch()
     shutil.rmtree(folder, ignore_errors=True)
@@ -99,9 +127,12 @@ def install(archive: Path) -> Path:
 
 
 if __name__ == "__main__":
-    found = snapshots()
-    if not found:
-        print(f"no torchtitan snapshots in {snapshot_folder()}: the upstream lanes will skip (set "
-              "TITANFLOW_UPSTREAM_SNAPSHOTS to their folder)")
-    for date, archive in found.items():
-        print(f"{date}: {install(archive)}")
+    try:
+        found = snapshots()
+        if not found:
+            print(f"no torchtitan snapshots in {snapshot_folder()}: the upstream lanes will skip (make "
+                  "test-upstream UPSTREAM_SNAPSHOTS=<folder>, or $TITANFLOW_UPSTREAM_SNAPSHOTS, names their folder)")
+        for day, archive in found.items():
+            print(f"{day}: {install(archive)}")
+    except (ValueError, RuntimeError) as err:
+        sys.exit(f"overlays: {err}")

@@ -62,8 +62,9 @@ def lane(request, tmp_path_factory) -> tuple[str, dict]:
     if point != RELEASE:
         archive = overlays.snapshots().get(point)
         if archive is None:
-            pytest.skip(f"the torchtitan snapshot of {point} is not in {overlays.snapshot_folder()} (set "
-                        "TITANFLOW_UPSTREAM_SNAPSHOTS to the folder of torchtitan-<date>-<commit>.tar.gz): lane skipped")
+            pytest.skip(f"the torchtitan snapshot of {point} is not in {overlays.snapshot_folder()} (make test-upstream "
+                        "UPSTREAM_SNAPSHOTS=<folder>, or $TITANFLOW_UPSTREAM_SNAPSHOTS, names the folder of "
+                        "torchtitan-<date>-<commit>.tar.gz): lane skipped")
         path.insert(0, str(overlays.install(archive)))
     rows = TABLE[point]
     train = [s for s in SCENARIOS if not rows[(s, "walkthrough")]] if point != RELEASE else []
@@ -126,3 +127,18 @@ def test_each_scenario_that_works_trains_its_first_steps_on_the_golden(lane):
         first = [golden.losses[1], golden.losses[2]]
         assert abs(losses[0] - first[0]) <= rule.margin, (point, scenario, losses, first)
         assert abs(losses[1] - first[1]) <= rule.band, (point, scenario, losses, first)
+
+
+def test_titanflow_render_on_a_base_it_cannot_serve_exits_3_as_an_environment_failure(tmp_path):
+    """The newest snapshot (Grain, token batching) as a user meets it: ``titanflow render`` says ``environment``, not
+    bad input, and exits 3 (bad input exits 2), leaving no run folder behind."""
+    archive = overlays.snapshots().get("2026-08-21")
+    if archive is None:
+        pytest.skip(f"the torchtitan snapshot of 2026-08-21 is not in {overlays.snapshot_folder()}")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(overlays.install(archive)), str(REPO_ROOT)])}
+    done = subprocess.run([str(Path(sys.executable).parent / "titanflow"), "render", "native", "--target", "cpu",
+                           "--runs-dir", str(tmp_path)], capture_output=True, text=True, timeout=300, env=env,
+                          check=False)
+    assert done.returncode == 3, done.stderr[-2000:]
+    assert "titanflow: environment:\nthis torchtitan cannot serve the native scenario: gone: " in done.stderr
+    assert list(tmp_path.iterdir()) == []

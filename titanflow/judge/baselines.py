@@ -36,8 +36,30 @@ PERFORMANCE = ("tokens_per_s", "peak_memory_gib", "peak_rss_bytes", "compile_war
 
 
 def baselines_dir(history_dir: Path | str | None = None) -> Path:
-    """``<history>/baselines`` (the history folder: ``history_dir``, else $TITANFLOW_HISTORY or history/)."""
-    return Path(history_dir) / BASELINES if history_dir is not None else paths.history_root() / BASELINES
+    """``<history>/baselines`` (the history folder: ``history_dir``, else $TITANFLOW_HISTORY or history/).
+
+    Raises:
+        BaselineError: the history folder is a file.
+    """
+    history = Path(history_dir) if history_dir is not None else paths.history_root()
+    if history.exists() and not history.is_dir():
+        raise BaselineError(f"history_dir: {history} is a file; fix: pass the history folder (the one that holds "
+                            "runs.parquet)")
+    return history / BASELINES
+
+
+def _read(path: Path) -> NodeBaseline:
+    """The baseline in ``path``.
+
+    Raises:
+        BaselineError: the file does not read as a baseline (names it, and the fix: move it aside).
+    """
+    try:
+        return NodeBaseline.model_validate_json(path.read_text())
+    except (OSError, ValueError) as err:
+        first = str(err).splitlines()[0]
+        raise BaselineError(f"baseline: {path} does not read as a baseline ({first}); fix: move it aside, e.g. "
+                            f"mv {path} {path}.unreadable, and promote a run again") from None
 
 
 class NodeBaseline(BaseModel):
@@ -78,9 +100,11 @@ class BaselineError(ValueError):
     """A run cannot be promoted, or no baseline has the key given; the message names the field and the fix."""
 
 
-def promote(row: dict, summary: dict, why: str, history_dir: Path | str | None = None) -> NodeBaseline:
+def promote(row: dict, summary: dict, why: str, history_dir: Path | str | None = None
+            ) -> tuple[NodeBaseline, Path | None]:
     """Make the run of history ``row`` (its summary.json as ``summary``) the baseline of its workload on its hardware,
     replacing one promoted before (moved to retired/, kept). Written whole under a temporary name, then renamed.
+    Returns (the baseline, where the one it replaced was kept: None when there was none).
 
     Raises:
         BaselineError: the run did not pass, logged no loss or has no recorded hardware, or ``why`` is empty.
@@ -94,7 +118,7 @@ def promote(row: dict, summary: dict, why: str, history_dir: Path | str | None =
         raise BaselineError(f"run_id: {row['run_id']} was recorded before titanflow kept its hardware; fix: promote "
                             "a run made since")
     if not why.strip():
-        raise BaselineError("why: empty; fix: say why this run is the baseline (--why)")
+        raise BaselineError("why: missing; fix: say why this run is the baseline: --why TEXT")
     parameters = json.loads(row.get("parameters") or "{}")
     performance = {c: float(row[c]) for c in PERFORMANCE if row.get(c) is not None and not _missing(row[c])}
     baseline = NodeBaseline(
@@ -107,10 +131,9 @@ def promote(row: dict, summary: dict, why: str, history_dir: Path | str | None =
     folder = baselines_dir(history_dir)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{baseline.key}.json"
-    if path.exists():
-        retire(baseline.key, history_dir)
+    replaced = retire(baseline.key, history_dir) if path.exists() else None
     paths.write_atomic(path, baseline.model_dump_json(indent=1) + "\n", what="the baseline")
-    return baseline
+    return baseline, replaced
 
 
 def _missing(value) -> bool:
@@ -120,7 +143,7 @@ def _missing(value) -> bool:
 def listed(history_dir: Path | str | None = None) -> list[NodeBaseline]:
     """Every baseline in force, by key."""
     folder = baselines_dir(history_dir)
-    return [NodeBaseline.model_validate_json(p.read_text()) for p in sorted(folder.glob("*.json"))]
+    return [_read(p) for p in sorted(folder.glob("*.json"))]
 
 
 def show(key: str, history_dir: Path | str | None = None) -> NodeBaseline:
@@ -131,9 +154,11 @@ def show(key: str, history_dir: Path | str | None = None) -> NodeBaseline:
     """
     path = baselines_dir(history_dir) / f"{key}.json"
     if not path.is_file():
-        keys = ", ".join(b.key for b in listed(history_dir)) or "none"
-        raise BaselineError(f"key: no baseline {key!r}; fix: pass one of: {keys} (titanflow golden list)")
-    return NodeBaseline.model_validate_json(path.read_text())
+        keys = [b.key for b in listed(history_dir)]
+        there = f"pass one of: {', '.join(keys)}" if keys else "there is none in force; promote a run first"
+        raise BaselineError(f"key: no baseline {key!r} in force; fix: {there} (titanflow golden list; retired ones "
+                            f"are kept in {baselines_dir(history_dir) / 'retired'})")
+    return _read(path)
 
 
 def retire(key: str, history_dir: Path | str | None = None) -> Path:
@@ -158,4 +183,4 @@ def baseline_for(row: dict, history_dir: Path | str | None = None) -> NodeBaseli
         return None
     key = workload_key(row["scenario"], row["target"], row["init"], row["config_key"], row["hardware"])
     path = baselines_dir(history_dir) / f"{key}.json"
-    return NodeBaseline.model_validate_json(path.read_text()) if path.is_file() else None
+    return _read(path) if path.is_file() else None

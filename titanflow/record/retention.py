@@ -8,7 +8,8 @@ Per run (its ``summary.json``): no verdict yet (in progress, or stopped and resu
 from it (titanflow.judge.baselines) -> kept whole; a failed or cancelled run within ``failed_keep_days`` of finishing, or one of the
 newest ``passing_keep_last`` passing runs of its workload (scenario, target, init and the parameters' key) -> kept
 whole; any other run loses its heavy parts (the export and the step checkpoints) and, once older than
-``records_keep_days``, the rest too. A folder without a readable summary.json is not titanflow's to judge: kept.
+``records_keep_days``, the rest too. A folder without a readable summary.json is not titanflow's to judge, nor is a link
+to a folder elsewhere: both kept.
 """
 
 from __future__ import annotations
@@ -84,7 +85,8 @@ def plan(runs_dir: Path | None = None, policy: Policy | None = None, history_dir
     now = now or datetime.now(timezone.utc)
     promoted = {b.run_id for b in listed(history_dir)}
     runs = []
-    for folder in sorted(p for p in runs_dir.iterdir() if p.is_dir()) if runs_dir.is_dir() else []:
+    # a link to a folder elsewhere is not this runs folder's to prune: only real folders are read
+    for folder in sorted(p for p in runs_dir.iterdir() if p.is_dir() and not p.is_symlink()) if runs_dir.is_dir() else []:
         try:
             runs.append((folder, read_summary(folder / SUMMARY)))
         except (OSError, ValueError):

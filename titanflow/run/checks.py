@@ -230,7 +230,7 @@ def upstream_checks(target: str, scenario: str | None = None, job: Job | None = 
     blocked = {name: row["refusals"] for name, row in found["scenarios"].items() if row["refusals"]}
     installed = torchtitan_distribution()
     where = (f"{installed[0]} {installed[1]}" if installed else "torchtitan (no distribution found)") + \
-        f" {found['position']}" + (f"; adapts to {', '.join(found['adapted_to'])}"
+        f" {found['position']}" + (f"; titanflow adapts to it: {', '.join(found['adapted_to'])}"
                                    if found["adapted_to"] else "")
     whom = f"{scenario}" if scenario else "every scenario"
     if lacking or blocked:

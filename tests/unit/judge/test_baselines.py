@@ -41,8 +41,9 @@ def test_without_a_baseline_the_finding_says_so_with_the_promote_command(tmp_pat
 
 
 def test_a_promoted_run_judges_the_next_on_every_step_in_the_exact_lane(tmp_path):
-    made = baselines.promote(run("first"), {"environment": {"cpu_model": "AMD EPYC"}, "stack": STACK},
-                             "first night", tmp_path)
+    made, replaced = baselines.promote(run("first"), {"environment": {"cpu_model": "AMD EPYC"}, "stack": STACK},
+                                       "first night", tmp_path)
+    assert replaced is None
     assert made.losses == dict(enumerate(NATIVE_CPU_RANDOM_LOSSES, start=1)) and made.why == "first night"
     assert made.performance == {"tokens_per_s": 600.0, "peak_memory_gib": 1.0, "peak_rss_bytes": 2**30,
                                 "compile_warmup_s": 0.0, "total_s": 60.0}
@@ -67,24 +68,36 @@ def test_a_run_in_another_environment_is_judged_in_the_band_lane_naming_the_pack
 def test_only_a_passed_run_is_promoted_and_a_retired_baseline_is_kept(tmp_path):
     with pytest.raises(baselines.BaselineError, match="run_id: failed ended fail; fix: promote a run that passed"):
         baselines.promote(run("failed", verdict="fail", failure_class="numerics"), {}, "no", tmp_path)
-    with pytest.raises(baselines.BaselineError, match="why: empty"):
+    with pytest.raises(baselines.BaselineError, match="why: missing; fix: say why this run is the baseline: --why"):
         baselines.promote(run("first"), {}, " ", tmp_path)
-    first = baselines.promote(run("first"), {}, "first night", tmp_path)
-    second = baselines.promote(run("second"), {}, "new SDK", tmp_path)  # replaces it: the first is retired, kept
+    first, _ = baselines.promote(run("first"), {}, "first night", tmp_path)
+    second, kept = baselines.promote(run("second"), {}, "new SDK", tmp_path)  # replaces it: the first retired, kept
     assert first.key == second.key and [b.run_id for b in baselines.listed(tmp_path)] == ["second"]
-    (kept,) = (tmp_path / "baselines" / "retired").glob(f"{first.key}-*.json")
+    assert kept.parent == tmp_path / "baselines" / "retired" and kept.name.startswith(f"{first.key}-")
     assert json.loads(kept.read_text())["run_id"] == "first"
     where = baselines.retire(second.key, tmp_path)
     assert where.parent.name == "retired" and baselines.listed(tmp_path) == []
-    with pytest.raises(baselines.BaselineError, match=f"key: no baseline '{second.key}'; fix: pass one of: none"):
+    with pytest.raises(baselines.BaselineError, match=f"key: no baseline '{second.key}' in force; fix: there is none "
+                                                      "in force; promote a run first"):
         baselines.show(second.key, tmp_path)
+
+
+def test_a_baseline_file_that_does_not_read_is_named_with_the_fix(tmp_path):
+    (tmp_path / "baselines").mkdir()
+    (tmp_path / "baselines" / "k.json").write_text("{bad")
+    with pytest.raises(baselines.BaselineError, match=rf"^baseline: {tmp_path / 'baselines' / 'k.json'} does not read "
+                                                      r"as a baseline \(.*\); fix: move it aside, e.g. mv "):
+        baselines.listed(tmp_path)
+    (tmp_path / "file").write_text("")
+    with pytest.raises(baselines.BaselineError, match="history_dir: .*file is a file; fix: pass the history folder"):
+        baselines.listed(tmp_path / "file")
 
 
 def test_golden_command_lists_and_refuses_an_unknown_run(tmp_path, capsys):
     assert main(["golden", "list", "--history-dir", str(tmp_path)]) == 0
     assert capsys.readouterr().out.splitlines() == [f"baselines: {tmp_path / 'baselines'}, 0 in force"]
     assert main(["golden", "promote", "nope", "--why", "x", "--history-dir", str(tmp_path)]) == 2
-    assert "run_id: no run 'nope' in the history" in capsys.readouterr().err
+    assert f"run_id: no run 'nope': no history table at {tmp_path / 'runs.parquet'}; fix: " in capsys.readouterr().err
     assert main(["golden", "show", "--history-dir", str(tmp_path)]) == 2
     assert "key: missing; fix: titanflow golden show KEY" in capsys.readouterr().err
 

@@ -24,7 +24,9 @@ def test_twenty_runs_keep_what_the_policy_says_and_free_the_bytes_the_dry_run_pr
     stray = runs / "not-a-run"
     stray.mkdir()
     (stray / "notes.txt").write_text("kept")
-    assert len([p for p in runs.iterdir() if (p / "summary.json").exists()]) == 19  # and the stray folder: 20
+    elsewhere = make_run(tmp_path / "elsewhere", "old-run-elsewhere", "pass", days_ago=300)
+    (runs / "linked-run").symlink_to(elsewhere)  # a link to a run folder outside: not this folder's to prune
+    assert len([p for p in runs.iterdir() if (p / "summary.json").exists() and not p.is_symlink()]) == 19  # + stray
     baselines.promote(history_row("pass-promoted", 1, hardware="cpu: AMD EPYC, AVX512"), {}, "first night", history)
 
     decisions = {d.run_dir.name: d for d in retention.plan(runs, history_dir=history, now=NOW)}
@@ -33,21 +35,33 @@ def test_twenty_runs_keep_what_the_policy_says_and_free_the_bytes_the_dry_run_pr
     assert {name for name, d in decisions.items() if d.action == "whole"} == {"pass-ancient"}
     kept = {f.name for f in [*passing[:5], other_workload, *failed_recent, in_progress, promoted]}
     assert {name for name, d in decisions.items() if d.action == "keep"} == kept
-    assert "not-a-run" not in decisions
+    assert "not-a-run" not in decisions and "linked-run" not in decisions
     expected = len(heavy) * (EXPORT_BYTES + CHECKPOINT_BYTES) + (EXPORT_BYTES + CHECKPOINT_BYTES + LOG_BYTES
                                                                  + (ancient / "summary.json").stat().st_size)
 
     assert main(["prune", "--runs-dir", str(runs), "--history-dir", str(history)]) == 0
     dry = capsys.readouterr().out.splitlines()
-    assert dry[-1] == (f"prune: would free {expected:,} bytes ({expected / 2**30:.2f} GiB) from 8 of 19 runs; "
-                       "11 kept whole; titanflow prune --apply removes it")
+    assert dry[-1] == (f"prune: would free {expected:,} bytes ({expected / 2**10:.2f} KiB) from 8 of 19 runs of "
+                       f"{runs}; 11 kept whole; titanflow prune --apply --runs-dir {runs} --history-dir {history} "
+                       "removes it")
+    assert dry[0] == (f"would remove {(EXPORT_BYTES + CHECKPOINT_BYTES) / 2**10:.2f} KiB of cancelled-old: export, "
+                      "train/checkpoint (cancelled, past the policy: its export and step checkpoints go)")
     assert all((f / "export").exists() for f in passing)  # a dry run removes nothing
     assert main(["prune", "--apply", "--runs-dir", str(runs), "--history-dir", str(history)]) == 0
     assert capsys.readouterr().out.splitlines()[-1].startswith(f"prune: freed {expected:,} bytes")
     for name in heavy:  # the heavy parts went, the records and logs stayed
         assert not (runs / name / "export").exists() and not (runs / name / "train" / "checkpoint").exists()
         assert (runs / name / "summary.json").exists() and (runs / name / "train.log").exists()
-    assert not ancient.exists() and stray.exists()
+    assert not ancient.exists() and stray.exists() and (elsewhere / "export").exists()
     for name in kept:
         assert (runs / name / "export" / "model.safetensors").stat().st_size == EXPORT_BYTES
         assert (runs / name / "train" / "checkpoint" / "step-10" / "__0_0.distcp").exists()
+
+
+def test_prune_refuses_a_runs_or_history_folder_that_is_not_one(tmp_path, capsys):
+    (tmp_path / "a-file").write_text("")
+    assert main(["prune", "--runs-dir", str(tmp_path / "missing"), "--history-dir", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.splitlines()[1] == (f"runs_dir: {tmp_path / 'missing'} is not there; fix: pass "
+                                                      "the runs folder (--runs-dir)")
+    assert main(["prune", "--apply", "--runs-dir", str(tmp_path), "--history-dir", str(tmp_path / "a-file")]) == 2
+    assert capsys.readouterr().err.splitlines()[1].startswith(f"history_dir: {tmp_path / 'a-file'} is a file; fix: ")

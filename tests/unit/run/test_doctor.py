@@ -97,7 +97,7 @@ def test_doctor_finds_the_fork_under_its_own_name_and_checks_only_what_the_scena
     # it has later changes than some it lacks (the loss wrapper, and those its placeholders cannot answer): out of
     # upstream's order, as a patched base is
     assert "out of upstream's order (a patched base)" in line
-    assert "adapts to " in line and "chunked_loss_wrapper (2026-06-26, #3779)" in line
+    assert "titanflow adapts to it: " in line and "without chunked_loss_wrapper (2026-06-26, #3779)" in line
     assert cpu < 5, f"the check took {cpu} s of CPU ({wall} s on the clock)"
     assert "ok    torchtitan fork: torchtitan-neuron 0.2.2+neuron.1" in result.stdout
 

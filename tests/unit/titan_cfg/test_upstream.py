@@ -213,7 +213,7 @@ def test_every_cpu_name_resolves_in_this_install_as_doctor_finds_them():
     assert len(cpu) == len(upstream.NAMES) - sum(map(len, upstream.NEURON.values())) - len(upstream.FORMS)
     assert check.detail.startswith(f"all {len(cpu)} names every scenario takes from torch, torchtitan resolve "
                                    "(torchtitan 0.3.0 resembles upstream between 2026-08-18 (has partial_dtensor) and "
-                                   "2026-08-19 (lacks grain); adapts to sdpa_refused (2026-06-09, #3571); in "), check.detail
+                                   "2026-08-19 (lacks grain); titanflow adapts to it: with sdpa_refused (2026-06-09, #3571); in "), check.detail
 
 
 def test_the_neuron_names_are_asked_for_on_neuron_targets_only():
