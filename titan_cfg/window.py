@@ -288,6 +288,14 @@ def report(target_node: str, device: str, scenarios: tuple[str, ...]) -> dict:
     return {"present": found, "position": position(found), "adapted_to": adapted_to(found), "scenarios": rows}
 
 
+def torchtitan_providers() -> dict[str, str]:
+    """``{distribution name: version}`` of every installed distribution that provides the ``torchtitan`` package
+    (importlib.metadata's ``packages_distributions``: upstream's ``torchtitan``, the fork under its own name, a copy an
+    overlay shadows); titanflow doctor picks the one ``import torchtitan`` finds among them."""
+    names = importlib.metadata.packages_distributions().get("torchtitan", [])
+    return {name: importlib.metadata.version(name) for name in dict.fromkeys(names)}
+
+
 #: The file, in a run's train folder, where rank 0 records the torchtitan it trained with (:func:`record_install`).
 INSTALL_FILE = "torchtitan_install.json"
 
@@ -301,9 +309,8 @@ def record_install(path: Path, seed: int | None, weights_dir: Path) -> str:
     line a log gets. On a node's first run these settle what cannot be read here (docs/trn2-walkthrough.md, "The
     torchtitan window")."""
     where = Path(importlib.util.find_spec("torchtitan").origin).parent
-    names = importlib.metadata.packages_distributions().get("torchtitan", [])
     found = present()
-    installed = {"distributions": {n: importlib.metadata.version(n) for n in dict.fromkeys(names)},
+    installed = {"distributions": torchtitan_providers(),
                  "where": str(where), "position": position(found), "present": found,
                  "adapted_to": adapted_to(found), "seed": seed,
                  "weights": {"dir": str(weights_dir), "trimmed_by_titanflow": weights_dir.parent.name == "trimmed",

@@ -553,18 +553,14 @@ def cmd_golden(args: argparse.Namespace) -> int:
     from titanflow.record import history
     from titanflow.record.summary import read_summary
 
-    def refuse(line: str) -> int:
-        print(f"titanflow: bad input:\n{line}", file=sys.stderr)
-        return 2
-
     if args.action == "list" and args.what is not None:
-        return refuse(f"what: {args.what!r} is not taken by golden list; fix: titanflow golden list")
+        return _bad_input(f"what: {args.what!r} is not taken by golden list; fix: titanflow golden list")
     if args.action != "list" and args.what is None:
         usage = "RUN_ID --why TEXT" if args.action == "promote" else "KEY"
-        return refuse(f"{'run_id' if args.action == 'promote' else 'key'}: missing; fix: titanflow golden "
-                      f"{args.action} {usage}")
+        return _bad_input(f"{'run_id' if args.action == 'promote' else 'key'}: missing; fix: titanflow golden "
+                          f"{args.action} {usage}")
     if args.why is not None and args.action != "promote":
-        return refuse(f"why: only with promote; fix: leave --why out of golden {args.action}")
+        return _bad_input(f"why: only with promote; fix: leave --why out of golden {args.action}")
     try:
         if args.action == "list":
             found = baselines.listed(args.history_dir)
@@ -582,19 +578,25 @@ def cmd_golden(args: argparse.Namespace) -> int:
             if rows.empty:
                 where = history.history_file(args.history_dir)
                 held = f"the history ({where}) has no such run" if where.exists() else f"no history table at {where}"
-                return refuse(f"run_id: no run {args.what!r}: {held}; fix: pass the id of a run the history holds "
-                              "(titanflow history --last N lists them; --history-dir names another history)")
+                return _bad_input(f"run_id: no run {args.what!r}: {held}; fix: pass the id of a run the history "
+                                  "holds (titanflow history --last N lists them; --history-dir names another history)")
             row = rows.iloc[-1].to_dict()
             summary = read_summary(Path(row["run_dir"]) / "summary.json").model_dump(mode="json")
             made, replaced = baselines.promote(row, summary, args.why or "", args.history_dir)
             print(f"promoted run {made.run_id} as baseline {made.key} ({len(made.losses)} steps, {made.hardware})"
                   + (f"; the baseline it replaces is kept as {replaced}" if replaced else ""))
     except baselines.BaselineError as err:
-        return refuse(str(err))
+        return _bad_input(str(err))
     except history.HistoryError as err:
         print(f"titanflow: {err}", file=sys.stderr)
         return 1
     return 0
+
+
+def _bad_input(line: str) -> int:
+    """Print ``line`` as titanflow's refusal of bad input (``field: what; fix: ...``) on stderr; returns exit code 2."""
+    print(f"titanflow: bad input:\n{line}", file=sys.stderr)
+    return 2
 
 
 def _gib(size: int) -> str:
@@ -618,14 +620,12 @@ def cmd_prune(args: argparse.Namespace) -> int:
     for field, folder, what in (("runs_dir", runs_dir, "the runs folder"),
                                 ("history_dir", history_dir, "the history folder, whose baselines' runs are kept")):
         if not folder.is_dir():
-            print(f"titanflow: bad input:\n{field}: {folder} is {'a file' if folder.exists() else 'not there'}; fix: "
-                  f"pass {what} (--{field.replace('_', '-')})", file=sys.stderr)
-            return 2
+            return _bad_input(f"{field}: {folder} is {'a file' if folder.exists() else 'not there'}; fix: pass {what} "
+                              f"(--{field.replace('_', '-')})")
     try:
         decisions = retention.plan(runs_dir, history_dir=history_dir)
     except (ValueError, BaselineError) as err:
-        print(f"titanflow: bad input:\n{err}", file=sys.stderr)
-        return 2
+        return _bad_input(str(err))
     going = [d for d in decisions if d.action != "keep"]
     for d in going:
         parts = ", ".join("the whole folder" if p == d.run_dir else p.relative_to(d.run_dir).as_posix()

@@ -133,11 +133,18 @@ def load_rules(path: Path | str = RULES_PATH) -> Rules:
         raise ValueError(f"{path}: {problems}") from None
 
 
-def _check_against_node(rule: Rule, row: dict, node: NodeBaseline, stack: dict | None) -> Finding:
+def _gaps(losses: list[float], reference: dict[int, float], steps: list[int]) -> tuple[dict[int, float], int]:
+    """(|loss - reference| per step of ``steps``, infinite for a non-finite loss; the step of the largest)."""
+    gaps = {s: abs(losses[s - 1] - reference[s]) if math.isfinite(losses[s - 1]) else math.inf for s in steps}
+    return gaps, max(steps, key=lambda s: gaps[s])
+
+
+def _check_against_node(rule: Rule, row: dict, losses: list[float], node: NodeBaseline,
+                        stack: dict | None) -> Finding:
     """The golden_curve rule against the node's own baseline of the run's workload and hardware: every step both
-    logged, the worst decides; the exact lane (the same numerics environment and installed stack) at the margin,
-    else the band lane at the band, naming what differs (``stack``: the run's installed stack, for the packages)."""
-    losses = list(row.get("losses") or [])
+    logged (``losses``, the row's), the worst decides; the exact lane (the same numerics environment and installed
+    stack) at the margin, else the band lane at the band, naming what differs (``stack``: the run's installed stack,
+    for the packages)."""
     steps = [s for s in range(1, len(losses) + 1) if s in node.losses]
     same = row.get("environment_key") == node.environment_key and row.get("stack_digest") == node.stack_digest
     margin, lane = rule.margin, "exact lane: the same environment"
@@ -151,9 +158,8 @@ def _check_against_node(rule: Rule, row: dict, node: NodeBaseline, stack: dict |
     if not steps:
         return Finding(metric=rule.metric, margin=margin, status="no baseline", finding_class=rule.finding_class,
                        detail=f"node baseline {node.key} (run {node.run_id}) shares no step with the run")
-    gaps = {s: abs(losses[s - 1] - node.losses[s]) if math.isfinite(losses[s - 1]) else math.inf for s in steps}
+    gaps, worst = _gaps(losses, node.losses, steps)
     parted = [s for s in steps if gaps[s] > margin]
-    worst = max(steps, key=lambda s: gaps[s])
     passed = not parted
     where = f"parts from it at step {parted[0]}, " if parted else ""
     detail = (f"{where}step {worst}: |{losses[worst - 1]:.6f} - {node.losses[worst]:.6f}| = {gaps[worst]:.6f} "
@@ -182,7 +188,7 @@ def _check_curve(rule: Rule, row: dict, golden_dir: Path, history_dir: Path | No
         return finding("no value", "the run logged no loss")
     node = baseline_for(row, history_dir)
     if node is not None:
-        return _check_against_node(rule, row, node, stack)
+        return _check_against_node(rule, row, losses, node, stack)
     curve = golden_for(row["scenario"], row["target"], row["init"], weights, golden_dir, parameters.get("model_spec"))
     if curve is None:
         promote = f"; make this run the baseline of its workload on this node: titanflow golden promote {row['run_id']}"
@@ -206,8 +212,7 @@ def _check_curve(rule: Rule, row: dict, golden_dir: Path, history_dir: Path | No
         elsewhere = (f"; other numerics than the golden's ({describe(curve.environment)}"
                      f"{', checkpoint ' + curve.weights_digest if curve.weights_digest else ''}): "
                      f"the band measured across environments")
-    gaps = {s: abs(losses[s - 1] - golden[s]) if math.isfinite(losses[s - 1]) else math.inf for s in steps}
-    worst = max(steps, key=lambda s: gaps[s])
+    gaps, worst = _gaps(losses, golden, steps)
     passed = gaps[worst] <= margin
     detail = (f"step {worst}: |{losses[worst - 1]:.5f} - {golden[worst]:.5f}| = {gaps[worst]:.5f} "
               f"{'<=' if passed else '>'} {margin} (worst of {len(steps)} steps vs {name}{prefix}{elsewhere})")

@@ -41,7 +41,7 @@ from titanflow.history_row import METRICS, HistoryRow, extra
 from titanflow.judge import regression
 from titanflow.judge.environment import stack_difference
 from titanflow.record import history
-from titanflow.record.summary import NON_FINITE_STOP, SUMMARY, read_summary
+from titanflow.record.summary import NON_FINITE_STOP, SUMMARY, read_summary, recorded_stack
 
 #: Columns compared side by side besides the per-task times (``seconds_<task>``), in this order: the history's
 #: metrics (titanflow.history_row.METRICS) but the losses (the curves are compared step by step), then the wait for
@@ -336,17 +336,8 @@ def compare(a: dict, b: dict, margin: float | None = None) -> RunComparison:
         packages=_packages(a, b))
 
 
-def _stack(row: dict) -> dict | None:
-    """The installed stack the run's summary.json recorded; None without one (a run from before it, or no folder)."""
-    path = Path(row.get("run_dir") or "") / "summary.json"
-    try:
-        return read_summary(path).stack if path.is_file() else None
-    except (OSError, ValueError):
-        return None
-
-
 def _packages(a: dict, b: dict) -> list[str] | None:
     """B's installed packages against A's (titanflow.judge.environment.stack_difference); None if either is
     unrecorded."""
-    stack_a, stack_b = _stack(a), _stack(b)
+    stack_a, stack_b = recorded_stack(a.get("run_dir")), recorded_stack(b.get("run_dir"))
     return stack_difference(stack_a, stack_b) if stack_a and stack_b else None

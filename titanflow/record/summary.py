@@ -177,6 +177,16 @@ def read_summary(path: Path | str) -> RunSummary:
     return RunSummary.model_validate_json(Path(path).read_text())
 
 
+def recorded_stack(run_dir: Path | str | None) -> dict | None:
+    """The installed stack the summary.json of ``run_dir`` recorded (``RunSummary.stack``); None without one: a run
+    from before it was kept, a folder that is gone, or a summary that does not read."""
+    path = Path(run_dir or "") / SUMMARY
+    try:
+        return read_summary(path).stack if run_dir and path.is_file() else None
+    except (OSError, ValueError):
+        return None
+
+
 def classify(summary: RunSummary, log_tail: str = "", losses: list[float] | None = None) -> FailureClass | None:
     """:func:`classify_failure` of a run's summary; ``losses`` default to the summary's (pass the
     metrics.csv ones for a run whose train task failed)."""

@@ -27,7 +27,7 @@ from prefect.artifacts import create_markdown_artifact
 from titanflow.judge.environment import stack_difference
 from titanflow.judge.trends import DEFAULT_NIGHTS, TREND_METRICS, trend_table
 from titanflow.record import history
-from titanflow.record.summary import read_summary
+from titanflow.record.summary import recorded_stack
 from titanflow.report.artifacts import png_markdown
 from titanflow.report.markdown import markdown_table
 
@@ -129,11 +129,7 @@ def name_stack_changes(table: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
 def _recorded_stack(runs: pd.DataFrame, run_id: str) -> dict | None:
     """The installed stack run ``run_id``'s summary.json recorded (its history row's run folder); None if gone."""
     rows = runs[runs.run_id == run_id]
-    path = Path(rows.iloc[-1].run_dir) / "summary.json" if not rows.empty else None
-    try:
-        return read_summary(path).stack if path is not None and path.is_file() else None
-    except (OSError, ValueError):
-        return None
+    return recorded_stack(rows.iloc[-1].run_dir) if not rows.empty else None
 
 
 def trend_text(table: pd.DataFrame) -> str:

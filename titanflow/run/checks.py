@@ -51,6 +51,7 @@ from titan_cfg.profiles import PROFILES
 from titan_cfg.published import published_weights_id
 from titan_cfg.scenarios import SCENARIOS, on_node
 from titan_cfg.targets import TARGETS, node_of
+from titan_cfg.window import torchtitan_providers
 from titanflow import paths
 from titanflow.assets import TINY_SPECS, ensure_assets
 from titanflow.hf_folder import read_headers
@@ -262,14 +263,13 @@ TORCHTITAN_DISTRIBUTIONS = ("torchtitan", "torchtitan-neuron", "torchtitan_neuro
 
 def torchtitan_distribution() -> tuple[str, str] | None:
     """(distribution name, version) of the installed distribution that provides the ``torchtitan`` package that
-    ``import torchtitan`` finds (importlib.metadata's ``packages_distributions``, whichever of
+    ``import torchtitan`` finds (among titan_cfg.window.torchtitan_providers, whichever of
     :data:`TORCHTITAN_DISTRIBUTIONS` or other name it was installed under), None when none does."""
     spec = importlib.util.find_spec("torchtitan")
     if spec is None or not spec.submodule_search_locations:
         return None
     where = Path(next(iter(spec.submodule_search_locations))).resolve()
-    providers = importlib.metadata.packages_distributions().get("torchtitan", [])
-    ordered = sorted(set(providers), key=lambda n: (n not in TORCHTITAN_DISTRIBUTIONS, n))
+    ordered = sorted(torchtitan_providers(), key=lambda n: (n not in TORCHTITAN_DISTRIBUTIONS, n))
     for name in ordered:  # the one whose files include the package found (a shadowed copy is not it)
         dist = importlib.metadata.distribution(name)
         if Path(dist.locate_file("torchtitan")).resolve() == where:
