@@ -171,5 +171,6 @@ def qwen3_scenario(
             summary.validation = validate(summary.export.export_dir, rendered.job_path, run.tolerances)
             summary.validation.raise_for_problems()
         with session.task(compare_loss):
-            summary.loss = compare_loss(summary.train.losses, rendered.job_path, run)
+            summary.loss = compare_loss(summary.train.losses, rendered.job_path, run, summary.environment,
+                                        (summary.stack or {}).get("digest"))
     return session.result()

@@ -17,10 +17,12 @@ from titanflow.task_names import TaskName
 
 
 @task(name=TaskName.compare_loss)
-def compare_loss(losses: list[float], job_path: str, run: ScenarioRun) -> LossVerdict:
+def compare_loss(losses: list[float], job_path: str, run: ScenarioRun, environment: dict | None = None,
+                 stack_digest: str | None = None) -> LossVerdict:
     """Prefect task: :func:`titanflow.judge.loss.judge` on the job's model shape, logging both numbers;
     for a pretrained run on a target that computes it, the independent expectation first
-    (titanflow.judge.first_step); the published figure the job records (titan_cfg.published)."""
+    (titanflow.judge.first_step); the published figure the job records (titan_cfg.published); the node baseline of
+    the run's workload, found by its numerics ``environment`` and judged in its lane by ``stack_digest``."""
     logger = get_run_logger()
     job = Job.read(Path(job_path))
     independent = None
@@ -28,7 +30,8 @@ def compare_loss(losses: list[float], job_path: str, run: ScenarioRun) -> LossVe
         independent = independent_first_step_loss(Path(job.weights_dir), Path(job.dump_folder))
         logger.info("independent first-step expectation %.5f (%d tokens, %d ranks, %.1f s)", independent.loss,
                     independent.tokens, independent.ranks, independent.seconds)
-    verdict = judge(losses, job.shape, run, independent=independent, published=job.published)
+    verdict = judge(losses, job.shape, run, independent=independent, published=job.published,
+                    environment=environment, stack_digest=stack_digest)
     logger.info("first-step loss %.4f vs expected %.4f: %s (%s)", verdict.first_step_loss,
                 verdict.expected_first_step_loss, verdict.verdict, verdict.reason)
     return verdict

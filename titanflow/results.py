@@ -24,13 +24,15 @@ LossOutcome = Literal["pass", "fail"]
 
 #: Why a run failed; the order is the order of the checks on a root cause (titanflow.judge.failures).
 FailureClass = Literal["input", "checkpoint", "environment", "disk_full", "out_of_memory", "infrastructure", "compile",
-                       "numerics", "export_validation"]
+                       "numerics", "export_validation", "performance"]
 
-#: A rule's class: a failure class (the loss curve's is numerics), or performance (slower, larger).
-FindingClass = Literal["performance"] | FailureClass
+#: A rule's class: a failure class (the loss curve's is numerics; throughput, memory and time are performance, which
+#: fails a run only beyond its margin on consecutive runs: titanflow.judge.regression).
+FindingClass = FailureClass
 
-#: How a finding came out; "no baseline" and "no value": nothing could be compared.
-Status = Literal["pass", "fail", "no baseline", "no value"]
+#: How a finding came out; "no baseline" and "no value": nothing could be compared; "flagged": a performance rule
+#: beyond its margin on fewer consecutive runs than fail the run (titanflow.judge.regression), said, not failed.
+Status = Literal["pass", "fail", "flagged", "no baseline", "no value"]
 
 
 class IndependentLoss(BaseModel):
@@ -65,7 +67,9 @@ class LossVerdict(BaseModel):
 class Finding(BaseModel):
     """One rule checked on one run: ``value`` against ``baseline`` within ``margin``.
 
-    ``passed`` is None when nothing could be compared (status "no baseline" or "no value").
+    ``passed`` is None when nothing could be compared (status "no baseline" or "no value"); False for a "fail" and
+    a "flagged" one (out of margin; only "fail" fails the run). ``streak``: a performance rule out of margin, the
+    consecutive runs of the workload out of it, this one included, against those that fail the run ("1 of 2").
     """
 
     model_config = ConfigDict(populate_by_name=True)
@@ -78,6 +82,7 @@ class Finding(BaseModel):
     status: Status
     finding_class: FindingClass = Field(alias="class")
     detail: str
+    streak: str | None = None
 
     def as_record(self) -> dict[str, Any]:
         """A flat dict (key ``class``) for a table artifact or a DataFrame row."""

@@ -27,12 +27,19 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from titan_cfg.targets import node_of
 from titanflow import paths
+from titanflow.history_row import METRICS
+from titanflow.judge.environment import hardware
+from titanflow.judge.workload import config_key
 
 #: The folder of the baselines inside the history folder.
 BASELINES = "baselines"
-#: The performance figures a baseline keeps of its run (history columns).
-PERFORMANCE = ("tokens_per_s", "peak_memory_gib", "peak_rss_bytes", "compile_warmup_s", "total_s")
+#: The losses, which a baseline keeps as its curve, not as performance figures.
+_LOSS_METRICS = ("first_step_loss", "final_loss")
+#: The performance figures a baseline keeps of its run: every metric column of the history (titanflow.history_row.
+#: METRICS: tokens/s, memory, times, and any metric a result adds) but the losses, plus each task's ``seconds_<task>``.
+PERFORMANCE = tuple(m for m in METRICS if m not in _LOSS_METRICS)
 
 
 def baselines_dir(history_dir: Path | str | None = None) -> Path:
@@ -120,7 +127,8 @@ def promote(row: dict, summary: dict, why: str, history_dir: Path | str | None =
     if not why.strip():
         raise BaselineError("why: missing; fix: say why this run is the baseline: --why TEXT")
     parameters = json.loads(row.get("parameters") or "{}")
-    performance = {c: float(row[c]) for c in PERFORMANCE if row.get(c) is not None and not _missing(row[c])}
+    columns = [*PERFORMANCE, *sorted(c for c in row if c.startswith("seconds_"))]
+    performance = {c: float(row[c]) for c in columns if row.get(c) is not None and not _missing(row[c])}
     baseline = NodeBaseline(
         scenario=row["scenario"], target=row["target"], init=row["init"], config_key=row["config_key"],
         weights=parameters.get("weights"), hardware=row["hardware"],
@@ -181,6 +189,28 @@ def baseline_for(row: dict, history_dir: Path | str | None = None) -> NodeBaseli
     has no recorded hardware)."""
     if not row.get("hardware") or not row.get("config_key"):
         return None
-    key = workload_key(row["scenario"], row["target"], row["init"], row["config_key"], row["hardware"])
+    return _in_force(workload_key(row["scenario"], row["target"], row["init"], row["config_key"], row["hardware"]),
+                     history_dir)
+
+
+def baseline_of_run(parameters: dict, environment: dict | None, history_dir: Path | str | None = None
+                    ) -> NodeBaseline | None:
+    """The baseline in force for a run not yet in the history: its ``parameters`` (titanflow.params.ScenarioRun as
+    validated, model_dump) and numerics ``environment`` (titanflow.judge.environment.numerics_environment) give the
+    workload and hardware the history row will have; None where there is none (or no environment)."""
+    machine = hardware(node_of(parameters["target"]), environment)
+    if machine is None:
+        return None
+    return _in_force(workload_key(parameters["scenario"], parameters["target"], parameters["init"],
+                                  config_key(parameters), machine), history_dir)
+
+
+def _in_force(key: str, history_dir: Path | str | None) -> NodeBaseline | None:
     path = baselines_dir(history_dir) / f"{key}.json"
     return _read(path) if path.is_file() else None
+
+
+def same_environment(node: NodeBaseline, environment_key: str | None, stack_digest: str | None) -> bool:
+    """Whether a run computes in the baseline's environment (the exact lane): the same numerics environment
+    (titanflow.judge.environment.environment_key) and installed stack digest; otherwise the band lane."""
+    return environment_key == node.environment_key and stack_digest == node.stack_digest

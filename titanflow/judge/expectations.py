@@ -1,8 +1,8 @@
 """Where a run's first-step loss expectation comes from: an ordered list of sources, the first that applies decides.
 
 Each :class:`Source` says when it applies to what the judge knows of a run (:class:`Evidence`: the run, its measured
-losses, the golden curve, the independent loss, the published figure, and whether the run started from loaded weights,
-titan_cfg.job.LOADS_WEIGHTS) and what it then expects (:class:`Expectation`: the first-step loss in nats, the
+losses, the node's baseline of its workload, the golden curve, the independent loss, the published figure, and whether
+the run started from loaded weights, titan_cfg.job.LOADS_WEIGHTS) and what it then expects (:class:`Expectation`: the first-step loss in nats, the
 tolerance, and where the figure comes from, the verdict's ``expectation_source``). :data:`SOURCES` is the order;
 :func:`decide` takes the first that applies, and titanflow.judge.loss.judge makes the one verdict. A source that does
 not decide may report its figure beside the one that does (:attr:`Source.beside`: the published figure).
@@ -23,8 +23,11 @@ from titan_cfg.job import LOADS_WEIGHTS, PublishedFirstStep
 from titan_cfg.model_spec import Qwen3Shape
 from titan_cfg.scenarios import SCENARIOS
 from titan_cfg.targets import TARGETS
+from titanflow.judge.baselines import NodeBaseline, baseline_of_run, same_environment
+from titanflow.judge.environment import environment_key
 from titanflow.judge.expected_loss import OUTPUT_INIT_VARIANCE, random_init_first_step_loss
 from titanflow.judge.goldens import GOLDEN_DIR, RECORD_COMMAND, GoldenCurve, curve_path, golden_for
+from titanflow.judge.regression import curve_rule
 from titanflow.params import ScenarioRun, Tolerances
 from titanflow.results import IndependentLoss
 
@@ -34,7 +37,9 @@ class Evidence:
     """What the judge knows of one run: ``losses`` (nats, rank 0, step 1 first), ``shape`` (the trained model's, the
     job's), the ``golden`` curve that applies to it (titanflow.judge.goldens.golden_for), transformers' loss of the
     loaded weights (``independent``, titanflow.judge.first_step, where computed), the ``published`` figure the job
-    records (titan_cfg.published), and whether the run started from loaded weights (``weights_loaded``)."""
+    records (titan_cfg.published), whether the run started from loaded weights (``weights_loaded``), the ``node``
+    baseline of its workload on its hardware (titanflow.judge.baselines) and whether the run computes in that
+    baseline's environment (``exact_lane``)."""
 
     run: ScenarioRun
     shape: Qwen3Shape
@@ -43,19 +48,28 @@ class Evidence:
     golden: GoldenCurve | None = None
     independent: IndependentLoss | None = None
     published: PublishedFirstStep | None = None
+    node: NodeBaseline | None = None
+    exact_lane: bool = False
 
     @classmethod
     def of(cls, losses: list[float], shape: Qwen3Shape, run: ScenarioRun, golden_dir: Path = GOLDEN_DIR,
-           independent: IndependentLoss | None = None, published: PublishedFirstStep | None = None) -> Evidence:
+           independent: IndependentLoss | None = None, published: PublishedFirstStep | None = None,
+           environment: dict | None = None, stack_digest: str | None = None,
+           history_dir: Path | None = None) -> Evidence:
         """The evidence of ``run``: its golden read from ``golden_dir``, ``weights_loaded`` from its init
-        (titan_cfg.job.LOADS_WEIGHTS).
+        (titan_cfg.job.LOADS_WEIGHTS), the node baseline of its workload in ``history_dir`` (default the history
+        folder) for the run's numerics ``environment`` (None: no baseline is looked for) and ``stack_digest``
+        (titanflow.judge.environment: the exact lane needs both the baseline's).
 
         Raises:
             ValueError: a golden file without ``step``/``loss`` columns (titanflow.judge.goldens.read_curve).
+            titanflow.judge.baselines.BaselineError: the baseline file of the run's workload does not read.
         """
         golden = golden_for(run.scenario, run.target, run.init, run.weights, golden_dir, run.model_spec)
+        node = baseline_of_run(run.model_dump(), environment, history_dir) if environment else None
+        exact = node is not None and same_environment(node, environment_key(environment), stack_digest)
         return cls(run=run, shape=shape, losses=list(losses), weights_loaded=LOADS_WEIGHTS[run.init], golden=golden,
-                   independent=independent, published=published)
+                   independent=independent, published=published, node=node, exact_lane=exact)
 
     @property
     def tolerances(self) -> Tolerances:
@@ -114,6 +128,25 @@ class Source:
 
 
 # --- the sources, in their order in SOURCES --------------------------------------------------------------------------
+
+def _node_baseline(e: Evidence) -> Expectation:
+    """The promoted run's step 1, within the golden_curve rule's margin in the exact lane (the baseline's environment)
+    or its band in the band lane (regression_rules.toml: the band measured across environments)."""
+    node, rule = e.node, curve_rule()
+    tolerance = rule.margin if e.exact_lane else (rule.band or rule.margin)
+    lane = "exact lane: the same environment" if e.exact_lane else "band lane: another environment than the baseline's"
+    return Expectation(node.losses[1], tolerance, f"node baseline {node.key} step 1 (run {node.run_id}, promoted "
+                       f"{node.promoted_at:%Y-%m-%d}; {lane}; titanflow.judge.baselines)")
+
+
+#: The node's own baseline of the run's workload on its hardware (titanflow.judge.baselines: a passed run promoted
+#: on purpose), wherever one is in force: user weights included, on a node where no golden can be recorded.
+NODE_BASELINE = Source(
+    "node baseline",
+    applies=lambda e: e.node is not None and 1 in e.node.losses,
+    expects=_node_baseline,
+)
+
 
 def _independent(e: Evidence) -> Expectation:
     """transformers' loss of the very weights loaded on the trainer's step-1 batch, which any machine repeats, within
@@ -196,9 +229,7 @@ DERIVED_RANDOM_INIT = Source(
 
 #: The expectation sources, in order: the first that applies to a run decides (:func:`decide`).
 SOURCES: tuple[Source, ...] = (
-    # First wherever it applies, a node's own promoted baseline will go here: a passed run promoted on purpose on a
-    # node (trn2, cuda) where no golden can be recorded from here, expecting its first step and whole curve. One
-    # entry, Source("node baseline", applies=..., expects=...); nothing else in this list changes.
+    NODE_BASELINE,
     INDEPENDENT_FORWARD,
     PUBLISHED_FIGURE,
     GOLDEN_CURVE,

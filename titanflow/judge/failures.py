@@ -20,6 +20,7 @@ checked in this order (the first that matches wins):
 | ``compile`` | inductor / dynamo / neuronx-cc errors, the ``compile_warmup`` task failing |
 | ``numerics`` | a NaN or infinite loss, a first-step loss outside its band (``compare_loss`` verdict fail), loss regression findings |
 | ``export_validation`` | the ``export`` or ``validate`` task failing (parity, missing keys, structure) |
+| ``performance`` | nothing in the log: the run trained and its loss held, but a performance rule failed it (out of margin on consecutive runs, titanflow.judge.regression; ``performance_failed``) |
 
 A cancelled run (verdict ``cancelled``: a Prefect cancel, Ctrl-C; titanflow.prefect_ops.stopped.cancel_cause)
 did not fail and has no class, whatever its log shows. A task's exception is classified, a cancel apart, by
@@ -85,6 +86,7 @@ SIGNATURES: dict[str, list[str]] = {
     "export_validation": [
         r"\bvalidate: |\bexport: |parity|missing keys?|unexpected keys?",
     ],
+    "performance": [],  # judged from the run's findings, never from its log
 }
 
 #: Failed task -> class, when no signature matched.
@@ -145,7 +147,8 @@ def matching_signature(text: str, classes: tuple[str, ...] = TEXT_CLASSES) -> tu
 
 
 def classify_failure(*, verdict: str | None, failed_task: str | None, error: str | None,
-                     losses: list[float] | None, log_tail: str = "") -> FailureClass | None:
+                     losses: list[float] | None, log_tail: str = "", performance_failed: bool = False
+                     ) -> FailureClass | None:
     """The failure class of a run (one of :data:`FAILURE_CLASSES`), or None when it did not fail.
 
     A run failed when its ``verdict`` is "fail", a task failed, or a loss is not finite; a
@@ -158,7 +161,8 @@ def classify_failure(*, verdict: str | None, failed_task: str | None, error: str
     of the training log; "" for a failure before training); a compile signature or the
     compile_warmup task; a non-finite loss; then the remaining signatures; then
     :data:`CLASS_OF_TASK`; a run that failed only its verdict (no task failed) is numerics
-    (loss out of band).
+    (loss out of band), or performance when ``performance_failed``: its first-step loss and loss curve held and a
+    performance finding failed it (titanflow.record.summary.classify says so from the summary).
     """
     if verdict == "cancelled":
         return None
@@ -186,4 +190,6 @@ def classify_failure(*, verdict: str | None, failed_task: str | None, error: str
         return found[0]
     if failed_task:
         return CLASS_OF_TASK.get(failed_task, "infrastructure")
-    return "numerics"  # only the verdict failed: compare_loss found the loss out of its band
+    if performance_failed:
+        return "performance"  # only the verdict failed, on a performance rule
+    return "numerics"  # only the verdict failed: compare_loss found the loss out of its band, or its curve left it

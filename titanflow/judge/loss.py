@@ -21,7 +21,9 @@ from titanflow.results import IndependentLoss, LossOutcome, LossVerdict, non_fin
 
 
 def judge(losses: list[float], shape: Qwen3Shape, run: ScenarioRun, golden_dir: Path = GOLDEN_DIR,
-          independent: IndependentLoss | None = None, published: PublishedFirstStep | None = None) -> LossVerdict:
+          independent: IndependentLoss | None = None, published: PublishedFirstStep | None = None,
+          environment: dict | None = None, stack_digest: str | None = None,
+          history_dir: Path | None = None) -> LossVerdict:
     """Compare ``losses[0]`` (nats) with the expectation of the first source that applies
     (titanflow.judge.expectations.decide; module docstring), then check every step.
 
@@ -29,7 +31,9 @@ def judge(losses: list[float], shape: Qwen3Shape, run: ScenarioRun, golden_dir: 
     :func:`titanflow.judge.goldens.golden_for` gives the run from ``golden_dir``, whose step 1 is the expectation of
     the embedded weights whatever steps the run has; ``independent``: transformers' loss of the loaded weights
     (titanflow.judge.first_step), where computed; ``published``: the job's (job.json), the expectation within its
-    band where its role says so.
+    band where its role says so; ``environment``, ``stack_digest``: the run's numerics environment and installed
+    stack digest (summary.json's), which find the node baseline of its workload in ``history_dir`` (default the
+    history folder) and its lane (titanflow.judge.expectations.NODE_BASELINE).
 
     Raises:
         ValueError: no losses.
@@ -38,7 +42,8 @@ def judge(losses: list[float], shape: Qwen3Shape, run: ScenarioRun, golden_dir: 
     """
     if not losses:
         raise ValueError("compare_loss: no losses to judge")
-    evidence = Evidence.of(losses, shape, run, golden_dir, independent, published)
+    evidence = Evidence.of(losses, shape, run, golden_dir, independent, published, environment, stack_digest,
+                           history_dir)
     _, expectation = decide(evidence)
     verdict, reason = _verdict(evidence, expectation)
     return LossVerdict(first_step_loss=losses[0], expected_first_step_loss=expectation.expected,

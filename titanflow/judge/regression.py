@@ -14,13 +14,18 @@ Two kinds of rule (the TOML file's header explains its fields):
   margin holds a run that computes the same sums as the recording (same numerics environment
   and checkpoint: ``GoldenCurve.same_numerics``); any other run is held to the rule's ``band``,
   measured across environments (benchmarks/golden_band.py), and its finding says so.
-- ``history_median``: a metric against the median of the last ``baseline.runs``
-  passing runs of the same scenario, target, init and parameters that finished
-  before it, within a relative margin in the worse direction.
+- ``history_median``: a metric against the node's baseline figure of it (the performance figures of the run
+  promoted for the workload on this hardware, titanflow.judge.baselines) where one applies, else the median of
+  the last ``baseline.runs`` passing runs of the same scenario, target, init and parameters that finished
+  before it, within a relative margin in the worse direction, or within the rule's ``noise_floor`` (the
+  metric's unit).
 
 Each finding carries the rule's class: ``numerics`` for the loss curve (one of the failure
-classes of titanflow.judge.failures) and ``performance`` for throughput, memory and time (a
-regression of a run that may well have passed).
+classes of titanflow.judge.failures) and ``performance`` for throughput, memory and time. A performance
+finding out of margin fails the run (status "fail", class performance: titanflow.judge.verdict) only when the
+workload's ``performance.consecutive`` last runs, this one included, were all out of margin against the same
+reference (the history keeps each run's values: each earlier run is checked again); before that it is
+"flagged" with its count (``streak``, "1 of 2"): one slow night is said, two in a row fail.
 
 A rule without enough to compare with reports status "no baseline" (or "no value"
 when the run lacks the metric, e.g. a run that failed before training); it never
@@ -33,6 +38,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import statistics
 import tomllib
 from pathlib import Path
@@ -42,13 +48,22 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from titanflow.history_row import METRICS
-from titanflow.judge.baselines import NodeBaseline, baseline_for
+from titanflow.judge.baselines import NodeBaseline, baseline_for, same_environment
 from titanflow.judge.environment import describe, stack_difference
 from titanflow.judge.goldens import GOLDEN_DIR, curve_path, golden_for
 from titanflow.results import Finding, FindingClass, Status
 
 #: The committed rules.
 RULES_PATH = Path(__file__).with_name("regression_rules.toml")
+
+#: The environment variable naming a node's own rules file (its measured noise floors, its margins), read instead of
+#: the committed one.
+RULES_ENV = "TITANFLOW_REGRESSION_RULES"
+
+
+def rules_path() -> Path:
+    """The rules file in force: ``$TITANFLOW_REGRESSION_RULES``, or, unset or empty, the committed one."""
+    return Path(os.environ.get(RULES_ENV) or RULES_PATH)
 
 #: Row columns a ``history_median`` rule may name: the history row's metrics (titanflow.history_row.METRICS: the
 #: fields marked ``"metric": True``), plus ``task_seconds`` (every ``seconds_<task>`` column).
@@ -106,31 +121,50 @@ class Baseline(BaseModel):
         return self
 
 
+class Performance(BaseModel):
+    """When a performance rule out of margin fails the run."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    consecutive: int = Field(2, ge=1, description="out of margin on this many consecutive runs of the workload (this "
+                             "one the last) fails the run; fewer are flagged ('1 of 2')")
+
+
 class Rules(BaseModel):
-    """The rules file: a baseline policy and a list of rules."""
+    """The rules file: a baseline policy, the performance policy and a list of rules."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     baseline: Baseline = Baseline()
+    performance: Performance = Performance()
     rules: list[Rule] = Field(min_length=1)
 
 
-def load_rules(path: Path | str = RULES_PATH) -> Rules:
-    """Read and validate a rules TOML file.
+def load_rules(path: Path | str | None = None) -> Rules:
+    """Read and validate a rules TOML file (default: :func:`rules_path`).
 
     Raises:
-        ValueError: a TOML syntax error, or a field that fails validation; the message
+        ValueError: a file that cannot be read, a TOML syntax error, or a field that fails validation; the message
             names the file and each bad field (e.g. ``rules.2.metric``) with what is allowed.
     """
-    path = Path(path)
+    path = Path(path) if path is not None else rules_path()
     try:
         return Rules.model_validate(tomllib.loads(path.read_text()))
+    except OSError as err:
+        raise ValueError(f"{path}: cannot be read ({err.strerror}); fix: point {RULES_ENV} at a rules file, or unset "
+                         f"it for the committed {RULES_PATH.name}") from None
     except tomllib.TOMLDecodeError as err:
         raise ValueError(f"{path}: not valid TOML: {err}") from err
     except ValidationError as err:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg'].removeprefix('Value error, ')}"
                              for e in err.errors())
         raise ValueError(f"{path}: {problems}") from None
+
+
+def curve_rule(rules: Rules | None = None) -> Rule | None:
+    """The ``golden_curve`` rule of ``rules`` (default: the committed file): its margin is the exact lane's, its band
+    the band lane's; None when the rules have none."""
+    return next((r for r in (rules or load_rules()).rules if r.kind == "golden_curve"), None)
 
 
 def _gaps(losses: list[float], reference: dict[int, float], steps: list[int]) -> tuple[dict[int, float], int]:
@@ -146,7 +180,7 @@ def _check_against_node(rule: Rule, row: dict, losses: list[float], node: NodeBa
     stack) at the margin, else the band lane at the band, naming what differs (``stack``: the run's installed stack,
     for the packages)."""
     steps = [s for s in range(1, len(losses) + 1) if s in node.losses]
-    same = row.get("environment_key") == node.environment_key and row.get("stack_digest") == node.stack_digest
+    same = same_environment(node, row.get("environment_key"), row.get("stack_digest"))
     margin, lane = rule.margin, "exact lane: the same environment"
     if not same:
         margin = rule.band or rule.margin
@@ -169,10 +203,10 @@ def _check_against_node(rule: Rule, row: dict, losses: list[float], node: NodeBa
                    passed=passed, status="pass" if passed else "fail", finding_class=rule.finding_class, detail=detail)
 
 
-def _check_curve(rule: Rule, row: dict, golden_dir: Path, history_dir: Path | None = None,
+def _check_curve(rule: Rule, row: dict, golden_dir: Path, node: NodeBaseline | None = None,
                  stack: dict | None = None) -> Finding:
     """The golden_curve rule on one run: the worst step decides. The node's own baseline of the run's workload and
-    hardware comes first (titanflow.judge.baselines: :func:`_check_against_node`); else a run of the golden's workload
+    hardware (``node``, titanflow.judge.baselines.baseline_for) comes first (:func:`_check_against_node`); else a run of the golden's workload
     is compared over every step it logged, a shorter run of that workload over the leading steps its schedule shares
     with the golden's (titanflow.judge.goldens.GoldenCurve.shared_steps)."""
     losses = list(row.get("losses") if row.get("losses") is not None else [])
@@ -186,7 +220,6 @@ def _check_curve(rule: Rule, row: dict, golden_dir: Path, history_dir: Path | No
 
     if not losses:
         return finding("no value", "the run logged no loss")
-    node = baseline_for(row, history_dir)
     if node is not None:
         return _check_against_node(rule, row, losses, node, stack)
     curve = golden_for(row["scenario"], row["target"], row["init"], weights, golden_dir, parameters.get("model_spec"))
@@ -232,40 +265,88 @@ def baseline_runs(row: dict, history: pd.DataFrame, baseline: Baseline) -> pd.Da
     config_key) that finished before it; fewer (or none) when the history is short."""
     if history.empty:
         return history
+    earlier = _earlier_runs(row, history)
+    return earlier[earlier.verdict == "pass"].tail(baseline.runs)
+
+
+def _earlier_runs(row: dict, history: pd.DataFrame) -> pd.DataFrame:
+    """The runs of ``row``'s workload (scenario, target, init, config_key) that finished before it, oldest first."""
     same = ((history.scenario == row["scenario"]) & (history.target == row["target"])
             & (history.init == row["init"]) & (history.config_key == row["config_key"])
-            & (history.verdict == "pass") & (history.run_id != row["run_id"])
-            & (history.finished_at < pd.Timestamp(row["finished_at"])))
-    return history[same].sort_values("finished_at").tail(baseline.runs)
+            & (history.run_id != row["run_id"]) & (history.finished_at < pd.Timestamp(row["finished_at"])))
+    return history[same].sort_values("finished_at")
 
 
-def _check_median(rule: Rule, metric: str, row: dict, previous: pd.DataFrame, baseline: Baseline) -> Finding:
-    """A history_median rule on one column of one run."""
-    value = row.get(metric)
-    value = None if value is None or pd.isna(value) else float(value)
-    past = [float(x) for x in previous[metric].dropna()] if metric in previous else []
+def _value(cell) -> float | None:
+    """A history cell as a float; None for a missing one."""
+    return None if cell is None or pd.isna(cell) else float(cell)
 
-    def finding(status: Status, detail: str, base=None, passed=None) -> Finding:
+
+def _within(rule: Rule, value: float, reference: float) -> bool:
+    """Whether ``value`` is within the rule's relative margin of ``reference`` in the worse direction, or within its
+    noise floor of it (the metric's unit)."""
+    if rule.direction == "lower_is_worse":
+        return value >= reference * (1 - rule.margin) or reference - value <= rule.noise_floor
+    return value <= reference * (1 + rule.margin) or value - reference <= rule.noise_floor
+
+
+def _streak(rule: Rule, metric: str, reference: float, earlier: pd.DataFrame, consecutive: int) -> int:
+    """How many of the workload's runs just before this one (``earlier``, oldest first: judged runs, pass or fail)
+    were out of margin against ``reference`` too, counting back until one was not (or lacked the metric), at most
+    ``consecutive - 1``; the history keeps each run's values, so each is checked again against today's reference."""
+    judged = earlier[earlier.verdict.isin(["pass", "fail"])] if not earlier.empty else earlier
+    count = 0
+    for cell in reversed(list(judged[metric]) if metric in judged else []):
+        value = _value(cell)
+        if count == consecutive - 1 or value is None or _within(rule, value, reference):
+            break
+        count += 1
+    return count
+
+
+def _check_median(rule: Rule, metric: str, row: dict, earlier: pd.DataFrame, rules: Rules,
+                  node: NodeBaseline | None = None) -> Finding:
+    """A history_median rule on one column of one run: against the node baseline's figure of the metric when one
+    applies (``node``), else the median of the last passing runs of the workload; a performance rule out of margin
+    fails the run only on ``rules.performance.consecutive`` consecutive runs of the workload, this one the last,
+    and is flagged before ("1 of 2"). ``earlier``: the workload's runs before this one (:func:`_earlier_runs`)."""
+    value = _value(row.get(metric))
+    previous = earlier[earlier.verdict == "pass"].tail(rules.baseline.runs) if not earlier.empty else earlier
+
+    def finding(status: Status, detail: str, base=None, passed=None, streak=None) -> Finding:
         return Finding(metric=metric, value=value, baseline=base, margin=rule.margin, passed=passed,
-                       status=status, finding_class=rule.finding_class, detail=detail)
+                       status=status, finding_class=rule.finding_class, detail=detail, streak=streak)
 
     if value is None:
         return finding("no value", f"the run has no {metric}")
-    if len(past) < baseline.min_runs:
-        return finding("no baseline", f"{len(past)} comparable passing run(s), need {baseline.min_runs}")
-    median = statistics.median(past)
-    if rule.direction == "lower_is_worse":
-        limit = median * (1 - rule.margin)
-        passed = value >= limit or median - value <= rule.noise_floor
-        sign = ">="
+    if node is not None and metric in node.performance:
+        reference, source = node.performance[metric], f"node baseline {node.key} (run {node.run_id})"
     else:
-        limit = median * (1 + rule.margin)
-        passed = value <= limit or value - median <= rule.noise_floor
-        sign = "<="
-    change = (value - median) / median if median else math.inf
-    detail = (f"{value:.4g} vs median {median:.4g} of {len(past)} runs ({change:+.1%}); "
-              f"needs {sign} {limit:.4g}" + (f" or a change within {rule.noise_floor}" if rule.noise_floor else ""))
-    return finding("pass" if passed else "fail", detail, median, passed)
+        past = [float(x) for x in previous[metric].dropna()] if metric in previous else []
+        if len(past) < rules.baseline.min_runs:
+            return finding("no baseline", f"{len(past)} comparable passing run(s), need {rules.baseline.min_runs}")
+        reference, source = statistics.median(past), f"median of {len(past)} runs"
+    sign, limit = (">=", reference * (1 - rule.margin)) if rule.direction == "lower_is_worse" else \
+        ("<=", reference * (1 + rule.margin))
+    change = (value - reference) / reference if reference else math.inf
+    detail = (f"{value:.4g} vs {source} {reference:.4g} ({change:+.1%}); needs {sign} {limit:.4g}"
+              + (f" or a change within {rule.noise_floor}" if rule.noise_floor else ""))
+    if _within(rule, value, reference):
+        return finding("pass", detail, reference, True)
+    if rule.finding_class != "performance":
+        return finding("fail", detail, reference, False)
+    needed = rules.performance.consecutive
+    count = 1 + _streak(rule, metric, reference, earlier, needed)
+    streak = f"{count} of {needed}"
+    if count < needed:
+        return finding("flagged", f"{detail}; out of margin on {streak} consecutive runs: flagged, the "
+                       f"{_ordinal(needed)} in a row fails the run", reference, False, streak)
+    return finding("fail", f"{detail}; out of margin on {streak} consecutive runs", reference, False, streak)
+
+
+def _ordinal(n: int) -> str:
+    """1st, 2nd, 3rd, 4th, ..."""
+    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
 
 
 def evaluate(row: dict | pd.Series, history: pd.DataFrame, rules: Rules | None = None,
@@ -273,26 +354,30 @@ def evaluate(row: dict | pd.Series, history: pd.DataFrame, rules: Rules | None =
     """Every rule on one run (a row of titanflow.record.history) -> findings, in rule order.
 
     ``history``: titanflow.record.history.read_history(); may include ``row`` itself and
-    runs of other scenarios (only comparable earlier passing runs are used).
+    runs of other scenarios (only comparable earlier runs are used: passing ones for the median, the last judged
+    ones for a performance rule's consecutive count).
     ``rules``: default :func:`load_rules` of the committed file. ``history_dir``: where the node's baselines are
-    (titanflow.judge.baselines; default the history folder); ``stack``: the run's installed stack
+    (titanflow.judge.baselines; default the history folder): the one of the run's workload and hardware is the
+    reference of the loss curve and of every performance figure it kept; ``stack``: the run's installed stack
     (summary.json's), which a band-lane finding names the package differences from.
     """
     rules = rules or load_rules()
     row = dict(row)
-    previous = baseline_runs(row, history, rules.baseline)
+    node = baseline_for(row, history_dir)
+    earlier = _earlier_runs(row, history) if not history.empty else history
     findings = []
     for rule in rules.rules:
         if rule.kind == "golden_curve":
-            findings.append(_check_curve(rule, row, golden_dir, history_dir, stack))
+            findings.append(_check_curve(rule, row, golden_dir, node, stack))
         elif rule.metric == "task_seconds":
-            findings += [_check_median(rule, column, row, previous, rules.baseline)
+            findings += [_check_median(rule, column, row, earlier, rules, node)
                          for column in sorted(row) if column.startswith("seconds_")]
         else:
-            findings.append(_check_median(rule, rule.metric, row, previous, rules.baseline))
+            findings.append(_check_median(rule, rule.metric, row, earlier, rules, node))
     return findings
 
 
 def regressions(findings: list[Finding]) -> list[Finding]:
-    """The findings that failed (``passed`` is False); "no baseline" and "no value" are not regressions."""
+    """The findings out of margin (``passed`` is False: failed or flagged); "no baseline" and "no value" are not
+    regressions."""
     return [f for f in findings if f.passed is False]

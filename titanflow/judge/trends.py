@@ -14,9 +14,10 @@ Regressions marked: the history keeps each run's verdict, failure class and reas
 findings of the regression rules (those are in the run's summary.json, whose folder may be gone).
 A run that failed is marked ``fail: <class>`` (``cancelled`` for a cancelled one); the
 ``history_median`` rules (tokens/s, memory, time) are evaluated again on the row against the
-history (titanflow.judge.regression.evaluate), which takes the same passing comparable runs that
-finished before it as when the run was judged, so each out of margin is marked ``<metric> <change>``
-and its trend column listed in ``regressed``. The ``golden_curve`` rule is not evaluated again: a
+history (titanflow.judge.regression.evaluate), which takes the same comparable runs that finished
+before it as when the run was judged (and the node's baseline in force now, where one is), so each out of
+margin is marked ``<metric> <change> (<k> of <N>)``: the consecutive runs out of margin, flagged below N,
+the run failed (class performance) at N; its trend column is listed in ``regressed``. The ``golden_curve`` rule is not evaluated again: a
 loss curve out of band failed the run (class numerics) and is marked by its verdict, against the
 golden it was judged with then, not today's. A night whose installed stack (every Python distribution: the history's
 ``stack_digest``) differs from the night before's is marked in ``stack`` with both digests and the run it changed from
@@ -66,7 +67,8 @@ def run_marks(row: dict, runs: pd.DataFrame, rules: regression.Rules) -> tuple[l
     columns = []
     for finding in regression.regressions(regression.evaluate(row, runs, rules)):
         change = (finding.value - finding.baseline) / finding.baseline if finding.baseline else None
-        marks.append(f"{finding.metric} {change:+.0%}" if change is not None else finding.metric)
+        streak = f" ({finding.streak})" if finding.streak else ""
+        marks.append((f"{finding.metric} {change:+.0%}" if change is not None else finding.metric) + streak)
         column = MARKED_COLUMN.get(finding.metric, finding.metric)
         if column in TREND_METRICS and column not in columns:
             columns.append(column)

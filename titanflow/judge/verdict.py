@@ -4,12 +4,14 @@
                (titanflow.record.summary.Cancellation says how, in which task, and the steps it
                logged); nothing is judged and it is never a failure class;
     fail       a task raised (its error says why), or the first-step loss is out of its band,
-               or the loss curve left its golden band (a failed ``numerics`` finding);
-    pass       the first-step loss is within its band and no numerics finding failed;
+               or the loss curve left its golden band (a failed ``numerics`` finding), or a performance
+               figure was out of its margin on the consecutive runs the rules ask (a failed ``performance``
+               finding: titanflow.judge.regression);
+    pass       the first-step loss is within its band and no finding failed;
     None       the run has not got that far (nothing judged yet).
 
-Performance findings (slower, larger) never fail a run: they are flagged in the report. The verdict's type is
-titanflow.results.Verdict.
+A performance finding out of margin on fewer consecutive runs is "flagged" ("1 of 2"): said in the report, the run
+passes. The verdict's type is titanflow.results.Verdict.
 """
 
 from __future__ import annotations
@@ -28,7 +30,12 @@ def final_verdict(failed_task: TaskName | None, loss: LossVerdict | None, findin
         return "fail", None
     if loss is None:
         return None, None
-    numerics = [f for f in findings if f.passed is False and f.finding_class == "numerics"]
-    if loss.verdict == "pass" and numerics:
+    if loss.verdict != "pass":
+        return loss.verdict, loss.reason
+    numerics = [f for f in findings if f.status == "fail" and f.finding_class == "numerics"]
+    if numerics:
         return "fail", "loss curve regression: " + "; ".join(f"{f.metric} {f.detail}" for f in numerics)
+    performance = [f for f in findings if f.status == "fail" and f.finding_class == "performance"]
+    if performance:
+        return "fail", "performance regression: " + "; ".join(f"{f.metric} {f.detail}" for f in performance)
     return loss.verdict, loss.reason

@@ -189,6 +189,11 @@ def recorded_stack(run_dir: Path | str | None) -> dict | None:
 
 def classify(summary: RunSummary, log_tail: str = "", losses: list[float] | None = None) -> FailureClass | None:
     """:func:`classify_failure` of a run's summary; ``losses`` default to the summary's (pass the
-    metrics.csv ones for a run whose train task failed)."""
+    metrics.csv ones for a run whose train task failed). A run whose loss held and whose only failed findings are
+    performance ones is of class performance."""
+    held = summary.loss is not None and summary.loss.verdict == "pass"
+    failed = [f for f in summary.findings if f.status == "fail"]
+    performance_failed = held and bool(failed) and all(f.finding_class == "performance" for f in failed)
     return classify_failure(verdict=summary.verdict, failed_task=summary.failed_task, error=summary.error,
-                            losses=summary.losses if losses is None else losses, log_tail=log_tail)
+                            losses=summary.losses if losses is None else losses, log_tail=log_tail,
+                            performance_failed=performance_failed)

@@ -46,7 +46,7 @@ def test_a_promoted_run_judges_the_next_on_every_step_in_the_exact_lane(tmp_path
     assert replaced is None
     assert made.losses == dict(enumerate(NATIVE_CPU_RANDOM_LOSSES, start=1)) and made.why == "first night"
     assert made.performance == {"tokens_per_s": 600.0, "peak_memory_gib": 1.0, "peak_rss_bytes": 2**30,
-                                "compile_warmup_s": 0.0, "total_s": 60.0}
+                                "compile_warmup_s": 0.0, "total_s": 60.0, "seconds_train": 40.0}
     assert (tmp_path / "baselines" / f"{made.key}.json").is_file()
     same = curve_finding(run("second"), tmp_path)
     assert (same.status, same.margin, same.value, same.baseline) == ("pass", RULE.margin, 11.94006, 11.94006)

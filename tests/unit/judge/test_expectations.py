@@ -4,6 +4,7 @@ with the native output init and 12.418 with the transformers backend's (titanflo
 walkthrough's published 6.54 (titan_cfg/published_expectations.toml); 7.9685, the first step another machine's
 pretrained checkpoint gave, against the golden 8.0535 (tests/unit/judge/test_loss.py)."""
 
+import json
 import re
 from typing import get_args
 
@@ -19,6 +20,7 @@ from titanflow.judge.expectations import (
     GAP_ALONE,
     GOLDEN_CURVE,
     INDEPENDENT_FORWARD,
+    NODE_BASELINE,
     PUBLISHED_FIGURE,
     SOURCES,
     Evidence,
@@ -143,13 +145,14 @@ def test_the_independent_forward_is_wanted_for_loaded_weights_on_a_target_that_c
 
 
 def test_the_sources_in_order():
-    assert SOURCES == (INDEPENDENT_FORWARD, PUBLISHED_FIGURE, GOLDEN_CURVE, GAP_ALONE, DERIVED_RANDOM_INIT)
+    assert SOURCES == (NODE_BASELINE, INDEPENDENT_FORWARD, PUBLISHED_FIGURE, GOLDEN_CURVE, GAP_ALONE,
+                       DERIVED_RANDOM_INIT)
 
 
 def test_the_first_that_applies_decides_the_others_beside(shape, golden):
     everything = _evidence(shape, independent=_independent(), published=_figure(), golden=golden)
-    # three apply; the independent forward, which any machine repeats, goes first
-    assert [s.applies(everything) for s in SOURCES] == [True, True, True, False, False]
+    # three apply; without a node baseline, the independent forward, which any machine repeats, goes first
+    assert [s.applies(everything) for s in SOURCES] == [False, True, True, True, False, False]
     source, expectation = decide(everything)
     assert source is INDEPENDENT_FORWARD and expectation.expected == 7.96852
     assert "; golden native-cpu-pretrained.curve.csv step 1 8.0535 beside it; published 6.54 beside it" \
@@ -171,6 +174,47 @@ def test_a_new_source_is_one_entry_and_wins_where_it_goes_first(shape, golden):
     assert expectation.provenance == "baseline: a promoted run; published 6.54 beside it (" \
         + evidence.published.source + ")"
     assert decide(_evidence(shape, init="random"), (baseline, *SOURCES))[0] is DERIVED_RANDOM_INIT
+
+
+ENVIRONMENT = {"cpu_model": "AMD EPYC", "cpu_capability": "AVX512", "isa_flags": ["avx512f"],
+               "versions": {"torch": "2.13.0+cpu"}}
+
+
+def _promoted(tmp_path, run: ScenarioRun, losses=(7.9685, 7.9)) -> None:
+    """``run`` promoted as the node's baseline in ``tmp_path`` (a history row of it, computed in ENVIRONMENT with
+    the installed stack digest "aaaa")."""
+    from helpers.history_rows import history_row
+
+    from titan_cfg.targets import node_of
+    from titanflow.judge import baselines
+    from titanflow.judge.environment import environment_key, hardware
+    from titanflow.judge.workload import config_key
+
+    parameters = run.model_dump()
+    row = history_row("promoted", 1, init=run.init, losses=list(losses), config_key=config_key(parameters),
+                      parameters=json.dumps(parameters, default=str), hardware=hardware(node_of("cpu"), ENVIRONMENT),
+                      environment_key=environment_key(ENVIRONMENT), stack_digest="aaaa")
+    baselines.promote(row, {"environment": ENVIRONMENT}, "first night", tmp_path)
+
+
+def test_a_node_baseline_expects_the_users_weights_first_step_in_its_lane(shape, tmp_path):
+    """User weights (no golden is theirs) had only the gap as their expectation where no independent forward is
+    computed (trn2; here: pretrained init, none given); with a baseline of their workload on this hardware,
+    its step 1 decides: within the golden_curve rule's margin (0.02) in the baseline's environment, its band (0.2)
+    in another (regression_rules.toml)."""
+    run = ScenarioRun(scenario="native", init="pretrained", weights="org/my-qwen3")
+    _promoted(tmp_path, run)
+    exact = Evidence.of([7.97], shape, run, environment=ENVIRONMENT, stack_digest="aaaa", history_dir=tmp_path)
+    source, expectation = decide(exact)
+    assert source is NODE_BASELINE and (expectation.expected, expectation.tolerance) == (7.9685, 0.02)
+    assert "step 1 (run promoted, promoted " in expectation.provenance
+    assert "exact lane: the same environment" in expectation.provenance
+    band = Evidence.of([7.97], shape, run, environment=ENVIRONMENT, stack_digest="bbbb", history_dir=tmp_path)
+    assert decide(band)[1].tolerance == 0.2 and "band lane" in decide(band)[1].provenance
+    # no baseline of this workload (other weights), or no environment recorded: the sources after it
+    other = ScenarioRun(scenario="native", init="pretrained", weights="org/other")
+    assert decide(Evidence.of([7.97], shape, other, environment=ENVIRONMENT, history_dir=tmp_path))[0] is GAP_ALONE
+    assert decide(Evidence.of([7.97], shape, run, history_dir=tmp_path))[0] is GAP_ALONE
 
 
 def test_when_none_applies_the_message_says_how_to_record_a_golden(shape):

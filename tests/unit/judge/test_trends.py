@@ -3,9 +3,11 @@ with titanflow.record.history.append_rows and read back), regressions marked, as
 
 The history: native and moe on cpu, random init, nights 2026-12-01 to -06, the nightly's workload "k10":
 - native: tokens/s 600, 610, then night 3 a failed run (infrastructure) at 02:00 and a passing rerun (590)
-  at 14:00, 600, 500 (night 5: 500 against the median 600 of the 4 passing runs before it is -16.7 %,
-  past the -5 % of regression_rules.toml), 600 (median of 600, 610, 590, 600, 500: 600, within);
-- moe: peak memory 2.0 GiB three nights, 2.5 on night 4 (+25 % against the median 2.0, past +10 %),
+  at 14:00, 600, 300 (night 5: 300 against the median 600 of the 4 passing runs before it is -50 %, past the -5 %
+  of regression_rules.toml and its noise floor of 250 tokens/s: flagged, 1 of 2), 600 (median of 600, 610, 590,
+  600, 300: 600, within);
+- moe: peak memory 2.0 GiB three nights, 2.5 on night 4 (+25 % against the median 2.0, past +10 % and the 0.15 GiB
+  noise floor: flagged, 1 of 2),
   night 5 failed (numerics);
 - beside them a run by hand of native with another workload ("k3") and one trn2 run, both left out
   when the table is asked for the nightly's workload on cpu.
@@ -38,7 +40,7 @@ def runs(tmp_path) -> pd.DataFrame:
         history_row("n1", 1), history_row("n2", 2, tokens_per_s=610.0),
         history_row("n3a", 3, verdict="fail", failure_class="infrastructure", losses=[], tokens_per_s=None,
                     peak_memory_gib=None, total_s=10.0),
-        history_row("n3b", 3, hour=14, tokens_per_s=590.0), history_row("n4", 4), history_row("n5", 5, tokens_per_s=500.0),
+        history_row("n3b", 3, hour=14, tokens_per_s=590.0), history_row("n4", 4), history_row("n5", 5, tokens_per_s=300.0),
         history_row("n6", 6),
         *[history_row(f"m{d}", d, scenario="moe", losses=MOE_LOSSES, tokens_per_s=300.0, peak_memory_gib=2.0)
           for d in (1, 2, 3)],
@@ -63,8 +65,8 @@ def test_each_night_of_the_nightly_workload_with_its_regressions_marked(runs):
         [("moe", d) for d in range(1, 6)] + [("native", d) for d in range(1, 7)]
     assert list(table.run_id[table.scenario == "native"]) == ["n1", "n2", "n3b", "n4", "n5", "n6"]
     marks = {(r.scenario, r.night.day): r.regressions for _, r in table.iterrows() if r.regressions}
-    assert marks == {("native", 3): "fail: infrastructure", ("native", 5): "tokens_per_s -17%",
-                     ("moe", 4): "peak_memory_gib +25%", ("moe", 5): "fail: numerics"}
+    assert marks == {("native", 3): "fail: infrastructure", ("native", 5): "tokens_per_s -50% (1 of 2)",
+                     ("moe", 4): "peak_memory_gib +25% (1 of 2)", ("moe", 5): "fail: numerics"}
     assert _night(table, "native", 5).regressed == ["tokens_per_s"]
     assert _night(table, "moe", 4).regressed == ["peak_memory_gib"]
     assert _night(table, "moe", 5).regressed == []  # a failed run marks its night, not a metric
@@ -102,12 +104,12 @@ def test_text_and_markdown_mark_the_regressed_values(runs, tmp_path):
     table = trend_table(runs, target="cpu", workloads=["k10"])
     text = trend_text(table)
     (line,) = [x for x in text.splitlines() if " n5 " in f" {x} "]
-    assert "500*" in line and "tokens_per_s -17%" in line
+    assert "300*" in line and "tokens_per_s -50% (1 of 2)" in line
     assert "n3b (+1)" in text  # two runs that night
     markdown = trends_markdown("cpu", table, None, 14)
     assert markdown.startswith("# trends on cpu: the last 14 nights\n")
     assert "6 nights, 2 scenario x init; 4 night(s) with a regression or a failure marked." in markdown
-    assert "| **500** |" in markdown and "| **2.5** |" in markdown
+    assert "| **300** |" in markdown and "| **2.5** |" in markdown
     assert trends_markdown("cpu", table.iloc[0:0], None, 14).endswith("No run of this target in the history yet.\n")
 
 

@@ -86,9 +86,9 @@ _PASS = LossVerdict(first_step_loss=11.94, expected_first_step_loss=11.944, tole
                     expectation_source="derived", verdict="pass", reason="|11.9400 - 11.9440| = 0.0040 <= 0.15")
 
 
-def _finding(finding_class: str, passed: bool | None) -> Finding:
+def _finding(finding_class: str, passed: bool | None, status: str | None = None) -> Finding:
     return Finding(metric="losses" if finding_class == "numerics" else "tokens_per_s", value=1.0, baseline=2.0,
-                   margin=0.02, passed=passed, status="fail" if passed is False else "pass",
+                   margin=0.02, passed=passed, status=status or ("fail" if passed is False else "pass"),
                    finding_class=finding_class, detail="step 3: ...")
 
 
@@ -97,7 +97,10 @@ def _finding(finding_class: str, passed: bool | None) -> Finding:
     ("train", None, [], ("fail", None)),                             # a task raised: its error says why
     (None, _PASS, [], ("pass", _PASS.reason)),
     (None, _PASS.model_copy(update={"verdict": "fail", "reason": "off"}), [], ("fail", "off")),
-    (None, _PASS, [_finding("performance", False)], ("pass", _PASS.reason)),  # flagged, not failed
+    (None, _PASS, [_finding("performance", False, "flagged")], ("pass", _PASS.reason)),  # flagged, not failed
+    (None, _PASS, [_finding("performance", False)], ("fail", "performance regression: tokens_per_s step 3: ...")),
+    (None, _PASS, [_finding("performance", False), _finding("numerics", False)],
+     ("fail", "loss curve regression: losses step 3: ...")),
     (None, _PASS, [_finding("numerics", True)], ("pass", _PASS.reason)),
     (None, _PASS, [_finding("numerics", False)], ("fail", "loss curve regression: losses step 3: ...")),
 ])
