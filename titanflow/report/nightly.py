@@ -5,8 +5,10 @@
     suite_state(rows)             # Completed, Failed or Cancelled, its message counting the runs
 
 A run that did not pass and was not cancelled failed; a cancelled run (verdict ``cancelled``: a Prefect
-cancel, Ctrl-C) is counted apart, never as failed. Regressions that do not fail a run (slower, larger)
-are counted as flagged, and so are runs whose history could not be recorded. The flow that runs the
+cancel, Ctrl-C) is counted apart, never as failed. Performance findings out of margin on fewer consecutive
+runs than fail a run (titanflow.judge.regression: "1 of 2") are counted as flagged and listed with their count, and
+so are runs whose history could not be recorded; a run that a performance rule failed (the Nth in a row) is a
+failure of class ``performance``. The flow that runs the
 suite and publishes this report is flows/nightly.py.
 """
 
@@ -35,6 +37,8 @@ class SuiteRow(BaseModel):
                         "message of the subflow's state; a cancelled run's says how and where")
     first_step_loss: float | None = Field(None, description="nats; None when the run did not get that far")
     flagged: int = Field(0, ge=0, description="regressions flagged that did not fail the run (slower, larger)")
+    flags: list[str] = Field(default_factory=list, description="each finding out of margin that is not a numerics one "
+                             "(flagged, or failing the run): '<metric>: <k> of <N>: <detail>'")
     history_error: str | None = Field(None, description="why the run could not be recorded in the history; "
                                       "None when it was")
     compared: str | None = Field(None, description="the line comparing a failed run with the last passing run of "
@@ -63,7 +67,9 @@ def outcome(summary_path: Path, state: State, *, scenario: str, init: Init, run_
         failure_class=classify(summary) if summary.verdict != "pass" else None,
         reason=summary.error or summary.reason or "",  # a cancelled run's reason says how and where
         first_step_loss=summary.loss.first_step_loss if summary.loss else None,
-        flagged=sum(1 for r in summary.regressions if r.finding_class != "numerics"),
+        flagged=sum(1 for r in summary.regressions if r.status == "flagged"),
+        flags=[f"{r.metric}: {r.streak + ': ' if r.streak else ''}{r.detail}" for r in summary.regressions
+               if r.finding_class != "numerics"],
         history_error=summary.history_error,
     )
 
@@ -85,7 +91,8 @@ def suite_markdown(target: str, rows: list[SuiteRow]) -> str:
     """The nightly report of ``target`` as markdown (ends with a newline): a headline counting the runs,
     one table line per scenario run (first-step loss in nats, 4 decimals), then each failure with its
     reason (cut to 500 characters) and its comparison with the last passing run when there is one, each
-    cancel, and each run whose history was not recorded."""
+    cancel, each performance finding out of margin with its consecutive count ("1 of 2" flagged, "2 of 2" failed),
+    and each run whose history was not recorded."""
     failed, cancelled, passed = tally(rows)
     apart = f", {len(cancelled)} cancelled" if cancelled else ""
     lines = [f"# nightly on {target}: {passed} of {len(rows)} passed, {len(failed)} failed{apart}", "",
@@ -100,6 +107,8 @@ def suite_markdown(target: str, rows: list[SuiteRow]) -> str:
             lines.append(f"  - against the last passing run: {r.compared}")
     for r in cancelled:
         lines += ["", f"- **{r.scenario} / {r.init}** cancelled, not failed: {r.reason[:500]}"]
+    for r in rows:
+        lines += [f"- **{r.scenario} / {r.init}** performance, {flag[:300]}" for flag in r.flags]
     for r in rows:
         if r.history_error:
             lines += ["", f"- **history not recorded** for {r.scenario} / {r.init}: {r.history_error[:500]}"]

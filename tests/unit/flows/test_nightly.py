@@ -78,8 +78,8 @@ def test_outcome_and_report_of_a_failed_and_a_passed_run(tmp_path):
 
     loss = LossVerdict(first_step_loss=11.94, expected_first_step_loss=11.944, tolerance=0.15,
                        expectation_source="derived", verdict="pass", reason="|11.9400 - 11.9440| = 0.0040 <= 0.15")
-    slower = Finding(metric="tokens_per_s", value=400.0, baseline=600.0, margin=0.05, passed=False, status="fail",
-                     finding_class="performance", detail="-33 %")
+    slower = Finding(metric="tokens_per_s", value=400.0, baseline=600.0, margin=0.05, passed=False,
+                     status="flagged", finding_class="performance", detail="-33 %", streak="1 of 2")
     off_curve = Finding(metric="losses", value=11.2, baseline=11.5, margin=0.02, passed=False, status="fail",
                         finding_class="numerics", detail="step 2 ...")
     passed = tmp_path / "a" / "summary.json"
@@ -101,6 +101,36 @@ def test_outcome_and_report_of_a_failed_and_a_passed_run(tmp_path):
     assert markdown.startswith("# nightly on cpu: 1 of 3 passed")
     assert "| moe | random | fail | numerics | 11.9400 | 0 | b |" in markdown
     assert "**moe / random** (numerics): loss curve regression" in markdown
+    assert "- **native / random** performance, tokens_per_s: 1 of 2: -33 %" in markdown
+
+
+def test_the_second_slow_run_in_a_row_is_a_performance_failure_in_the_report(tmp_path):
+    """A run whose loss held and whose only failed finding is a performance one (2 of 2) fails with class
+    performance; its flag line says the count."""
+    from prefect.states import Failed
+
+    from titanflow.record.summary import RunSummary, classify
+    from titanflow.report.nightly import outcome, suite_markdown
+    from titanflow.results import Finding, LossVerdict
+
+    loss = LossVerdict(first_step_loss=11.94, expected_first_step_loss=11.944, tolerance=0.15,
+                       expectation_source="derived", verdict="pass", reason="|11.9400 - 11.9440| = 0.0040 <= 0.15")
+    slow = Finding(metric="tokens_per_s", value=40.0, baseline=260.0, margin=0.05, passed=False, status="fail",
+                   finding_class="performance", detail="40 vs node baseline 260 (-84.6%)", streak="2 of 2")
+    path = tmp_path / "s" / "summary.json"
+    path.parent.mkdir()
+    summary = RunSummary(run_id="s", scenario="native", target="cpu", init="random", steps=3, loss=loss,
+                         findings=[slow], verdict="fail", reason="performance regression: tokens_per_s ...")
+    path.write_text(summary.model_dump_json())
+    assert classify(summary) == "performance"
+    row = outcome(path, Failed(), scenario="native", init="random", run_id="s")
+    assert (row.failure_class, row.flagged) == ("performance", 0)
+    markdown = suite_markdown("cpu", [row])
+    assert "| native | random | fail | performance | 11.9400 | 0 | s |" in markdown
+    assert "- **native / random** performance, tokens_per_s: 2 of 2: 40 vs node baseline 260 (-84.6%)" in markdown
+    # the loss out of its band as well: numerics, whatever the performance finding says
+    off = summary.model_copy(update={"loss": loss.model_copy(update={"verdict": "fail"})})
+    assert classify(off) == "numerics"
 
 
 @pytest.mark.fault
