@@ -9,8 +9,8 @@ the others. The suite ends Completed when every run passed, else Failed, its sta
 message saying how many failed and of which class; a cancelled run (a Prefect cancel, Ctrl-C:
 verdict ``cancelled``) is counted apart, never as failed, and a suite whose only runs that did not
 pass were cancelled ends Cancelled. Cancelling the suite itself cancels the run in progress and
-publishes the report of the runs so far. Regressions that do not fail a run (slower, larger) are
-counted as flagged, and so are runs whose history could not be recorded.
+publishes the report of the runs so far. Regressions that do not fail a run (slower, larger, on fewer consecutive
+runs than fail one: "1 of 2") are counted as flagged, and so are runs whose history could not be recorded.
 The markdown artifact ``nightly-<target>``
 (titanflow.report.nightly: one SuiteRow per run) keeps one version per night. Each failed run is then compared with the last passing run of its
 workload (tasks/compare.py: artifact ``<scenario>-<target>-<init>-compare``, a line in the report),

@@ -18,7 +18,7 @@ deployment on the cron, ``prefect deployment run``, ``titanflow nightly`` with `
   link to the flow run in the UI.
 - :data:`REGRESSION_AUTOMATION` fires on the event :data:`REGRESSION_EVENT`, which the nightly emits
   (:func:`emit_regression_alert`) when it ends without failing but flagged regressions (slower,
-  larger: findings that do not fail a run). A failed nightly does not emit it, so each nightly
+  larger, on fewer consecutive runs than fail one: "1 of 2"). A failed nightly does not emit it, so each nightly
   sends at most one message. An event of its own rather than a filter on ``prefect.flow-run.Completed``:
   the state message a trigger can match is one label of exact text, not the counts in it.
 
