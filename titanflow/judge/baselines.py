@@ -29,17 +29,22 @@ from pydantic import BaseModel, Field
 
 from titan_cfg.targets import node_of
 from titanflow import paths
-from titanflow.history_row import METRICS
 from titanflow.judge.environment import hardware
 from titanflow.judge.workload import config_key
 
 #: The folder of the baselines inside the history folder.
 BASELINES = "baselines"
 #: The losses, which a baseline keeps as its curve, not as performance figures.
-_LOSS_METRICS = ("first_step_loss", "final_loss")
-#: The performance figures a baseline keeps of its run: every metric column of the history (titanflow.history_row.
-#: METRICS: tokens/s, memory, times, and any metric a result adds) but the losses, plus each task's ``seconds_<task>``.
-PERFORMANCE = tuple(m for m in METRICS if m not in _LOSS_METRICS)
+LOSS_METRICS = ("first_step_loss", "final_loss")
+
+
+def performance_columns(row: dict) -> list[str]:
+    """The performance figures a baseline keeps of the history ``row``: every metric column of the history
+    (titanflow.history_row.METRICS: tokens/s, memory, times, and any metric a result adds) but the losses
+    (:data:`LOSS_METRICS`), then each task's ``seconds_<task>``."""
+    from titanflow.history_row import METRICS  # lazy: pandas (via titanflow.history_row), which prune does without
+
+    return [*(m for m in METRICS if m not in LOSS_METRICS), *sorted(c for c in row if c.startswith("seconds_"))]
 
 
 def baselines_dir(history_dir: Path | str | None = None) -> Path:
@@ -127,8 +132,7 @@ def promote(row: dict, summary: dict, why: str, history_dir: Path | str | None =
     if not why.strip():
         raise BaselineError("why: missing; fix: say why this run is the baseline: --why TEXT")
     parameters = json.loads(row.get("parameters") or "{}")
-    columns = [*PERFORMANCE, *sorted(c for c in row if c.startswith("seconds_"))]
-    performance = {c: float(row[c]) for c in columns if row.get(c) is not None and not _missing(row[c])}
+    performance = {c: float(row[c]) for c in performance_columns(row) if row.get(c) is not None and not _missing(row[c])}
     baseline = NodeBaseline(
         scenario=row["scenario"], target=row["target"], init=row["init"], config_key=row["config_key"],
         weights=parameters.get("weights"), hardware=row["hardware"],

@@ -71,7 +71,8 @@ def summary_markdown(summary: RunSummary, *, loss_curve: Path | None = None, log
         lines += [f"- **history not recorded**: {summary.history_error}"]
     for finding in findings or []:
         if finding.passed is False:
-            lines += [f"- out of margin ({finding.finding_class or 'unclassified'}): {finding.metric} "
+            streak = f", {finding.streak} consecutive runs: {finding.status}" if finding.streak else ""
+            lines += [f"- out of margin ({finding.finding_class or 'unclassified'}{streak}): {finding.metric} "
                       f"{finding.value} against baseline {finding.baseline} (margin {finding.margin})"]
         elif finding.metric == "losses" and finding.status != "no value":  # exact or banded: always said
             lines += [f"- loss curve vs golden ({finding.status}): {finding.detail}"]
