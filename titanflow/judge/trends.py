@@ -52,9 +52,11 @@ COLUMNS = ("target", "scenario", "init", "workload", "night", "run_id", "runs", 
 
 
 def median_rules(rules: regression.Rules | None = None) -> regression.Rules:
-    """The ``history_median`` rules of ``rules`` (default: the committed file), with its baseline policy."""
+    """The ``history_median`` rules of ``rules`` (default: the rules file in force), with its baseline and
+    performance policies."""
     rules = rules or regression.load_rules()
-    return regression.Rules(baseline=rules.baseline, rules=[r for r in rules.rules if r.kind == "history_median"])
+    return regression.Rules(baseline=rules.baseline, performance=rules.performance,
+                            rules=[r for r in rules.rules if r.kind == "history_median"])
 
 
 def run_marks(row: dict, runs: pd.DataFrame, rules: regression.Rules) -> tuple[list[str], list[str]]:

@@ -128,3 +128,12 @@ def test_history_last_prints_the_same_table(runs, tmp_path, capsys):
     # a target that does not exist is bad input, not an empty table ("no runs", exit 0)
     assert main(["history", "--history-dir", str(tmp_path / "history"), "--last", "5", "--target", "bogus"]) == 2
     assert "target: unknown 'bogus'; fix: pass one of cpu, " in capsys.readouterr().err
+
+
+def test_the_marks_count_the_runs_in_a_row_the_rules_ask_for(runs):
+    """With ``performance.consecutive = 1`` the slow night failed the run at once: its mark says "1 of 1"."""
+    from titanflow.judge.regression import Performance, load_rules
+
+    rules = load_rules().model_copy(update={"performance": Performance(consecutive=1)})
+    table = trend_table(runs, target="cpu", workloads=["k10"], rules=rules)
+    assert _night(table, "native", 5).regressions == "tokens_per_s -50% (1 of 1)"
