@@ -132,7 +132,8 @@ def promote(row: dict, summary: dict, why: str, history_dir: Path | str | None =
     if not why.strip():
         raise BaselineError("why: missing; fix: say why this run is the baseline: --why TEXT")
     parameters = json.loads(row.get("parameters") or "{}")
-    performance = {c: float(row[c]) for c in performance_columns(row) if row.get(c) is not None and not _missing(row[c])}
+    performance = {c: float(row[c]) for c in performance_columns(row)
+                   if row.get(c) is not None and not _missing(row[c])}
     baseline = NodeBaseline(
         scenario=row["scenario"], target=row["target"], init=row["init"], config_key=row["config_key"],
         weights=parameters.get("weights"), hardware=row["hardware"],

@@ -65,6 +65,7 @@ def rules_path() -> Path:
     """The rules file in force: ``$TITANFLOW_REGRESSION_RULES``, or, unset or empty, the committed one."""
     return Path(os.environ.get(RULES_ENV) or RULES_PATH)
 
+
 #: Row columns a ``history_median`` rule may name: the history row's metrics (titanflow.history_row.METRICS: the
 #: fields marked ``"metric": True``), plus ``task_seconds`` (every ``seconds_<task>`` column).
 HISTORY_METRICS = (*METRICS, "task_seconds")
@@ -206,9 +207,9 @@ def _check_against_node(rule: Rule, row: dict, losses: list[float], node: NodeBa
 def _check_curve(rule: Rule, row: dict, golden_dir: Path, node: NodeBaseline | None = None,
                  stack: dict | None = None) -> Finding:
     """The golden_curve rule on one run: the worst step decides. The node's own baseline of the run's workload and
-    hardware (``node``, titanflow.judge.baselines.baseline_for) comes first (:func:`_check_against_node`); else a run of the golden's workload
-    is compared over every step it logged, a shorter run of that workload over the leading steps its schedule shares
-    with the golden's (titanflow.judge.goldens.GoldenCurve.shared_steps)."""
+    hardware (``node``, titanflow.judge.baselines.baseline_for) comes first (:func:`_check_against_node`); else a
+    run of the golden's workload is compared over every step it logged, a shorter run of that workload over the
+    leading steps its schedule shares with the golden's (titanflow.judge.goldens.GoldenCurve.shared_steps)."""
     losses = list(row.get("losses") if row.get("losses") is not None else [])
     parameters = json.loads(row.get("parameters") or "{}")
     weights = parameters.get("weights")
@@ -349,8 +350,8 @@ def _ordinal(n: int) -> str:
     return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
 
 
-def evaluate(row: dict | pd.Series, history: pd.DataFrame, rules: Rules | None = None,
-             golden_dir: Path = GOLDEN_DIR, history_dir: Path | None = None, stack: dict | None = None) -> list[Finding]:
+def evaluate(row: dict | pd.Series, history: pd.DataFrame, rules: Rules | None = None, golden_dir: Path = GOLDEN_DIR,
+             history_dir: Path | None = None, stack: dict | None = None) -> list[Finding]:
     """Every rule on one run (a row of titanflow.record.history) -> findings, in rule order.
 
     ``history``: titanflow.record.history.read_history(); may include ``row`` itself and

@@ -19,7 +19,8 @@ def test_the_largest_move_in_the_worse_direction_per_metric_among_passing_runs()
     # tokens/s 600, 610, 590, 400 (median 595: 195 lower at worst); total time 60, 60, 60, 90 (median 60: 30 higher);
     # a failed run at 10 tokens/s and the same run kept twice are not counted
     rows = [history_row("a", 1), history_row("b", 2, tokens_per_s=610.0), history_row("c", 3, tokens_per_s=590.0),
-            history_row("d", 4, tokens_per_s=400.0, total_s=90.0), history_row("d", 4, tokens_per_s=400.0, total_s=90.0),
+            history_row("d", 4, tokens_per_s=400.0, total_s=90.0),
+            history_row("d", 4, tokens_per_s=400.0, total_s=90.0),
             history_row("e", 5, tokens_per_s=10.0, verdict="fail", failure_class="infrastructure")]
     table = noise_floor.moves(pd.DataFrame(rows), min_runs=4).set_index("metric")
     assert table.loc["tokens_per_s", "runs"] == 4 and table.loc["tokens_per_s", "median"] == 595.0
