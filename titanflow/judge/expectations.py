@@ -2,8 +2,8 @@
 
 Each :class:`Source` says when it applies to what the judge knows of a run (:class:`Evidence`: the run, its measured
 losses, the node's baseline of its workload, the golden curve, the independent loss, the published figure, and whether
-the run started from loaded weights, titan_cfg.job.LOADS_WEIGHTS) and what it then expects (:class:`Expectation`: the first-step loss in nats, the
-tolerance, and where the figure comes from, the verdict's ``expectation_source``). :data:`SOURCES` is the order;
+the run started from loaded weights, titan_cfg.job.LOADS_WEIGHTS) and what it then expects (:class:`Expectation`: the
+first-step loss in nats, the tolerance, and where the figure comes from, the verdict's ``expectation_source``). :data:`SOURCES` is the order;
 :func:`decide` takes the first that applies, and titanflow.judge.loss.judge makes the one verdict. A source that does
 not decide may report its figure beside the one that does (:attr:`Source.beside`: the published figure).
 

@@ -17,8 +17,8 @@ A run that failed is marked ``fail: <class>`` (``cancelled`` for a cancelled one
 history (titanflow.judge.regression.evaluate), which takes the same comparable runs that finished
 before it as when the run was judged (and the node's baseline in force now, where one is), so each out of
 margin is marked ``<metric> <change> (<k> of <N>)``: the consecutive runs out of margin, flagged below N,
-the run failed (class performance) at N; its trend column is listed in ``regressed``. The ``golden_curve`` rule is not evaluated again: a
-loss curve out of band failed the run (class numerics) and is marked by its verdict, against the
+the run failed (class performance) at N; its trend column is listed in ``regressed``. The ``golden_curve``
+rule is not evaluated again: a loss curve out of band failed the run (class numerics) and is marked by its verdict, against the
 golden it was judged with then, not today's. A night whose installed stack (every Python distribution: the history's
 ``stack_digest``) differs from the night before's is marked in ``stack`` with both digests and the run it changed from
 (``stack_changed_from``); titanflow.report.trends names the packages from both runs' summaries.
