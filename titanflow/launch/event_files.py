@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 import pandas as pd
