@@ -65,7 +65,8 @@ def test_a_profile_without_a_folder_or_a_successor_is_refused_naming_both_ways_t
 
 def test_each_side_runs_in_its_venv_the_makefiles_or_the_variables(tmp_path):
     root = _root(tmp_path, "cpu", "cpu-lowest", "trn2", "trn2-next", successor={"cpu-lowest": "cpu"})
-    _venv(root / ".venv"), _venv(root / ".venv-lowest")
+    _venv(root / ".venv")
+    _venv(root / ".venv-lowest")
     pinned, successor = canary_sides("cpu-lowest", environ={}, root=root)
     assert (pinned.role, pinned.profile, pinned.python) == ("pinned", "cpu-lowest", str(root / ".venv-lowest/bin/python"))
     assert (successor.role, successor.profile, successor.venv) == ("successor", "cpu", str(root / ".venv"))
