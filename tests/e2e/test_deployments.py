@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from helpers.deployment_runs import PASS_DEPLOYMENT, PASS_RUN_ID, PASS_STEPS, ru
 
 from titanflow.launch.kubernetes.template import pool_template
 from titanflow.params import ScenarioRun
+from titanflow.paths import REPO_ROOT
 from titanflow.prefect_ops import server
 from titanflow.prefect_ops.deployments import WORK_POOLS
 from titanflow.record.summary import read_summary
@@ -135,3 +137,85 @@ def test_deployment_run_watch_exits_1_on_a_fail_verdict(deployed, tmp_path, tiny
     summary = read_summary(tmp_path / "deploy-fail" / "summary.json")
     assert summary.verdict == "fail" and summary.failed_task is None
     assert "were the weights loaded?" in summary.reason
+
+
+def _pins(profile: str) -> dict[str, str]:
+    """``{name: version}`` of the ``name==version`` lines of ``profiles/<profile>/constraints.txt``."""
+    lines = (REPO_ROOT / "profiles" / profile / "constraints.txt").read_text().splitlines()
+    return dict(line.split("#")[0].strip().split("==") for line in lines if "==" in line.split("#")[0])
+
+
+def _files(folder: Path) -> dict[str, tuple[int, int]]:
+    """{path: (size, mtime_ns)} of every file under ``folder``: what a run would have appended or replaced."""
+    return {str(p): (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*") if p.is_file()}
+
+
+def _tree_cpu_s(state) -> float:
+    """User + system seconds of the server's and worker's processes and of the children they waited for."""
+    import psutil
+
+    times = [psutil.Process(p.pid).cpu_times() for p in state.processes]
+    return sum(t.user + t.system + t.children_user + t.children_system for t in times)
+
+
+def test_the_canary_runs_the_lowest_lane_beside_cpu_reports_the_packages_and_leaves_the_nightly_alone(
+        deployed, tmp_path, monkeypatch):
+    """qwen3-canary/canary-cpu from prefect.yaml: the lowest lane's venv (.venv-lowest, profile cpu-lowest) pinned,
+    .venv (cpu) its successor, one scenario of 2 steps on 1 rank each; alerts on, sent to a receiver here."""
+    from prefect.client.orchestration import SyncPrefectClient
+    from helpers.webhook import webhook_receiver
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey, FlowFilter, FlowFilterName
+
+    from titanflow.canary.compare import CanaryResult
+    from titanflow.paths import history_root
+    from titanflow.prefect_ops import alerts
+
+    for venv, command in ((".venv-lowest", "make setup-lowest"), (".venv", "make setup")):
+        if not (REPO_ROOT / venv / "bin" / "python").exists():
+            pytest.skip(f"no {venv} at the repository root: {command} (make test builds both)")
+    api, home = deployed.api_url, Path(deployed.home)
+    history_before = _files(history_root())
+    # the canary's CPU: the session's server and worker, whose flow runs (and theirs) they wait for, so a test's own
+    # figure (tests/helpers/cpu_budget.py) does not hold it
+    cpu_before = _tree_cpu_s(deployed)
+    with webhook_receiver() as (url, received):
+        monkeypatch.setenv(alerts.WEBHOOK_ENV, url)
+        try:
+            assert server.start(home).alerts.startswith("on: webhook")
+            with SyncPrefectClient(api) as client:
+                nightlies_before = client.count_flow_runs(flow_filter=FlowFilter(name=FlowFilterName(
+                    any_=[alerts.NIGHTLY_FLOW])))
+            run = run_deployment(api, "qwen3-canary/canary-cpu", 'scenarios=["native"]', 'inits=["random"]',
+                                 "steps=2", "nproc_per_node=1", f"runs_dir={tmp_path}", "canary_id=canary-e2e",
+                                 timeout_s=900)
+            assert run.returncode == 0 and "Completed" in run.output, run.output[-4000:]
+            time.sleep(5)  # an alert comes within a few seconds of a state (tests/e2e/test_alert_runs.py prints it)
+            assert received == []
+            with SyncPrefectClient(api) as client:
+                assert client.count_flow_runs(flow_filter=FlowFilter(name=FlowFilterName(
+                    any_=[alerts.NIGHTLY_FLOW]))) == nightlies_before
+                (artifact,) = client.read_artifacts(artifact_filter=ArtifactFilter(
+                    key=ArtifactFilterKey(any_=["canary-cpu-lowest"])), limit=1)
+        finally:
+            monkeypatch.delenv(alerts.WEBHOOK_ENV)
+            server.start(home)  # alerts off again, as the session's other tests expect
+    result = CanaryResult.model_validate_json((tmp_path / "canary-e2e" / "canary.json").read_text())
+    # the packages that differ are the two profiles' pins that differ (profiles/cpu-lowest vs profiles/cpu)
+    lowest, newest = _pins("cpu-lowest"), _pins("cpu")
+    pinned_apart = {f"{name} {lowest[name]} -> {newest[name]}" for name in lowest if lowest[name] != newest[name]}
+    assert {"prefect", "pandas"} <= {line.split()[0] for line in pinned_apart}
+    assert pinned_apart <= set(result.packages), result.packages
+    assert all(f"`{line}`" in artifact.data for line in pinned_apart)
+    # torch, torchtitan and transformers are the same in both venvs, so the same code gives the same first step
+    assert not {line.split()[0].lstrip("+-") for line in result.packages} & {"torch", "torchtitan", "transformers"}
+    (row,) = result.rows
+    assert (row.scenario, row.init, row.pinned.verdict, row.successor.verdict) == ("native", "random", "pass", "pass")
+    assert row.pinned.first_loss == row.successor.first_loss and row.pinned.tokens_per_s > 0
+    assert f"| native | random | pass -> pass | {row.pinned.first_loss:.4f} -> " in artifact.data
+    # each side appended to its own history under the canary's folder; the nightly's history and baselines unchanged
+    for role in ("pinned", "successor"):
+        assert (tmp_path / "canary-e2e" / role / "history" / "runs.parquet").is_file()
+    assert _files(history_root()) == history_before
+    print(f"\ncanary (2 sides x native/random, 2 steps, 1 rank): {run.wall_s:.1f} s wall, "
+          f"{_tree_cpu_s(deployed) - cpu_before:.1f} CPU-s in the server and worker; "
+          f"{len(result.packages)} package(s) differ\n{artifact.data}")

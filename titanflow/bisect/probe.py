@@ -88,8 +88,11 @@ def probe_environment(tree: Path, folder: BisectFolder, api_url: str, flow_run_i
             "PYTHONPATH": os.pathsep.join(python_path)}
 
 
-def create_probe_flow_run(scenario_flow: Flow, parameters: dict, revision: str) -> str:
+def create_probe_flow_run(scenario_flow: Flow, parameters: dict, revision: str, *, name: str | None = None,
+                          tags: list[str] | None = None) -> str:
     """Create the probe's ``qwen3-scenario`` flow run (Pending), named by the revision's short hash; returns its id.
+    ``name`` and ``tags`` replace the revision's (a canary's run: titanflow.canary.side_run); ``revision`` stays the
+    key of the task run standing for it.
 
     Called in a flow run, it is made a subflow run of it the way Prefect's own ``run_deployment(as_subflow=True)``
     does: a task run standing for it is created in the calling flow run first, through the API (a task's own run is
@@ -105,8 +108,9 @@ def create_probe_flow_run(scenario_flow: Flow, parameters: dict, revision: str) 
             parents = {"__parents__": [TaskRunResult(id=task_run_ctx.task_run.id)]} if task_run_ctx else {}
             parent_id = client.create_task_run(task=stands_for, flow_run_id=flow_run_ctx.flow_run.id,
                                                dynamic_key=revision, task_inputs=parents, state=Pending()).id
-        flow_run = client.create_flow_run(scenario_flow, name=revision[:12], parameters=parameters,
-                                          parent_task_run_id=parent_id, tags=["bisect", f"revision:{revision[:12]}"])
+        flow_run = client.create_flow_run(scenario_flow, name=name or revision[:12], parameters=parameters,
+                                          parent_task_run_id=parent_id,
+                                          tags=tags if tags is not None else ["bisect", f"revision:{revision[:12]}"])
     return str(flow_run.id)
 
 
