@@ -14,43 +14,24 @@ one package change is named, else Failed, its message saying why.
 
 from __future__ import annotations
 
-import datetime
 from pathlib import Path
 
 from prefect import flow, runtime
 from prefect.logging import get_run_logger
-from prefect.states import Completed, Failed, State
+from prefect.states import State
 
 from titan_cfg.job import Init
-from titanflow.bisect.env_search import EnvBisectResult, bisect_environments, check_env_inputs, environment_pins, \
+from titanflow.bisect.env_search import bisect_environments, check_env_inputs, environment_pins, \
     new_env_result, order_result_changes, pip_options
 from titanflow.bisect.probe import BisectFolder
-from titanflow.bisect.record import append_bisect
 from titanflow.bisect.search import new_bisect_id
-from titanflow.flows.bisection import PROBE_TIMEOUT_S, REPORT_FILE, RESULT_FILE, api_url
+from titanflow.flows.bisection import PROBE_TIMEOUT_S, api_url, conclude
 from titanflow.flows.scenario import qwen3_scenario
 from titanflow.params import ScenarioName, TargetName
-from titanflow.paths import REPO_ROOT, runs_root, write_atomic
+from titanflow.paths import REPO_ROOT, runs_root
 from titanflow.prefect_ops.stopped import cancelled_not_crashed
 from titanflow.report.env_bisect import env_bisect_markdown, env_headline, publish_env_bisect
 from titanflow.tasks.probe import probe
-
-
-def conclude(result: EnvBisectResult) -> State:
-    """Report the bisect (bisect.json, bisect.md, the artifact, the history); returns the flow's final state:
-    Completed when one package change was named, else Failed, the headline its message either way."""
-    logger = get_run_logger()
-    result.finished_at = datetime.datetime.now(datetime.UTC)
-    folder = Path(result.folder)
-    write_atomic(folder / RESULT_FILE, result.model_dump_json(indent=2) + "\n")
-    write_atomic(folder / REPORT_FILE, env_bisect_markdown(result))
-    publish_env_bisect(result)
-    try:
-        append_bisect(result)
-    except Exception as err:  # noqa: BLE001 - the history is secondary to the bisect's own result: said, not raised
-        logger.error("history: the bisect was not recorded: %s: %s", type(err).__name__, err)
-    logger.info("%s", env_headline(result))
-    return Completed(message=env_headline(result)) if result.status == "found" else Failed(message=env_headline(result))
 
 
 @flow(name="qwen3-bisect-env", on_crashed=[cancelled_not_crashed])
@@ -73,7 +54,7 @@ def qwen3_bisect_environments(
     run id or folder) to the bad one (``bad_env`` or ``bad_run``) on the scenario run ``scenario``, ``target``,
     ``init``, ``steps``, every probe running ``revision`` of the git checkout ``repo`` (default: this one) (module
     docstring). The bisect's folder is ``<runs_dir>/<bisect_id>``; run ids are looked up under $TITANFLOW_RUNS or
-    runs/. Returns the final state (:func:`conclude`).
+    runs/. Returns the final state (titanflow.flows.bisection.conclude).
 
     Raises:
         ValueError: bad input, before any probe (the message names the field and the fix).
@@ -106,5 +87,5 @@ def qwen3_bisect_environments(
         result.status, result.reason = "stopped", f"{type(err).__name__}: {err}"
         raise
     finally:
-        state = conclude(result)
+        state = conclude(result, env_bisect_markdown, publish_env_bisect, env_headline)
     return state

@@ -5,7 +5,8 @@
     bisect_environments(result, probe)      # probe(k, role) -> ProbeRun: the environment with the first k changes
 
 1. Inputs (:func:`check_env_inputs`, before any probe): each side is a constraints file (``--good-env``/``--bad-env``,
-   titanflow.bisect.packages.read_env_file) or a run's recorded stack (``--good-run``/``--bad-run``); the two differ
+   titanflow.bisect.packages.read_env_file: this venv's packages with the file's pins, the environment its overlay
+   makes) or a run's recorded stack (``--good-run``/``--bad-run``: every package of its venv); the two differ
    in at least one package; the revision (the code every probe runs, default the checkout's HEAD) was installed in
    this environment, which the overlays are laid over; the scenario parameters are valid.
 2. The changes are ordered (titanflow.bisect.packages.order_changes: dependencies first, then by name), the
@@ -102,8 +103,9 @@ def _side(field: str, env_file: str | None, run: str | None, runs_dir: Path | No
     if (env_file is None) == (run is None):
         raise ValueError(f"{field}: pass one of --{field}-env FILE or --{field}-run RUN_ID; fix: name the {field} "
                          "environment once")
-    if env_file is not None:
-        return read_env_file(f"{field}_env", env_file), None
+    if env_file is not None:  # the venv with the file's pins: what its overlay makes (titanflow.bisect.overlay)
+        pinned = read_env_file(f"{field}_env", env_file)
+        return pinned.model_copy(update={"packages": dict(sorted({**base_packages(), **pinned.packages}.items()))}), None
     environment, summary, folder = run_environment(f"{field}_run", run, runs_dir)
     return environment, KnownVerdict(run_id=summary.run_id, run_dir=str(folder), summary=summary,
                                      log_tail=log_tail(folder / "train.log", LOG_TAIL_LINES) or "")
@@ -128,9 +130,9 @@ def check_env_inputs(repo: Path | str, revision: str, parameters: dict, *, good_
     bad, bad_known = _side("bad", bad_env, bad_run, runs_dir)
     changes = package_changes(good.packages, bad.packages)
     if not changes:
-        raise ValueError(f"bad: {bad.label} pins the same {len(bad.packages)} package versions as good {good.label}; "
-                         "nothing to bisect; fix: pass environments that differ (titanflow compare GOOD BAD lists a "
-                         "pair of runs' differences)")
+        raise ValueError(f"bad: {bad.label} gives the same package versions as good {good.label} ({len(bad.packages)} "
+                         "packages); nothing to bisect; fix: pass environments that differ (titanflow compare GOOD BAD "
+                         "lists a pair of runs' differences)")
     if good_known is not None and good_known.summary.verdict != "pass":
         raise ValueError(f"good_run: {good_known.run_id} ended {good_known.summary.verdict}; fix: pass a run that "
                          "passed as good")

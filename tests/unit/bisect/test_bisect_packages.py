@@ -126,7 +126,7 @@ def checkout(tmp_path):
                                                   "environment takes"),
     ("# nothing\n", "torch==2.13.0\n", "good_env: {good} pins no package; fix: write name==version lines"),
     ("torch==2.13.0\nTorch==2.12.0\n", "torch==2.13.0\n", "good_env: {good} line 2 'Torch==2.12.0' pins torch a second"),
-    ("torch==2.13.0  # the cpu build\nnumpy==2.3.0\n", "numpy==2.3.0\ntorch==2.13.0\n", "bad: {bad} pins the same 2 "
+    ("torch==2.13.0  # the cpu build\nnumpy==2.3.0\n", "numpy==2.3.0\ntorch==2.13.0\n", "bad: {bad} gives the same "
                                                                                       "package versions as good"),
 ])
 def test_bad_environment_files_are_refused_naming_the_field(tmp_path, checkout, capsys, good_text, bad_text, message):
@@ -231,3 +231,24 @@ def test_two_runs_keep_their_verdicts_and_are_not_probed_again(tmp_path, checkou
     assert [(p.role, p.run_id, p.verdict) for p in result.probes[:2]] == [("bad", "bad-run", "bad"),
                                                                           ("good", "good-run", "good")]
     assert (result.status, str(result.first_bad)) == ("found", "zeta-tools 1.0 -> 2.0")
+
+
+def test_a_file_is_this_venv_with_its_pins_so_it_compares_with_a_run(tmp_path, checkout):
+    from titanflow.bisect.overlay import base_packages
+
+    venv = base_packages()
+    good = _run_with_stack(tmp_path / "runs" / "good-run", venv)  # a run of this venv, as its summary records it
+    bad = env_file(tmp_path / "bad.txt", tmp_path, {"zeta-tools": "2.0", "torch": venv["torch"]})
+    inputs = check_env_inputs(checkout, "HEAD", NATIVE, good_run=str(good), bad_env=str(bad))
+    assert inputs.changes == [_change("zeta-tools", None, "2.0")]  # torch pinned at the venv's version: no change
+
+
+def test_a_constraints_file_reads_its_pins_and_sources(tmp_path):
+    path = tmp_path / "envs" / "tonight.txt"
+    path.parent.mkdir()
+    path.write_text("# pip freeze, tonight\n--no-index\n--find-links=../wheels\n-f https://example.invalid/simple\n"
+                    "Torch==2.13.0  # the cpu build\nzeta_tools==2.0\nnki==0.1; sys_platform == 'nowhere'\n")
+    env = read_env_file("bad_env", path)
+    assert env.packages == {"torch": "2.13.0", "zeta-tools": "2.0"}  # PEP 503 names; a marker that is false: not here
+    assert env.pip_options == ["--no-index", "--find-links", str(tmp_path / "wheels"), "-f",
+                               "https://example.invalid/simple"]
