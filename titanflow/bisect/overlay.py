@@ -123,8 +123,9 @@ def ensure_overlay(pins: dict[str, str], pip_options: list[str], cache_root: Pat
 
 def requirements_in(folder: Path, names: set[str]) -> dict[str, set[str]]:
     """name -> the names it requires (``Requires-Dist`` outside extras) of each distribution of ``names`` installed
-    in ``folder`` (an overlay); a name not installed there is read from this Python's installed metadata, else
-    taken to require nothing."""
+    in ``folder`` (an overlay); a name not installed there is read from this Python's installed metadata (an overlay
+    holds every version that differs from this venv's, so one it lacks is this venv's), else taken to require
+    nothing."""
     found: dict[str, set[str]] = {}
     for dist in importlib.metadata.distributions(path=[str(folder)]):
         name = canonicalize_name(dist.metadata["Name"] or "")
