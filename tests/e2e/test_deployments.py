@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 from helpers.deployment_runs import PASS_DEPLOYMENT, PASS_RUN_ID, PASS_STEPS, run_deployment, state_times
+from helpers.terminal import TITANFLOW
 
 from titanflow.launch.kubernetes.template import pool_template
 from titanflow.params import ScenarioRun
@@ -167,6 +170,7 @@ def test_the_canary_runs_the_lowest_lane_beside_cpu_reports_the_packages_and_lea
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey, FlowFilter, FlowFilterName
 
     from titanflow.canary.compare import CanaryResult
+    from titanflow.record.run_compare import compare, find_run
     from titanflow.paths import history_root
     from titanflow.prefect_ops import alerts
 
@@ -216,6 +220,20 @@ def test_the_canary_runs_the_lowest_lane_beside_cpu_reports_the_packages_and_lea
     for role in ("pinned", "successor"):
         assert (tmp_path / "canary-e2e" / role / "history" / "runs.parquet").is_file()
     assert _files(history_root()) == history_before
+    # titanflow compare of the lowest venv's run against the main venv's leads with the packages that differ
+    pinned, successor = (tmp_path / "canary-e2e" / role / "runs" / f"native-cpu-random-{role}"
+                         for role in ("pinned", "successor"))
+    compared = subprocess.run([str(TITANFLOW), "compare", str(pinned), str(successor), "--png",
+                               str(tmp_path / "canary-pair.png")], capture_output=True, text=True, timeout=300,
+                              env={k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"})
+    assert compared.returncode == 0, compared.stdout[-3000:] + compared.stderr[-3000:]
+    # the runs' recorded stacks (summary.json) name the same changes as the canary's reading of the two venvs
+    both = compare(find_run(str(pinned), pd.DataFrame()), find_run(str(successor), pd.DataFrame()))
+    assert set(both.packages) == set(result.packages)
+    first, second = compared.stdout.splitlines()[:2]
+    assert f": {len(result.packages)} package(s) differ; curves within 0.02 nats" in first, first
+    assert second == both.environment_line() and second.startswith(
+        f"environment: {len(result.packages)} package(s) differ: {both.packages[0]}"), second
     print(f"\ncanary (2 sides x native/random, 2 steps, 1 rank): {run.wall_s:.1f} s wall, "
           f"{_tree_cpu_s(deployed) - cpu_before:.1f} CPU-s in the server and worker; "
           f"{len(result.packages)} package(s) differ\n{artifact.data}")
