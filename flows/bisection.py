@@ -27,6 +27,7 @@ from prefect.settings import PREFECT_API_URL
 from prefect.states import Completed, Failed, State
 
 from titan_cfg.job import Init
+from titanflow.bisect.env_search import EnvBisectResult
 from titanflow.bisect.probe import BisectFolder
 from titanflow.bisect.record import append_bisect
 from titanflow.bisect.search import BisectResult, bisect_range, check_inputs, new_bisect_id, new_result
@@ -58,21 +59,25 @@ def api_url() -> str:
     return url
 
 
-def conclude(result: BisectResult) -> State:
-    """Report the bisect (bisect.json, bisect.md, the artifact, the history); returns the flow's final state:
-    Completed when git named the first bad commit, else Failed, the headline its message either way."""
+def conclude(result: BisectResult | EnvBisectResult, markdown=bisect_markdown, publish=publish_bisect,
+             headline_of=headline) -> State:
+    """Report the bisect (bisect.json, bisect.md from ``markdown``, the artifact ``publish`` writes, the history);
+    returns the flow's final state: Completed when the bisect found what it looks for (git's first bad commit, or
+    the package change), else Failed, ``headline_of(result)`` its message either way. A bisect over environments
+    passes its own three (flows/env_bisection.py)."""
     logger = get_run_logger()
     result.finished_at = datetime.datetime.now(datetime.UTC)
     folder = Path(result.folder)
     write_atomic(folder / RESULT_FILE, result.model_dump_json(indent=2) + "\n")
-    write_atomic(folder / REPORT_FILE, bisect_markdown(result))
-    publish_bisect(result)
+    write_atomic(folder / REPORT_FILE, markdown(result))
+    publish(result)
     try:
         append_bisect(result)
     except Exception as err:  # noqa: BLE001 - the history is secondary to the bisect's own result: said, not raised
         logger.error("history: the bisect was not recorded: %s: %s", type(err).__name__, err)
-    logger.info("%s", headline(result))
-    return Completed(message=headline(result)) if result.status == "found" else Failed(message=headline(result))
+    logger.info("%s", headline_of(result))
+    message = headline_of(result)
+    return Completed(message=message) if result.status == "found" else Failed(message=message)
 
 
 @flow(name="qwen3-bisect", on_crashed=[cancelled_not_crashed])

@@ -36,6 +36,9 @@ ModelShape = Union[Qwen3Shape, Qwen3MoeShape]
 
 #: torchtitan's checkpoint folder name under the dump folder (its default).
 CHECKPOINT_FOLDER = "checkpoint"
+#: torchtitan's TensorBoard folder under the dump folder (its default ``save_tb_folder``): each launch's event files
+#: go to ``<TB_FOLDER>/<YYYYmmdd-HHMM>/`` (titan_cfg.trainer_config turns the logger on; titanflow.launch.event_files).
+TB_FOLDER = "tb"
 #: Full training-state checkpoints torchtitan keeps (its ``keep_latest_k``; older ones are deleted after each
 #: save): the newest may be a save cut short, so the one before it must still be there. The final step's HF
 #: export is not counted (torchtitan purges only after interval saves).

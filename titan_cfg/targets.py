@@ -111,6 +111,10 @@ class Target(BaseModel):
     # A qwen3-bisect deployment: a bisect can build this target's environment for a revision whose dependencies
     # differ (titanflow.bisect.environment: the cpu install profile's Makefile target)
     bisect: bool = False
+    # The install profile a qwen3-canary deployment pins, beside its successor (profiles/<p>/successor or
+    # profiles/<p>-next/; titanflow.successor): one is written for the target's first work pool once the profile names
+    # a successor; None: no canary
+    canary_profile: str | None = None
     # Physical cores of one device, grouped by ``lnc`` into a rank's logical core (trn2: a Trainium2 chip's 8
     # NeuronCores); None where ranks are not cores of a device
     physical_cores_per_device: int | None = None
@@ -194,6 +198,7 @@ def cpu() -> Target:
         checkpoint_interval=5,
         work_pools={"cpu": WorkPool(note="a worker on this machine", worker="make server")},
         bisect=True,
+        canary_profile="cpu-lowest",  # the lowest lane's stack pinned, the newest end (cpu) its successor
         env={
             "OMP_NUM_THREADS": "1",  # 2 ranks on 2 cores
             # glibc's malloc asks for transparent huge pages (madvise) on the memory it maps: every step allocates
@@ -255,6 +260,7 @@ def trn2() -> Target:
         checkpoint_interval=TRN2_CHECKPOINT_INTERVAL,
         rank_memory_bytes=TRN2_RANK_MEMORY_BYTES,
         profile="trn2",  # the walkthrough's stack in the Neuron DLAMI (profiles/trn2)
+        canary_profile="trn2",  # its canary once profiles/trn2-next/ holds the next Neuron release (docs/trn2.md)
         work_pools={"trn2": WorkPool(install=True, note="its worker on the Neuron node",
                                      worker="TITANFLOW_ROOT=<checkout> prefect worker start --pool trn2")},
         physical_cores_per_device=8,  # a Trainium2 chip (AWS Neuron docs, Trainium2 architecture)
@@ -327,6 +333,7 @@ def trn2_cluster() -> Target:
     node = trn2()
     return node.model_copy(update={
         "name": "trn2-cluster", "node_type": "trn2", "nnodes": TRN2_CLUSTER_NODES, "scheduler": "slurm",
+        "canary_profile": None,  # a canary runs on one node (trn2's pool)
         "work_pools": {
             "trn2-cluster": WorkPool(
                 note="its worker on the Slurm cluster's login node, which submits each run's training as one Slurm "

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from titan_cfg import forms, kernels, window
-from titan_cfg.job import CHECKPOINT_FOLDER, KEEP_LATEST_K, Job
+from titan_cfg.job import CHECKPOINT_FOLDER, KEEP_LATEST_K, TB_FOLDER, Job
 from titan_cfg.scenarios import SCENARIOS
 
 if TYPE_CHECKING:
@@ -62,8 +62,12 @@ def build(job: Job) -> "Trainer.Config":
     config.parallelism = dataclasses.replace(config.parallelism, data_parallel_shard_degree=-1)
     config.activation_checkpoint = forms.activation_checkpoint(job.activation_checkpoint)  # the install's form
     config.compile = dataclasses.replace(config.compile, enable=job.compile, backend=job.compile_backend or "inductor")
-    # every step logged, without colour codes: the lines go to train.log and the Prefect log, not to a terminal
-    config.metrics = dataclasses.replace(config.metrics, log_freq=1, disable_color_printing=True)
+    # every step logged, without colour codes: the lines go to train.log and the Prefect log, not to a terminal;
+    # and to TensorBoard event files under <dump_folder>/<TB_FOLDER>/<date-time>/ (rank 0's), the full-precision
+    # source titanflow.launch.event_files reads. The field's form is the same at every snapshot of the window and
+    # 0.3.0 (MetricsProcessor.Config: enable_tensorboard, save_tb_folder, log_freq), so it takes no adapted form.
+    config.metrics = dataclasses.replace(config.metrics, log_freq=1, disable_color_printing=True,
+                                         enable_tensorboard=True, save_tb_folder=TB_FOLDER)
     config.debug = dataclasses.replace(config.debug, seed=job.seed)
 
     # Every checkpoint_interval steps save the full training state (model, optimizer, lr scheduler, dataloader

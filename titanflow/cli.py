@@ -10,6 +10,7 @@
     titanflow history --last 20            the last 20 nights of each scenario x init, regressions marked
     titanflow compare RUN_A RUN_B          run B against run A: curves, where they part, metrics, what differs
     titanflow bisect --good REV --bad REV native   the first revision whose run fails the check bad fails
+    titanflow bisect --good-env A.txt --bad-env B.txt native   the package change that does (or --good-run/--bad-run)
     titanflow doctor --target trn2         is this machine ready for a target: one line per check, with its fix
     titanflow trim SOURCE DEST --layers 4 --experts 64 --top-k 4   an MoE folder cut to its first layers/experts
     titanflow golden promote RUN_ID --why TEXT   a passed run: the baseline of its workload on this hardware
@@ -485,55 +486,118 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     """Bisect ``--good``..``--bad`` with the flow qwen3-bisect (flows/bisection.py) and print its probe table;
     0 when the first bad commit is found, 1 otherwise (refused, ambiguous, stopped), 2 on bad input, 130 after
     Ctrl-C."""
-    import math
-
+    from titanflow.bisect.env_search import check_env_inputs
     from titanflow.bisect.search import check_inputs, new_bisect_id
     from titanflow.paths import check_runs_dir_writable, runs_root
 
+    sides = {"good_env": args.good_env, "bad_env": args.bad_env, "good_run": args.good_run, "bad_run": args.bad_run}
     parameters = {"scenario": args.scenario, "target": args.target, "init": args.init, "steps": args.steps}
     folder = Path(args.runs_dir).resolve() if args.runs_dir else runs_root()
     try:
-        inputs = check_inputs(args.repo or Path.cwd(), args.good, args.bad, parameters)
-        if args.probe_timeout_s is not None and not (math.isfinite(args.probe_timeout_s) and args.probe_timeout_s > 0):
-            raise ValueError(f"probe_timeout_s: {args.probe_timeout_s} is not a number of seconds above 0; fix: pass "
-                             "one, e.g. 1800")
+        if any(sides.values()) and (args.good or args.bad):
+            raise ValueError("good: --good/--bad (revisions) and --good-env/--good-run/--bad-env/--bad-run "
+                             "(environments) bisect different things; fix: pass one pair")
+        if not any(sides.values()) and (not args.good or not args.bad):
+            raise ValueError(f"{'good' if not args.good else 'bad'}: missing; fix: pass --good REV --bad REV (or two "
+                             "environments: --good-env FILE|--good-run RUN_ID and --bad-env FILE|--bad-run RUN_ID)")
+        if any(sides.values()):
+            inputs = check_env_inputs(args.repo or Path.cwd(), args.revision, parameters, **sides)
+        else:
+            inputs = check_inputs(args.repo or Path.cwd(), args.good, args.bad, parameters)
+        options = _probe_timeout(args)
         check_runs_dir_writable(folder)
     except ValueError as err:
         print(f"titanflow: bad input:\n{err}", file=sys.stderr)
         return 2
     bisect_id = new_bisect_id(inputs.parameters)
+    if any(sides.values()):
+        return _bisect_environments(inputs, sides, folder / bisect_id, options)
     print(f"bisect {inputs.good[:12]}..{inputs.bad[:12]} of {inputs.repo}: {inputs.commits} commits; folder "
           f"{folder / bisect_id}", flush=True)
 
-    def call():
+    def start():
         from titanflow.flows.bisection import qwen3_bisect
 
-        options = {"probe_timeout_s": args.probe_timeout_s} if args.probe_timeout_s is not None else {}
+        return qwen3_bisect(good=inputs.good, bad=inputs.bad, repo=inputs.repo, runs_dir=str(folder),
+                            bisect_id=bisect_id, **inputs.parameters, **options, return_state=True)
+
+    def report(record: Path) -> tuple[str, str, str | None]:
+        from titanflow.bisect.search import BisectResult
+        from titanflow.report.bisect import bisect_text
+
+        result = BisectResult.model_validate_json(record.read_text())
+        return bisect_text(result), result.status, result.flow_run_id
+
+    return _bisect_outcome(folder / bisect_id, start, report)
+
+
+def _bisect_outcome(folder: Path, start, report) -> int:
+    """Run a bisect flow (``start()``: the flow called with ``return_state=True``) against the API, then print what
+    ``report(<folder>/bisect.json)`` makes of its record ((text, status, flow run id)); 0 when the status is
+    ``found``, 1 otherwise or without a record, 2 when no API answers, 130 after Ctrl-C."""
+    def call():
         try:
-            return qwen3_bisect(good=inputs.good, bad=inputs.bad, repo=inputs.repo, runs_dir=str(folder),
-                                bisect_id=bisect_id, **inputs.parameters, **options, return_state=True)
+            return start()
         except KeyboardInterrupt:
-            print(f"titanflow: interrupted; what ran is kept in {folder / bisect_id}", file=sys.stderr)
+            print(f"titanflow: interrupted; what ran is kept in {folder}", file=sys.stderr)
             return None
 
     reached, state = _with_api(lambda: _drained(call))
     if not reached:
         return 2
-    from titanflow.bisect.search import BisectResult
     from titanflow.flows.bisection import RESULT_FILE
-    from titanflow.report.bisect import bisect_text
 
-    record = folder / bisect_id / RESULT_FILE
+    record = folder / RESULT_FILE
     if not record.is_file():
         print(f"titanflow: the bisect ended before writing {record}: {state.message if state else 'interrupted'}",
               file=sys.stderr)
         return 130 if state is None else 1
-    result = BisectResult.model_validate_json(record.read_text())
-    print(bisect_text(result), end="")
-    print(f"prefect flow run {result.flow_run_id}: {state.name if state else 'interrupted (Ctrl-C)'}")
+    text, status, flow_run_id = report(record)
+    print(text, end="")
+    print(f"prefect flow run {flow_run_id}: {state.name if state else 'interrupted (Ctrl-C)'}")
     if state is None:
         return 130
-    return 0 if result.status == "found" else 1
+    return 0 if status == "found" else 1
+
+
+def _probe_timeout(args: argparse.Namespace) -> dict:
+    """``{"probe_timeout_s": ...}`` when given, {} otherwise.
+
+    Raises:
+        ValueError: not a number of seconds above 0.
+    """
+    import math
+
+    if args.probe_timeout_s is None:
+        return {}
+    if not (math.isfinite(args.probe_timeout_s) and args.probe_timeout_s > 0):
+        raise ValueError(f"probe_timeout_s: {args.probe_timeout_s} is not a number of seconds above 0; fix: pass one, "
+                         "e.g. 1800")
+    return {"probe_timeout_s": args.probe_timeout_s}
+
+
+def _bisect_environments(inputs, sides: dict, folder: Path, options: dict) -> int:
+    """``titanflow bisect`` over two environments (``inputs``: titanflow.bisect.env_search.EnvBisectInputs, checked)
+    with the flow qwen3-bisect-env (flows/env_bisection.py) in ``folder``; exit codes as :func:`cmd_bisect`'s."""
+    print(f"bisect over environments {inputs.good.label}..{inputs.bad.label}: {len(inputs.changes)} package "
+          f"changes, at {inputs.revision[:12]} of {inputs.repo}; folder {folder}", flush=True)
+    given = {k: (str(Path(v).resolve()) if k.endswith("_env") and v else v) for k, v in sides.items()}
+
+    def start():
+        from titanflow.flows.env_bisection import qwen3_bisect_environments
+
+        return qwen3_bisect_environments(**given, revision=inputs.revision, repo=inputs.repo,
+                                         runs_dir=str(folder.parent), bisect_id=folder.name, **inputs.parameters,
+                                         **options, return_state=True)
+
+    def report(record: Path) -> tuple[str, str, str | None]:
+        from titanflow.bisect.env_search import EnvBisectResult
+        from titanflow.report.env_bisect import env_bisect_text
+
+        result = EnvBisectResult.model_validate_json(record.read_text())
+        return env_bisect_text(result), result.status, result.flow_run_id
+
+    return _bisect_outcome(folder, start, report)
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
@@ -724,16 +788,29 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument("--history-dir", help="the history folder (default: $TITANFLOW_HISTORY or history/)")
     comp.add_argument("--runs-dir", help="where run folders not in the history are looked for (default: "
                                          "$TITANFLOW_RUNS or runs/)")
-    bis = sub.add_parser("bisect", help="the first revision whose scenario run fails the check the bad revision fails",
+    bis = sub.add_parser("bisect", help="the first revision (or package change) whose scenario run fails the check the "
+                                        "bad one fails",
                          description="git bisect run on a scenario: the bad revision's run names the check it fails "
                                      "(failure class and check), the good revision's must pass, then git bisect "
                                      "picks each revision to probe: a qwen3-scenario run of that revision's code in "
                                      "a worktree of its own, good when it passes, bad when it fails that check, skip "
-                                     "otherwise (flow qwen3-bisect, flows/bisection.py). Prints the probe table; exit "
-                                     "0 only when the first bad commit is found.")
+                                     "otherwise (flow qwen3-bisect, flows/bisection.py). Over environments "
+                                     "(--good-env/--good-run and --bad-env/--bad-run): the package changes between "
+                                     "them, dependencies first, the good environment with the first k applied as an "
+                                     "overlay, searched the same way (flow qwen3-bisect-env, flows/env_bisection.py). "
+                                     "Prints the probe table; exit 0 only when the first bad commit or package is "
+                                     "found.")
     bis.add_argument("scenario", help=f"the scenario every probe runs ({', '.join(SCENARIOS)})")
-    bis.add_argument("--good", required=True, help="a revision whose run passes (hash, tag, branch): an ancestor of bad")
-    bis.add_argument("--bad", required=True, help="a revision whose run fails (hash, tag, branch)")
+    bis.add_argument("--good", help="a revision whose run passes (hash, tag, branch): an ancestor of bad")
+    bis.add_argument("--bad", help="a revision whose run fails (hash, tag, branch)")
+    bis.add_argument("--good-env", help="over environments: a pip constraints file (name==version lines, pip freeze) "
+                                        "whose environment passes")
+    bis.add_argument("--bad-env", help="over environments: a pip constraints file whose environment fails")
+    bis.add_argument("--good-run", help="over environments: a passed run (run id or folder) whose recorded packages "
+                                        "are the good environment (its verdict is kept, not probed again)")
+    bis.add_argument("--bad-run", help="over environments: a failed run whose recorded packages are the bad one")
+    bis.add_argument("--revision", default="HEAD", help="over environments: the code every probe runs (default: "
+                                                        "HEAD of --repo, which this venv must be installed from)")
     bis.add_argument("--target", default="cpu", help="the probes' target (default: cpu)")
     bis.add_argument("--init", default="random", help="random | pretrained (default: random)")
     bis.add_argument("--steps", type=int, help="training steps of each probe (default: ScenarioRun's, 10: the "

@@ -140,6 +140,10 @@ class HistoryRow(_ResultMetrics):
     resumes: int | None = Field(None, description="times the run was continued in its own folder (titanflow run "
                                 "--resume, the resume parameter, a retried flow run: summary.json resumed); None: "
                                 "before they were counted")
+    metrics_source: str | None = Field(None, description="where the step metrics came from (summary.json "
+                                       "train.metrics_source: \"tensorboard\" or \"console line: <why>\"); None: no "
+                                       "training result, or before it was kept",
+                                       json_schema_extra={**_PROVENANCE, "source": "train.metrics_source"})
     validate_peak_rss_bytes: int | None = Field(None, description="peak resident set of the flow process while "
                                                 "the validate task ran (summary.json task_peak_rss_bytes); None: "
                                                 "not reached, or before it was recorded",

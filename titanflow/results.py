@@ -113,7 +113,8 @@ class TrainResult(BaseModel):
     (titanflow.history_row) that a regression rule may judge."""
 
     log_path: str | None = Field(description="runs/<id>/train.log, rank 0")
-    metrics_path: str | None = Field(description="runs/<id>/metrics.csv (step, loss, grad_norm, memory_gib, tps)")
+    metrics_path: str | None = Field(description="runs/<id>/metrics.csv (titanflow.launch.metrics.COLUMNS: step, "
+                                     "loss, grad_norm, memory_gib, tps, tflops, mfu_pct, step_time_s)")
     losses: list[float] = Field(description="loss per step (nats), step 1 first, rank 0: every step once, from "
                                 "the last launch that trained it")
     tokens_per_s: float = Field(description="all ranks: median per-rank tokens/s over steps >= 2, times world size",
@@ -122,6 +123,16 @@ class TrainResult(BaseModel):
                                     json_schema_extra={"metric": True})
     peak_rss_bytes: int = Field(description="largest resident set of any process of the launch (bytes)",
                                 json_schema_extra={"metric": True})
+    step_time_s: float | None = Field(None, description="median seconds per step over steps >= 2 (torchtitan's "
+                                      "time_metrics/end_to_end(s)); None: the console line was the source (it "
+                                      "has no step time), or a summary written before it", json_schema_extra={"metric": True})
+    mfu_pct: float | None = Field(None, description="median model FLOPs utilization over steps >= 2, % of the peak "
+                                  "torchtitan assumes for the device (an A100's 312 TFLOPs on a cpu); None: none logged, "
+                                  "or a summary written before it", json_schema_extra={"metric": True})
+    metrics_source: str | None = Field(None, description="where the step metrics came from: \"tensorboard\" "
+                                       "(torchtitan's event files, float32 as written) or \"console line: <why>\" "
+                                       "(rank 0's step lines, rounded as printed; titanflow.launch.event_files); None: "
+                                       "a summary written before it")
     wall_s: float = Field(description="seconds from launch to exit (the last launch)")
     resumed_from_step: int | None = Field(None, description="step of the step checkpoint the last launch resumed "
                                           "from (titanflow.launch.resume); None: it started at step 1")

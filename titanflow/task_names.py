@@ -42,3 +42,6 @@ class TaskName(StrEnum):
     prune = "prune"  # the runs folder's retention policy applied (titanflow.record.retention)
     # the qwen3-bisect's own task
     probe = "probe"  # one revision's qwen3-scenario run, in its own worktree
+    # the qwen3-canary's own tasks
+    canary_stack = "canary_stack"  # the installed stack of one side's venv
+    canary_run = "canary_run"  # one scenario run on one side, in its profile's venv

@@ -45,16 +45,40 @@ def test_native_cpu_random_init_passes_end_to_end(native_golden_run):
 
     appended = read_history(scenario="native", target="cpu", init="random").set_index("run_id").loc[summary.run_id]
     assert appended["verdict"] == "pass" and appended["losses"] == summary.losses
+    assert appended["metrics_source"] == "tensorboard"
+    assert (appended["step_time_s"], appended["mfu_pct"]) == (summary.train.step_time_s, summary.train.mfu_pct)
     run_dir = Path(summary.export.export_dir).parent
     assert sorted(p.name for p in run_dir.parent.iterdir() if p.name != "again") == [summary.run_id]
     assert sorted(p.name for p in run_dir.iterdir()) == ["export", "job", "loss_curve.png", "metrics.csv",
                                                          "summary.json", "train", "train.log"]
     assert "\x1b[" not in (run_dir / "train.log").read_text()  # torchtitan's step lines without colour codes
+    _metrics_are_the_event_files(summary, run_dir)
 
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(summary.export.export_dir)
     assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
+
+
+def _metrics_are_the_event_files(summary, run_dir: Path) -> None:
+    """metrics.csv and the record hold what torchtitan's TensorBoard logger wrote (its one launch's event file), at
+    the event file's float32, which the console line rounds to 5 decimals (titanflow.launch.event_files)."""
+    import pandas as pd
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from titanflow.launch.metrics import run_curve
+
+    (events,) = (run_dir / "train" / "tb").rglob("events.out.tfevents.*")  # rank 0's, one launch
+    written = EventAccumulator(str(events)).Reload()
+    losses = [event.value for event in written.Scalars("loss_metrics/global_avg_loss")]
+    table = pd.read_csv(run_dir / "metrics.csv", float_precision="round_trip")
+    assert list(table.step) == list(range(1, 11)) and list(table.loss) == losses == summary.losses
+    assert all(len(repr(loss).partition(".")[2]) > 5 for loss in losses)  # more than the console's 5 decimals
+    assert list(run_curve(run_dir / "train.log").loss) == pytest.approx(losses, abs=1e-5)  # the console, rounded
+    assert list(table.step_time_s) == [event.value for event in written.Scalars("time_metrics/end_to_end(s)")]
+    assert summary.train.metrics_source == "tensorboard"
+    assert summary.train.step_time_s == table[table.step >= 2].step_time_s.median() > 0
+    assert summary.train.mfu_pct == table[table.step >= 2].mfu_pct.median() > 0
 
 
 def test_hf_backend_cpu_random_init_passes_with_exact_parity(tmp_path, prefect_api):

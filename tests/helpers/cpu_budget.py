@@ -9,6 +9,8 @@ the controller sums them. A server a session fixture keeps until the end is coun
 
 from __future__ import annotations
 
+import csv
+import os
 import resource
 
 import pytest
@@ -18,6 +20,9 @@ import pytest
 BUDGET_CPU_S = 2000
 #: How many of the dearest tests the summary lists.
 DEAREST = 10
+#: Environment variable naming a CSV file that receives every test's CPU seconds (``test,cpu_s``, dearest first),
+#: for finding where the suite's time goes: ``TITANFLOW_CPU_REPORT=/tmp/cpu.csv make test``.
+REPORT_ENV = "TITANFLOW_CPU_REPORT"
 
 
 def cpu_seconds() -> float:
@@ -60,5 +65,10 @@ def pytest_terminal_summary(terminalreporter):
     terminalreporter.write_line(f"tests' CPU: {total:,.0f} s over {len(_measured)} tests, {verdict} the budget of "
                                 f"{BUDGET_CPU_S:,} CPU-s (tests/helpers/cpu_budget.py)")
     terminalreporter.write_line(f"the {DEAREST} dearest (CPU-s, test):")
-    for nodeid, seconds in sorted(_measured.items(), key=lambda item: -item[1])[:DEAREST]:
+    dearest = sorted(_measured.items(), key=lambda item: -item[1])
+    for nodeid, seconds in dearest[:DEAREST]:
         terminalreporter.write_line(f"{seconds:9.1f}  {nodeid}")
+    if os.environ.get(REPORT_ENV):
+        with open(os.environ[REPORT_ENV], "w", newline="") as out:
+            csv.writer(out).writerows([("test", "cpu_s"), *dearest])
+        terminalreporter.write_line(f"every test's CPU: {os.environ[REPORT_ENV]}")

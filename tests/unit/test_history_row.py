@@ -40,7 +40,11 @@ def test_the_metrics_are_the_marked_fields_the_results_first():
     side = ("tokens_per_s", "peak_memory_gib", "peak_rss_bytes", "compile_warmup_s", "slot_wait_s", "total_s")
     assert _among(SIDE_BY_SIDE, side) == side and SIDE_BY_SIDE[-3:] == side[-3:]
     assert PROVENANCE == ("torch_version", "torchtitan_version", "transformers_version", "prefect_version",
-                          "git_commit", "git_dirty", "environment_key", "weights_digest", "stack_digest", "hardware")
+                          "git_commit", "git_dirty", "environment_key", "weights_digest", "stack_digest", "hardware",
+                          "metrics_source")
+    # the step time and MFU the run's TensorBoard event files give (titanflow.launch.event_files): history metrics
+    assert _among(rows.LIFTED, ("step_time_s", "mfu_pct")) == ("step_time_s", "mfu_pct")
+    assert SOURCES["metrics_source"] == "train.metrics_source"
 
 
 def test_a_results_metric_is_a_column_of_its_name_type_and_description():

@@ -35,6 +35,7 @@ from pydantic import BaseModel, ValidationError
 
 from titanflow import paths
 from titanflow.bisect.environment import EnvironmentUnavailable, dependency_key, ensure_environment, plan_environment
+from titanflow.bisect.overlay import ensure_overlay
 from titanflow.bisect.revisions import file_at, worktree
 from titanflow.launch.metrics import log_tail
 from titanflow.launch.process import run_streaming
@@ -74,22 +75,28 @@ class ProbeRun(BaseModel):
 
 
 def probe_run_id(parameters: dict, revision: str) -> str:
-    """``<scenario>-<target>-<init>-<12 hex of the revision>``: the probe's run folder in the bisect's ``runs/``."""
+    """``<scenario>-<target>-<init>-<12 hex of the revision>`` (or of a probe's label): the probe's run folder in
+    the bisect's ``runs/``."""
     return f"{parameters['scenario']}-{parameters['target']}-{parameters['init']}-{revision[:12]}"
 
 
-def probe_environment(tree: Path, folder: BisectFolder, api_url: str, flow_run_id: str) -> dict[str, str]:
-    """The probe process's environment: this one, with the variables of the module docstring and the worktree
-    first on ``PYTHONPATH``."""
-    python_path = [str(tree), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+def probe_environment(tree: Path, folder: BisectFolder, api_url: str, flow_run_id: str,
+                      overlay: Path | None = None) -> dict[str, str]:
+    """The probe process's environment: this one, with the variables of the module docstring, the worktree first on
+    ``PYTHONPATH`` and then ``overlay`` (titanflow.bisect.overlay) when given."""
+    python_path = [str(tree), *([str(overlay)] if overlay else []),
+                   *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
     return {**os.environ, "PREFECT_API_URL": api_url, "PREFECT__FLOW_RUN_ID": flow_run_id,
             "PREFECT__FLOW_ENTRYPOINT": ENTRYPOINT, "TITANFLOW_CACHE": str(paths.cache_root()),
             "TITANFLOW_RUNS": str(folder.runs), "TITANFLOW_HISTORY": str(folder.history),
             "PYTHONPATH": os.pathsep.join(python_path)}
 
 
-def create_probe_flow_run(scenario_flow: Flow, parameters: dict, revision: str) -> str:
+def create_probe_flow_run(scenario_flow: Flow, parameters: dict, revision: str, *, name: str | None = None,
+                          tags: list[str] | None = None) -> str:
     """Create the probe's ``qwen3-scenario`` flow run (Pending), named by the revision's short hash; returns its id.
+    ``name`` and ``tags`` replace the revision's (a canary's run: titanflow.canary.side_run); ``revision`` stays the
+    key of the task run standing for it.
 
     Called in a flow run, it is made a subflow run of it the way Prefect's own ``run_deployment(as_subflow=True)``
     does: a task run standing for it is created in the calling flow run first, through the API (a task's own run is
@@ -105,8 +112,9 @@ def create_probe_flow_run(scenario_flow: Flow, parameters: dict, revision: str) 
             parents = {"__parents__": [TaskRunResult(id=task_run_ctx.task_run.id)]} if task_run_ctx else {}
             parent_id = client.create_task_run(task=stands_for, flow_run_id=flow_run_ctx.flow_run.id,
                                                dynamic_key=revision, task_inputs=parents, state=Pending()).id
-        flow_run = client.create_flow_run(scenario_flow, name=revision[:12], parameters=parameters,
-                                          parent_task_run_id=parent_id, tags=["bisect", f"revision:{revision[:12]}"])
+        flow_run = client.create_flow_run(scenario_flow, name=name or revision[:12], parameters=parameters,
+                                          parent_task_run_id=parent_id,
+                                          tags=tags if tags is not None else ["bisect", f"revision:{revision[:12]}"])
     return str(flow_run.id)
 
 
@@ -119,27 +127,32 @@ def flow_run_state(flow_run_id: str) -> str:
 
 
 def run_probe(repo: Path, revision: str, folder: BisectFolder, parameters: dict, *, scenario_flow: Flow,
-              api_url: str, timeout_s: float) -> ProbeRun:
+              api_url: str, timeout_s: float, label: str | None = None, pins: dict[str, str] | None = None,
+              pip_options: list[str] | None = None) -> ProbeRun:
     """Run ``parameters`` (scenario, target, init, steps: the scenario flow's) at ``revision`` (module docstring);
-    ``timeout_s`` bounds the whole probe process. Never raises for the probe's own failure (an install that fails,
+    ``timeout_s`` bounds the whole probe process. ``pins`` (a bisect over environments): the packages laid over the
+    revision's environment, installed with ``pip_options`` (titanflow.bisect.overlay), and ``label`` names the probe
+    (its run id's end, its log and flow run) instead of the revision's short hash. Never raises for the probe's own failure (an install that fails,
     a crash, a timeout: a run without a summary, ``why`` says so); a stop of the bisect (Ctrl-C, a cancel)
     ends the probe's processes and is raised."""
     start = time.monotonic()
-    run_id = probe_run_id(parameters, revision)
+    name = label or revision[:12]
+    run_id = probe_run_id(parameters, revision) if label is None else probe_run_id(parameters, label)
     run_dir = folder.runs / run_id
-    flow_run_id, why = None, None
-    with worktree(repo, folder.worktrees / revision[:12], revision) as tree:
-        plan = plan_environment(dependency_key(lambda name: file_at(repo, revision, name)), parameters["target"])
+    flow_run_id, why, overlay = None, None, None
+    with worktree(repo, folder.worktrees / name, revision) as tree:
+        plan = plan_environment(dependency_key(lambda path: file_at(repo, revision, path)), parameters["target"])
         try:
             python = ensure_environment(plan, tree)
+            overlay = ensure_overlay(pins, pip_options or []) if pins is not None else None
         except EnvironmentUnavailable as err:
             why = str(err)
         if why is None:
             flow_run_id = create_probe_flow_run(scenario_flow, {**parameters, "run_id": run_id,
-                                                                "runs_dir": str(folder.runs)}, revision)
+                                                                "runs_dir": str(folder.runs)}, name)
             ended = run_streaming([python, "-m", "prefect.engine"], cwd=tree, timeout_s=timeout_s,
-                                  env=probe_environment(tree, folder, api_url, flow_run_id),
-                                  log_path=folder.logs / f"{revision[:12]}.log", tail_lines=OUTPUT_TAIL_LINES)
+                                  env=probe_environment(tree, folder, api_url, flow_run_id, overlay),
+                                  log_path=folder.logs / f"{name}.log", tail_lines=OUTPUT_TAIL_LINES)
             timed_out = f"killed after the {timeout_s:.0f} s timeout, " if ended.timed_out else ""
             why = (f"{flow_run_state(flow_run_id)}; {timed_out}exit {ended.returncode}; last lines:\n"
                    + "\n".join(ended.tail))
@@ -150,6 +163,6 @@ def run_probe(repo: Path, revision: str, folder: BisectFolder, parameters: dict,
         except ValidationError as err:  # written by a revision whose summary this code cannot read
             why = f"{run_dir / SUMMARY} is not a summary this titanflow reads: {err}"
     return ProbeRun(revision=revision, run_id=run_id, run_dir=str(run_dir), flow_run_id=flow_run_id,
-                    environment=plan.describe(), summary=summary,
+                    environment=plan.describe() + (f" + overlay {overlay.name}" if overlay else ""), summary=summary,
                     log_tail=log_tail(run_dir / "train.log", LOG_TAIL_LINES) or "",
                     why=None if summary is not None else why, wall_s=round(time.monotonic() - start, 3))

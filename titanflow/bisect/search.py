@@ -46,8 +46,8 @@ class Probe(BaseModel):
     """One probe as the bisect's table shows it."""
 
     role: ProbeRole
-    revision: str = Field(description="full hash")
-    subject: str = Field(description="first line of its commit message")
+    revision: str = Field(description="full hash (a bisect over environments: env-<k>, titanflow.bisect.env_search)")
+    subject: str = Field(description="first line of its commit message (over environments: the changes it has)")
     verdict: BisectVerdict
     failure_class: str | None = Field(description="titanflow.judge.failures class of its run; None when it passed")
     checks: list[str] = Field(description="the checks its run failed (titanflow.bisect.verdict.failed_checks)")

@@ -1,9 +1,11 @@
 """Read torchtitan's output: per-step metric lines into a table, and the tail of a run's log.
 
 torchtitan 0.3.0's MetricsProcessor logs, every ``log_freq`` steps on each rank:
-``step:  1  loss: 11.95009  grad_norm:  1.1346  memory:  0.98GiB(4.14%)  tps: 25 ...``
+``step:  1  loss: 11.95009  grad_norm:  1.1346  memory:  0.98GiB(4.14%)  tps: 25  tflops: 0.01  mfu: 0.00%``
 with ANSI colours; torchrun's ``--tee`` may prefix ``[default0]:``. Rank 0's line
-is the one kept (the launcher shows only local rank 0 on the console).
+is the one kept (the launcher shows only local rank 0 on the console). The line rounds (loss to 5 decimals, tps
+to an integer, MFU to 2) and has no step time: the run's metrics come from torchtitan's TensorBoard event files
+(titanflow.launch.event_files) and from this line only when those cannot serve (the record says why).
 
 ``train.log`` holds every launch of a run, one after the other, each opened by a launch line
 (:func:`launch_line`, written by titanflow.launch.resume): ``titanflow: launch 2 resumes from step 3: ...``
@@ -23,11 +25,16 @@ _STEP = re.compile(
     r"step:\s*(?P<step>\d+)\s+loss:\s*(?P<loss>[-+0-9.eE]+|nan|inf)\s+"
     r"(?:grad_norm:\s*(?P<grad_norm>[-+0-9.eE]+|nan|inf)\s+)?"
     r"memory:\s*(?P<memory_gib>[0-9.]+)GiB.*?tps:\s*(?P<tps>[0-9,]+)"
+    r"(?:\s+tflops:\s*(?P<tflops>[0-9.,]+))?(?:\s+mfu:\s*(?P<mfu_pct>[0-9.]+)%)?"
 )
 
 #: Columns of the metrics table: step (1-based), loss (nats), grad_norm (L2),
-#: memory_gib (peak per rank, GiB: CUDA reserved, or peak RSS on the cpu target), tps (tokens/s per rank).
-COLUMNS = ["step", "loss", "grad_norm", "memory_gib", "tps"]
+#: memory_gib (peak per rank, GiB: CUDA reserved, or peak RSS on the cpu target), tps (tokens/s per rank),
+#: tflops (per rank, from torchtitan's FLOPs per token), mfu_pct (model FLOPs utilization, % of the peak torchtitan
+#: assumes for the device: an A100's 312 TFLOPs on a cpu), step_time_s (seconds per step since the last log:
+#: torchtitan's time_metrics/end_to_end(s)). NaN where the source has no value (the console line has no step time;
+#: torchtitan logs no MFU under quantization).
+COLUMNS = ["step", "loss", "grad_norm", "memory_gib", "tps", "tflops", "mfu_pct", "step_time_s"]
 
 
 def strip_ansi(line: str) -> str:
@@ -36,17 +43,25 @@ def strip_ansi(line: str) -> str:
 
 
 def parse_step_line(line: str) -> dict | None:
-    """One metric row from a log line, or None when the line is not a step line."""
+    """One metric row (:data:`COLUMNS`) from a log line, or None when the line is not a step line; a value the line
+    does not print is NaN (step_time_s always)."""
     match = _STEP.search(strip_ansi(line))
     if match is None:
         return None
     row = match.groupdict()
+
+    def number(name: str) -> float:
+        return float(row[name].replace(",", "")) if row[name] is not None else float("nan")
+
     return {
         "step": int(row["step"]),
         "loss": float(row["loss"]),
-        "grad_norm": float(row["grad_norm"]) if row["grad_norm"] is not None else float("nan"),
+        "grad_norm": number("grad_norm"),
         "memory_gib": float(row["memory_gib"]),
-        "tps": float(row["tps"].replace(",", "")),
+        "tps": number("tps"),
+        "tflops": number("tflops"),
+        "mfu_pct": number("mfu_pct"),
+        "step_time_s": float("nan"),
     }
 
 
@@ -135,11 +150,22 @@ def _cut(line: str) -> str:
     return f"{line[:TAIL_LINE_CHARS]} ... [{len(line) - TAIL_LINE_CHARS} characters cut]"
 
 
+def step_spans(steps: list[int]) -> str:
+    """``[3, 4, 5, 9]`` -> ``"3-5, 9"`` (sorted, distinct steps)."""
+    spans: list[list[int]] = []
+    for step in steps:
+        if spans and step == spans[-1][-1] + 1:
+            spans[-1][-1] = step
+        else:
+            spans.append([step, step])
+    return ", ".join(f"{a}-{b}" if a != b else f"{a}" for a, b in spans)
+
+
 def logged_losses(metrics_path: Path) -> list[float]:
     """Losses (nats, step 1 first) of the steps in the metrics table at ``metrics_path``
     (``runs/<id>/metrics.csv``, which titanflow.launch.torchrun writes also when training is stopped
     or fails); [] when there is no table or it has no step."""
     if not metrics_path.is_file() or not metrics_path.stat().st_size:
         return []
-    table = pd.read_csv(metrics_path)
+    table = pd.read_csv(metrics_path, float_precision="round_trip")  # each loss exactly as written
     return [float(x) for x in table.sort_values("step").loss] if "loss" in table else []

@@ -2,7 +2,10 @@
 
 Writes ``runs/<id>/train.log`` (rank 0, streamed live to the Prefect run log),
 ``runs/<id>/train/ranks/`` (every rank's own log, from torchrun ``--log-dir``)
-and ``runs/<id>/metrics.csv`` (step, loss, grad_norm, memory_gib, tps).
+and ``runs/<id>/metrics.csv`` (titanflow.launch.metrics.COLUMNS: step, loss, grad_norm, memory_gib, tps, tflops,
+mfu_pct, step_time_s), read from torchtitan's TensorBoard event files under ``runs/<id>/train/tb/`` at their full
+precision, else from rank 0's console lines (titanflow.launch.event_files.run_metrics; the result's
+``metrics_source`` says which and why).
 
 Every launch of a run appends to ``train.log`` after its launch line, which says the step it resumes
 from (titanflow.launch.resume); ``metrics.csv`` and the result's losses are the run's curve over all its
@@ -17,6 +20,7 @@ flush never wrote) sets that checkpoint aside (``load-failed``) and says so in i
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import re
 import shutil
@@ -26,8 +30,9 @@ from pathlib import Path
 from titan_cfg.job import CHECKPOINT_FOLDER, Job
 from titanflow import paths
 from titanflow.launch import oom
+from titanflow.launch.event_files import run_metrics, tb_dir
 from titanflow.launch.kubernetes.launch import run_pods
-from titanflow.launch.metrics import log_tail, run_curve
+from titanflow.launch.metrics import log_tail, step_spans
 from titanflow.launch.nodes import first_node_error, nodes_dir
 from titanflow.launch.process import ProcessResult, run_streaming
 from titanflow.launch.render import RenderedJob
@@ -100,15 +105,16 @@ def launch_error(what: str, why: str, result: ProcessResult, log_path: Path, ran
     return TrainingError(f"{what}: {why}{cause}; full log {log_path}{said}")
 
 
-def _spans(steps: list[int]) -> str:
-    """``[3, 4, 5, 9]`` -> ``"3-5, 9"`` (sorted, distinct steps)."""
-    spans: list[list[int]] = []
-    for step in steps:
-        if spans and step == spans[-1][-1] + 1:
-            spans[-1][-1] = step
-        else:
-            spans.append([step, step])
-    return ", ".join(f"{a}-{b}" if a != b else f"{a}" for a, b in spans)
+def _steady(table, column: str) -> float:
+    """The median of ``column`` over steps >= 2 (step 1 carries start-up: the first batch, lazy inits), or step 1's
+    value in a one-step run; NaN where the source has none."""
+    later = table[table.step >= 2][column]
+    return float(later.median()) if len(later) else float(table[column].iloc[0])
+
+
+def _finite(value: float) -> float | None:
+    """``value``, or None for NaN (the console line has no step time)."""
+    return value if math.isfinite(value) else None
 
 
 def ranks_dir(rendered: RenderedJob) -> Path:
@@ -208,7 +214,7 @@ def run_training(rendered: RenderedJob, *, timeout_s: float, on_lines=lambda _: 
     finally:  # interrupted or not, the steps that ran are kept; the log file has every line the launch printed
         if result is None or result.returncode != 0:
             _room_for_the_record(job, log_path, on_lines)
-        table = run_curve(log_path)
+        table, source = run_metrics(log_path, tb_dir(Path(job.dump_folder)))
         paths.write_atomic(metrics_path, table.to_csv(index=False), what="the run's curve")
     if result.timed_out or result.returncode != 0 or table.empty:
         why = (f"timed out after {timeout_s:.0f} s" if result.timed_out
@@ -219,14 +225,13 @@ def run_training(rendered: RenderedJob, *, timeout_s: float, on_lines=lambda _: 
         raise launch_error("train", why, result, log_path, ranks_dir(rendered), nodes_job, since, root=root)
     missing = sorted(set(range(1, job.steps + 1)) - set(table.step))
     if missing:  # exit 0 with steps unlogged: the log lost output; a curve with holes is never judged
-        raise launch_error("train", f"torchrun exited 0 but steps {_spans(missing)} of 1-{job.steps} were not "
+        raise launch_error("train", f"torchrun exited 0 but steps {step_spans(missing)} of 1-{job.steps} were not "
                            "logged", result, log_path, ranks_dir(rendered), nodes_job)
     bad_steps = non_finite_steps([float(x) for x in table.loss])
     if bad_steps:
         raise TrainingError(f"train: non-finite loss at steps {bad_steps}; full log {log_path}")
     world_size = job.world_size
-    later = table[table.step >= 2].tps
-    per_rank_tps = float(later.median()) if len(later) else float(table.tps.iloc[0])
+    per_rank_tps = _steady(table, "tps")
     return TrainResult(
         log_path=str(log_path),
         metrics_path=str(metrics_path),
@@ -234,6 +239,9 @@ def run_training(rendered: RenderedJob, *, timeout_s: float, on_lines=lambda _: 
         tokens_per_s=per_rank_tps * world_size,
         peak_memory_gib=float(table.memory_gib.max()),
         peak_rss_bytes=result.peak_rss_bytes,
+        step_time_s=_finite(_steady(table, "step_time_s")),
+        mfu_pct=_finite(_steady(table, "mfu_pct")),
+        metrics_source=source,
         wall_s=result.wall_s,
         resumed_from_step=resume.resumed_from_step,
         attempts=resume.launch,

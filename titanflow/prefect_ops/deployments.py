@@ -4,7 +4,9 @@ registries.
 One ``qwen3-scenario`` deployment per scenario x work pool x init, named ``<scenario>-<pool>-<init>`` and tagged
 ``scenario:``, ``target:``, ``init:``, with the target's weights for the scenario (titan_cfg.scenarios.ON_NODE); one
 ``qwen3-nightly`` deployment per pool, ``nightly-<pool>`` (whose runs take the same weights); one ``qwen3-bisect``
-deployment per target in :data:`BISECT_TARGETS`, ``bisect-<target>``, run on demand with the revisions as parameters.
+deployment per target in :data:`BISECT_TARGETS`, ``bisect-<target>``, run on demand with the revisions as parameters;
+one ``qwen3-canary`` deployment, ``canary-<target>``, per target whose canary profile names a successor
+(:func:`canary_targets`), on the target's first work pool, on its own cron and tags (``suite:canary``).
 A work pool is an entry of its target's ``work_pools`` (titan_cfg.targets.WorkPool: its kind, the parameters its runs
 add, whether each flow run first installs the target's install profile, titan_cfg.profiles).
 
@@ -32,6 +34,7 @@ from titan_cfg.scenarios import SCENARIOS, on_node
 from titan_cfg.targets import TARGETS, WorkPool, node_of, work_pools
 from titanflow.params import INITS
 from titanflow.paths import REPO_ROOT
+from titanflow.successor import successor_of
 
 #: The deployments file, deployed from the repository root (entrypoints are relative to it).
 PREFECT_YAML = REPO_ROOT / "deployments" / "prefect.yaml"
@@ -43,8 +46,11 @@ BISECT_TARGETS = tuple(name for name, target in TARGETS.items() if target().bise
 #: The flows' entrypoints, relative to the repository root.
 SCENARIO_FLOW, NIGHTLY_FLOW, BISECT_FLOW = ("flows/scenario.py:qwen3_scenario", "flows/nightly.py:qwen3_nightly",
                                             "flows/bisection.py:qwen3_bisect")
+CANARY_FLOW = "flows/canary.py:qwen3_canary"
 #: The nightly's schedule: 02:00 UTC, so results are in before the working day.
 NIGHTLY_CRON = {"cron": "0 2 * * *", "timezone": "UTC"}
+#: The canary's schedule: 05:00 UTC, after the nightly (02:00), which it waits for on the node's training slot.
+CANARY_CRON = {"cron": "0 5 * * *", "timezone": "UTC"}
 #: The Prefect version the file says it is written for (its ``prefect-version``: the one pyproject.toml's range
 #: was tested with).
 PREFECT_VERSION = "3.9.1"
@@ -64,18 +70,33 @@ def install_script(pool: str, scenarios: tuple[str, ...]) -> str | None:
     return TARGETS[target]().install_profile.pull_script(scenarios) if record.install else None
 
 
+def canary_targets(root: Path = REPO_ROOT) -> dict[str, tuple[str, str]]:
+    """{target: (its first work pool, the profile its canary pins)} of each target whose ``canary_profile``
+    (titan_cfg.targets) names a successor in ``<root>/profiles`` (titanflow.successor.successor_of).
+
+    Raises:
+        ValueError: a canary profile's successor file is bad (empty, names itself or a missing profile).
+    """
+    found = {}
+    for pool, (target, _) in WORK_POOLS.items():
+        profile = TARGETS[target]().canary_profile
+        if target not in found and profile and successor_of(profile, root):
+            found[target] = (pool, profile)
+    return found
+
+
 def expected_pull_scripts(name: str, row: dict) -> list[str]:
     """The pull scripts deployment ``name`` (its :func:`expected_deployments` row) must run: on a pool that installs
     its target's profile, the install for its scenario (a nightly: every scenario), elsewhere none."""
     scenarios = tuple(SCENARIOS) if row["flow"] == NIGHTLY_FLOW else (row["parameters"].get("scenario"),)
-    script = install_script(row["work_pool"], scenarios) if row["flow"] != BISECT_FLOW else None
+    script = install_script(row["work_pool"], scenarios) if row["flow"] not in (BISECT_FLOW, CANARY_FLOW) else None
     return [script] if script else []
 
 
 def expected_deployments() -> dict[str, dict]:
     """{deployment name: {"flow", "work_pool", "parameters", "tags", "schedules"}} the registries call for: names
     ``<scenario>-<pool>-<init>`` and ``nightly-<pool>`` (a pool is named after its target, but for trn2-eks),
-    ``bisect-<target>``."""
+    ``bisect-<target>``, ``canary-<target>``."""
     rows = {}
     for pool, (target, record) in WORK_POOLS.items():
         for scenario in SCENARIOS:
@@ -91,6 +112,10 @@ def expected_deployments() -> dict[str, dict]:
         if target in BISECT_TARGETS:
             rows[f"bisect-{target}"] = {"flow": BISECT_FLOW, "work_pool": pool, "parameters": {"target": target},
                                         "tags": ["bisect", f"target:{target}"], "schedules": []}
+    for target, (pool, profile) in canary_targets().items():
+        rows[f"canary-{target}"] = {"flow": CANARY_FLOW, "work_pool": pool,
+                                    "parameters": {"profile": profile, "target": target},
+                                    "tags": ["suite:canary", f"target:{target}"], "schedules": [CANARY_CRON]}
     return rows
 
 
@@ -156,6 +181,7 @@ _HEAD = """\
 #   qwen3-nightly/nightly-<pool>                every scenario of a target, nightly (cron)
 #   qwen3-bisect/bisect-<target>                the first revision whose run fails, on demand:
 #       prefect deployment run 'qwen3-bisect/bisect-cpu' --param good=<rev> --param bad=<rev> --param scenario=native
+#   qwen3-canary/canary-<target>                a profile's successor beside it, the nightly's suite (cron)
 #
 # Deploy from the repository root (entrypoints are resolved against the current directory):
 #   prefect --no-prompt deploy --all --prefect-file deployments/prefect.yaml
@@ -226,6 +252,7 @@ def _definition_lines() -> list[str]:
               "    nightly: &nightly", f"      entrypoint: {NIGHTLY_FLOW}",
               "    bisect: &bisect", f"      entrypoint: {BISECT_FLOW}",
               "      schedules: []  # on demand: good and bad are given at run time",
+              "    canary: &canary", f"      entrypoint: {CANARY_FLOW}",
               "  targets:"]
     for pool, (_, record) in WORK_POOLS.items():
         pull = (f"  # each deployment adds the pull step of its scenario, pull_{_anchor(pool)}_<scenario>"
@@ -240,7 +267,10 @@ def _definition_lines() -> list[str]:
                                                                 else [])
     return lines + ["  schedules:", "    nightly: &nightly_cron",
                     f"      - cron: {json.dumps(NIGHTLY_CRON['cron'])}  # 02:00 UTC: results are in before the "
-                    "working day", f"        timezone: {NIGHTLY_CRON['timezone']}"]
+                    "working day", f"        timezone: {NIGHTLY_CRON['timezone']}",
+                    "    canary: &canary_cron",
+                    f"      - cron: {json.dumps(CANARY_CRON['cron'])}  # 05:00 UTC: after the nightly, whose slot it "
+                    "waits for", f"        timezone: {CANARY_CRON['timezone']}"]
 
 
 def deployment_lines() -> list[str]:
@@ -267,6 +297,13 @@ def deployment_lines() -> list[str]:
         if row["flow"] == BISECT_FLOW:
             lines.append(f"  - {{<<: *bisect, name: {name}, work_pool: *{_anchor(row['work_pool'])}_pool, "
                          f"parameters: {_flow_yaml(row['parameters'])}, tags: {json.dumps(row['tags'])}}}")
+    canaries = [(name, row) for name, row in rows.items() if row["flow"] == CANARY_FLOW]
+    if canaries:
+        lines += ["", "  # qwen3-canary: a profile's successor beside it, apart from the nightly's history and alerts"]
+    for name, row in canaries:
+        lines += [f"  - {{<<: *canary, name: {name}, work_pool: *{_anchor(row['work_pool'])}_pool, "
+                  "schedules: *canary_cron,",
+                  f"     parameters: {_flow_yaml(row['parameters'])}, tags: {json.dumps(row['tags'])}}}"]
     return lines
 
 

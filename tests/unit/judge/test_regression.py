@@ -61,13 +61,17 @@ def test_committed_rules_carry_the_mindspeed_margins():
     assert (rules["tokens_per_s"].direction, rules["tokens_per_s"].margin) == ("lower_is_worse", 0.05)
     assert (rules["peak_memory_gib"].direction, rules["peak_memory_gib"].margin) == ("higher_is_worse", 0.10)
     assert rules["total_s"].margin == rules["task_seconds"].margin == 0.05
+    assert (rules["step_time_s"].direction, rules["step_time_s"].margin) == ("higher_is_worse", 0.05)
+    assert (rules["mfu_pct"].direction, rules["mfu_pct"].margin) == ("lower_is_worse", 0.05)
+    # a cpu run's MFU against an A100's peak: 0.0009-0.0022 % measured, under the floor (regression_rules.toml)
+    assert rules["mfu_pct"].noise_floor == 0.01 and rules["step_time_s"].noise_floor == 6
     assert load_rules().baseline.runs == 5
     # two consecutive runs out of margin fail; every performance rule has its measured noise floor
     # (benchmarks/noise_floor.py, the TOML's comments)
     assert load_rules().performance.consecutive == 2
     assert {m: r.noise_floor for m, r in rules.items() if r.finding_class == "performance"} == {
-        "tokens_per_s": 250, "peak_memory_gib": 0.15, "peak_rss_bytes": 50_000_000, "total_s": 90,
-        "task_seconds": 90}
+        "tokens_per_s": 250, "step_time_s": 6, "mfu_pct": 0.01, "peak_memory_gib": 0.15,
+        "peak_rss_bytes": 50_000_000, "total_s": 90, "task_seconds": 90}
 
 
 @pytest.mark.parametrize("edit, field", [
@@ -219,6 +223,22 @@ def test_a_nodes_own_rules_file_is_read_from_titanflow_regression_rules(tmp_path
     monkeypatch.setenv("TITANFLOW_REGRESSION_RULES", str(tmp_path / "missing.toml"))
     with pytest.raises(ValueError, match="missing.toml: cannot be read .*; fix: point TITANFLOW_REGRESSION_RULES"):
         load_rules()
+
+
+def test_step_time_5_percent_up_fails_and_a_cpu_runs_mfu_moves_within_its_floor(golden_dir):
+    """Step time and MFU of the run's event files (titanflow.launch.event_files): past runs at 6.54 s per step and
+    0.0015 % MFU (a 10-step native cpu run's medians, measured); a node's MFU of 40 % held to -5 %. Each out of
+    margin after runs within it is flagged, the first of two."""
+    past = _history([{"step_time_s": 6.54, "mfu_pct": 0.0015}] * 5)
+    findings = _by_metric(evaluate(_row("now", 20, step_time_s=12.6, mfu_pct=0.0009), past, golden_dir=golden_dir))
+    # +6.06 s (+93 %): beyond both the 5 % margin and the 6 s floor; +5.96 s (12.5) is within the floor
+    assert findings["step_time_s"].status == "flagged" and findings["step_time_s"].finding_class == "performance"
+    assert _by_metric(evaluate(_row("now", 20, step_time_s=12.5), past, golden_dir=golden_dir))["step_time_s"].passed
+    assert findings["mfu_pct"].status == "pass"  # -40 %, but 0.0006 points: within the 0.01 floor
+    node = _history([{"step_time_s": 2.0, "mfu_pct": 40.0}] * 5)
+    slower = _by_metric(evaluate(_row("now", 20, step_time_s=2.0, mfu_pct=37.9), node, golden_dir=golden_dir))
+    assert (slower["mfu_pct"].status, slower["mfu_pct"].streak) == ("flagged", "1 of 2")  # below 40 x 0.95 = 38
+    assert _by_metric(evaluate(_row("now", 20), node, golden_dir=golden_dir))["step_time_s"].status == "no value"
 
 
 def test_fewer_than_min_runs_of_history_is_no_baseline(golden_dir):

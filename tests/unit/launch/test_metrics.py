@@ -11,7 +11,15 @@ LINE = ("[default0]:[titan] 2026-11-29 21:32:24,714 - root - INFO - \x1b[31mstep
 
 
 def test_step_line_is_parsed_through_colour_codes_and_rank_prefix():
-    assert parse_step_line(LINE) == {"step": 1, "loss": 11.95009, "grad_norm": 1.1346, "memory_gib": 0.98, "tps": 25.0}
+    row = parse_step_line(LINE)
+    assert {k: v for k, v in row.items() if k != "step_time_s"} == {
+        "step": 1, "loss": 11.95009, "grad_norm": 1.1346, "memory_gib": 0.98, "tps": 25.0, "tflops": 0.0, "mfu_pct": 0.0}
+    assert math.isnan(row["step_time_s"])  # the console line prints no step time
+
+
+def test_a_line_without_tflops_and_mfu_still_parses_with_them_nan():
+    row = parse_step_line(LINE.split("\x1b[36mtflops")[0])
+    assert row["tps"] == 25.0 and math.isnan(row["tflops"]) and math.isnan(row["mfu_pct"])
 
 
 @pytest.mark.fault

@@ -179,7 +179,7 @@ def test_a_retried_launch_appends_to_the_log_and_the_metrics_go_on_from_the_resu
     assert seen[0] == log[len(earlier)]
     assert len([line for line in log if "step:" in line]) == 5 + 7
     metrics = (run_dir / "metrics.csv").read_text().splitlines()
-    assert metrics[0] == "step,loss,grad_norm,memory_gib,tps" and len(metrics) == 1 + 10
+    assert metrics[0] == "step,loss,grad_norm,memory_gib,tps,tflops,mfu_pct,step_time_s" and len(metrics) == 1 + 10
     assert metrics[4].startswith("4,30.04,")
 
 

@@ -15,14 +15,18 @@ from titanflow.flows.nightly import qwen3_nightly
 from titanflow.flows.scenario import qwen3_scenario
 from titanflow.params import INITS, ScenarioRun
 from titanflow.paths import REPO_ROOT
-from titanflow.prefect_ops.deployments import BISECT_TARGETS, WORK_POOLS, check_prefect_yaml, expected_deployments
+from titanflow.prefect_ops.deployments import (BISECT_TARGETS, WORK_POOLS, canary_targets, check_prefect_yaml,
+                                               expected_deployments)
 
 
 def test_prefect_yaml_holds_every_scenario_x_target_x_init_and_a_nightly_per_target():
     assert check_prefect_yaml() == []
     rows = expected_deployments()
-    # 3 scenarios x 4 work pools (cpu, trn2, trn2-cluster, trn2-eks) x 2 inits, a nightly per pool, bisect-cpu
-    assert len(rows) == len(SCENARIOS) * len(WORK_POOLS) * len(INITS) + len(WORK_POOLS) + len(BISECT_TARGETS)
+    # 3 scenarios x 4 work pools (cpu, trn2, trn2-cluster, trn2-eks) x 2 inits, a nightly per pool, bisect-cpu,
+    # canary-cpu (profiles/cpu-lowest/successor names cpu; no profiles/trn2-next/ yet)
+    assert canary_targets() == {"cpu": ("cpu", "cpu-lowest")}
+    assert len(rows) == (len(SCENARIOS) * len(WORK_POOLS) * len(INITS) + len(WORK_POOLS) + len(BISECT_TARGETS)
+                         + len(canary_targets()))
     assert rows["native-trn2-cluster-random"]["work_pool"] == "trn2-cluster"
     assert {target for target, _ in WORK_POOLS.values()} <= set(TARGETS) and set(BISECT_TARGETS) <= set(WORK_POOLS)
     # trn2 nodes on EKS: the trn2-cluster target's runs, each on the pods of a Kubernetes job
@@ -33,6 +37,11 @@ def test_prefect_yaml_holds_every_scenario_x_target_x_init_and_a_nightly_per_tar
     assert rows["bisect-cpu"] == {"flow": "flows/bisection.py:qwen3_bisect", "work_pool": "cpu",
                                   "parameters": {"target": "cpu"}, "tags": ["bisect", "target:cpu"], "schedules": []}
     assert rows["nightly-trn2"]["schedules"] == [{"cron": "0 2 * * *", "timezone": "UTC"}]
+    # the canary: its own flow, tags and cron, never the nightly's (whose alerts watch qwen3-nightly runs)
+    assert rows["canary-cpu"] == {"flow": "flows/canary.py:qwen3_canary", "work_pool": "cpu",
+                                  "parameters": {"profile": "cpu-lowest", "target": "cpu"},
+                                  "tags": ["suite:canary", "target:cpu"],
+                                  "schedules": [{"cron": "0 5 * * *", "timezone": "UTC"}]}
 
 
 def test_a_deployment_missing_from_the_yaml_is_named(tmp_path):
@@ -92,7 +101,7 @@ def test_trn2_deployments_train_the_walkthroughs_models():
         assert found[f"moe-trn2-{init}"]["trim"] == {"layers": 4, "experts": 64, "top_k": 4}
         assert "weights" not in found[f"native-cpu-{init}"]  # cpu: the embedded tiny models
     for name, parameters in found.items():
-        if not name.startswith("nightly-"):
+        if not name.startswith(("nightly-", "canary-")):
             ScenarioRun.model_validate(parameters)
 
 

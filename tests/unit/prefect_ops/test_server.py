@@ -35,6 +35,10 @@ def test_stop_ends_recorded_processes_and_their_children_in_other_sessions(tmp_p
                            tmp_path / "worker.log", server.prefect_env(tmp_path, "http://127.0.0.1:9/api"))
     server.ServerState(api_url="http://127.0.0.1:9/api", home=str(tmp_path), processes=[leader]).save()
     (child,) = _children(leader.pid, 1)
+    # Popen's child calls setsid between its fork and its exec: on a loaded machine the fork is seen first
+    deadline = time.monotonic() + 20
+    while os.getsid(child.pid) == os.getsid(leader.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert os.getsid(child.pid) != os.getsid(leader.pid)  # out of reach of a process-group signal
 
     ended = server.stop(tmp_path, grace_s=5)
