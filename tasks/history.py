@@ -17,7 +17,7 @@ from titanflow.task_names import TaskName
 def compare_history(summary_path: str) -> HistoryComparison:
     """Prefect task: :func:`titanflow.record.comparison.compare_with_history`, each regression logged."""
     comparison = compare_with_history(Path(summary_path))
-    for finding in comparison.regressions:  # failed, or flagged ("1 of 2": a performance rule's first run out of margin)
+    for finding in comparison.regressions:  # failed, or flagged ("1 of 2": out of margin, not yet in a row)
         get_run_logger().warning("regression (%s, %s): %s %s", finding.finding_class, finding.status, finding.metric,
                                  finding.detail)
     return comparison
