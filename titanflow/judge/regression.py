@@ -47,6 +47,7 @@ from typing import Literal
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
+from titan_cfg.targets import TARGETS, node_of
 from titanflow.history_row import METRICS
 from titanflow.judge.baselines import NodeBaseline, baseline_for, same_environment
 from titanflow.judge.environment import describe, stack_difference
@@ -83,10 +84,30 @@ class Rule(BaseModel):
     metric: str
     margin: float = Field(gt=0)
     direction: Literal["lower_is_worse", "higher_is_worse"] | None = None
-    noise_floor: float = Field(0.0, ge=0)
+    noise_floor: float | dict[str, float] = Field(
+        0.0, description="a change no larger than this passes whatever the margin (the metric's unit): one figure for "
+        "every node type, or one per node type ({cpu = 250}: titan_cfg.targets.node_of; a node type not named has none, "
+        "its margin alone decides)")
     band: float | None = Field(None, gt=0, description="golden_curve: the margin (nats) for a run whose numerics "
                                "environment or checkpoint differs from the golden's (measured across environments)")
     finding_class: FindingClass = Field(alias="class")
+
+    @field_validator("noise_floor")
+    @classmethod
+    def _floors(cls, floor: float | dict[str, float]) -> float | dict[str, float]:
+        nodes = sorted({node_of(target) for target in TARGETS})
+        for node, figure in (floor.items() if isinstance(floor, dict) else [("every node type", floor)]):
+            if isinstance(floor, dict) and node not in nodes:
+                raise ValueError(f"unknown node type {node!r}; known: {', '.join(nodes)}")
+            if figure < 0:
+                raise ValueError(f"{node}: {figure} is negative; a floor is 0 or more")
+        return floor
+
+    def floor(self, target: str) -> float:
+        """The noise floor of a run on ``target`` (its node type's, 0 for a node type the rule names none for)."""
+        if isinstance(self.noise_floor, dict):
+            return self.noise_floor.get(node_of(target), 0.0)
+        return self.noise_floor
 
     @field_validator("metric")
     @classmethod
@@ -283,15 +304,15 @@ def _value(cell) -> float | None:
     return None if cell is None or pd.isna(cell) else float(cell)
 
 
-def _within(rule: Rule, value: float, reference: float) -> bool:
-    """Whether ``value`` is within the rule's relative margin of ``reference`` in the worse direction, or within its
-    noise floor of it (the metric's unit)."""
+def _within(rule: Rule, value: float, reference: float, floor: float) -> bool:
+    """Whether ``value`` is within the rule's relative margin of ``reference`` in the worse direction, or within
+    ``floor`` of it (the rule's noise floor for the run's node type: :meth:`Rule.floor`; the metric's unit)."""
     if rule.direction == "lower_is_worse":
-        return value >= reference * (1 - rule.margin) or reference - value <= rule.noise_floor
-    return value <= reference * (1 + rule.margin) or value - reference <= rule.noise_floor
+        return value >= reference * (1 - rule.margin) or reference - value <= floor
+    return value <= reference * (1 + rule.margin) or value - reference <= floor
 
 
-def _streak(rule: Rule, metric: str, reference: float, earlier: pd.DataFrame, consecutive: int) -> int:
+def _streak(rule: Rule, metric: str, reference: float, floor: float, earlier: pd.DataFrame, consecutive: int) -> int:
     """How many of the workload's runs just before this one (``earlier``, oldest first: judged runs, pass or fail)
     were out of margin against ``reference`` too, counting back until one was not (or lacked the metric), at most
     ``consecutive - 1``; the history keeps each run's values, so each is checked again against today's reference."""
@@ -299,7 +320,7 @@ def _streak(rule: Rule, metric: str, reference: float, earlier: pd.DataFrame, co
     count = 0
     for cell in reversed(list(judged[metric]) if metric in judged else []):
         value = _value(cell)
-        if count == consecutive - 1 or value is None or _within(rule, value, reference):
+        if count == consecutive - 1 or value is None or _within(rule, value, reference, floor):
             break
         count += 1
     return count
@@ -327,17 +348,18 @@ def _check_median(rule: Rule, metric: str, row: dict, earlier: pd.DataFrame, rul
         if len(past) < rules.baseline.min_runs:
             return finding("no baseline", f"{len(past)} comparable passing run(s), need {rules.baseline.min_runs}")
         reference, source = statistics.median(past), f"median of {len(past)} runs"
+    floor = rule.floor(row["target"])
     sign, limit = (">=", reference * (1 - rule.margin)) if rule.direction == "lower_is_worse" else \
         ("<=", reference * (1 + rule.margin))
     change = (value - reference) / reference if reference else math.inf
     detail = (f"{value:.4g} vs {source} {reference:.4g} ({change:+.1%}); needs {sign} {limit:.4g}"
-              + (f" or a change within {rule.noise_floor}" if rule.noise_floor else ""))
-    if _within(rule, value, reference):
+              + (f" or a change within {floor} (the {node_of(row['target'])} noise floor)" if floor else ""))
+    if _within(rule, value, reference, floor):
         return finding("pass", detail, reference, True)
     if rule.finding_class != "performance":
         return finding("fail", detail, reference, False)
     needed = rules.performance.consecutive
-    count = 1 + _streak(rule, metric, reference, earlier, needed)
+    count = 1 + _streak(rule, metric, reference, floor, earlier, needed)
     streak = f"{count} of {needed}"
     if count < needed:
         return finding("flagged", f"{detail}; out of margin on {streak} consecutive runs: flagged, the "

@@ -64,14 +64,28 @@ def test_committed_rules_carry_the_mindspeed_margins():
     assert (rules["step_time_s"].direction, rules["step_time_s"].margin) == ("higher_is_worse", 0.05)
     assert (rules["mfu_pct"].direction, rules["mfu_pct"].margin) == ("lower_is_worse", 0.05)
     # a cpu run's MFU against an A100's peak: 0.0009-0.0022 % measured, under the floor (regression_rules.toml)
-    assert rules["mfu_pct"].noise_floor == 0.01 and rules["step_time_s"].noise_floor == 6
+    assert rules["mfu_pct"].floor("cpu") == 0.01 and rules["step_time_s"].floor("cpu") == 6
     assert load_rules().baseline.runs == 5
     # two consecutive runs out of margin fail; every performance rule has its measured noise floor
     # (benchmarks/noise_floor.py, the TOML's comments)
     assert load_rules().performance.consecutive == 2
-    assert {m: r.noise_floor for m, r in rules.items() if r.finding_class == "performance"} == {
+    assert {m: r.floor("cpu") for m, r in rules.items() if r.finding_class == "performance"} == {
         "tokens_per_s": 250, "step_time_s": 6, "mfu_pct": 0.01, "peak_memory_gib": 0.15,
         "peak_rss_bytes": 50_000_000, "total_s": 90, "task_seconds": 90}
+    # measured on the cpu machines, they are the cpu node type's: a trn2 run (trn2-cluster's nodes too) is held to
+    # the margins, less half a second of timer noise on a task and the MFU floor no node's tens of % come near
+    for target in ("trn2", "trn2-cluster", "cuda"):
+        assert {m: r.floor(target) for m, r in rules.items() if r.finding_class == "performance"} == {
+            "tokens_per_s": 0, "step_time_s": 0, "mfu_pct": 0.01, "peak_memory_gib": 0, "peak_rss_bytes": 0,
+            "total_s": 0, "task_seconds": 0.5}
+
+
+def test_a_noise_floor_for_a_node_type_that_does_not_exist_is_refused_naming_it(tmp_path):
+    path = tmp_path / "rules.toml"
+    path.write_text('[[rules]]\nmetric = "tokens_per_s"\nkind = "history_median"\ndirection = "lower_is_worse"\n'
+                    'margin = 0.05\nnoise_floor = { trn3 = 10 }\nclass = "performance"\n')
+    with pytest.raises(ValueError, match=r"rules\.0\.noise_floor: unknown node type 'trn3'; known: cpu, cuda, trn2"):
+        load_rules(path)
 
 
 @pytest.mark.parametrize("edit, field", [
@@ -166,6 +180,20 @@ def test_tiny_task_time_within_the_noise_floor_passes():
     # one 60 % down is not
     assert _by_metric(evaluate(_row("now", 20, tokens_per_s=260.0), past))["tokens_per_s"].status == "pass"
     assert _by_metric(evaluate(_row("now", 20, tokens_per_s=200.0), past))["tokens_per_s"].status == "flagged"
+
+
+def test_the_cpu_floors_hold_cpu_runs_only(golden_dir):
+    """Throughput 20 % below the median of 500 (100 tokens/s, within the cpu floor of 250) and compare_loss 0.01 ->
+    0.3 s: a cpu run passes both; the same figures on trn2, whose node type the committed rules give no throughput
+    floor and half a second on a task, flag the throughput and pass the task."""
+    on = {target: _by_metric(evaluate(_row("now", 20, target=target, tokens_per_s=400.0, seconds_compare_loss=0.3),
+                                      pd.DataFrame([_row(f"past-{d}", d, target=target) for d in range(1, 6)]),
+                                      golden_dir=golden_dir))
+          for target in ("cpu", "trn2")}
+    assert on["cpu"]["tokens_per_s"].status == "pass" and "(the cpu noise floor)" in on["cpu"]["tokens_per_s"].detail
+    assert (on["trn2"]["tokens_per_s"].status, on["trn2"]["tokens_per_s"].streak) == ("flagged", "1 of 2")
+    assert "noise floor" not in on["trn2"]["tokens_per_s"].detail
+    assert on["cpu"]["seconds_compare_loss"].status == on["trn2"]["seconds_compare_loss"].status == "pass"
 
 
 def test_a_slowdown_is_flagged_1_of_2_and_fails_on_the_second_consecutive_run(golden_dir):
