@@ -78,15 +78,21 @@ def lane(request, tmp_path_factory) -> tuple[str, dict]:
 
 
 @pytest.fixture(scope="module")
-def release_rows(tmp_path_factory) -> dict[str, dict]:
-    """``{scenario: {"input": [B, L], "labels": [B, L]}}``: the first batch torchtitan 0.3.0's text loader (the cpu
-    venv's) gives each scenario's lane training (tests/upstream/lane.py ``--rows``: the loader alone, no model)."""
+def release_rows(tmp_path_factory) -> dict[str, dict[str, dict]]:
+    """``{scenario: {mode: {"input": [B, L], "labels": [B, L], "positions": [B, L] where the batch has them}}}``: the
+    first batch torchtitan 0.3.0's text loader (the cpu venv's) gives each scenario's lane job in both modes
+    (tests/upstream/lane.py ``--rows``: the loader alone, no model)."""
     out = tmp_path_factory.mktemp("rows-0.3.0")
-    done = subprocess.run([sys.executable, str(LANE), str(out), "--rows", ",".join(SCENARIOS)], capture_output=True,
-                          text=True, timeout=600, check=False, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    done = subprocess.run([sys.executable, str(LANE), str(out), "--rows"], capture_output=True, text=True,
+                          timeout=600, check=False, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
     assert done.returncode == 0, done.stderr[-4000:]
     paths = json.loads(done.stdout.strip().splitlines()[-1])["rows"]
-    return {scenario: torch.load(path, weights_only=True) for scenario, path in paths.items()}
+    return {s: {mode: torch.load(path, weights_only=True) for mode, path in modes.items()} for s, modes in paths.items()}
+
+
+def _packed_positions(rows: int, seq_len: int) -> torch.Tensor:
+    """The packed row's positions of ``rows`` rows: 0..seq_len-1 each."""
+    return torch.arange(seq_len).repeat(rows, 1)
 
 
 def test_the_table_covers_every_scenario_mode_and_snapshot():
@@ -137,21 +143,39 @@ def test_each_scenario_that_works_trains_its_first_steps_on_the_golden(lane, rel
         assert trained["install"]["weights"]["safetensors_files"] == 1 and trained["install"]["seed"] == 0
         # every point of the window here yields per-document positions (from 2026-03-18); the packed row drops them
         assert trained["loader_positions"] is True
-        first = torch.load(trained["first_batch"], weights_only=True)
-        (micro,) = first["microbatches"]  # one rank, one microbatch: the whole step
+        record = torch.load(trained["first_batch"], weights_only=True)
+        (micro,) = record["microbatches"]  # one rank, one microbatch: the whole step
         # a Grain base's loader is titanflow's (titan_cfg.grain_loader): 0.3.0's rows; an earlier base's text loader
         # is upstream's own, which cut the token stream in windows of seq_len + 1 (docs: a difference by design)
-        same = found["window"]["present"]["grain"]
-        assert torch.equal(micro["input"], release_rows[scenario]["input"]) is same, (point, scenario)
-        assert torch.equal(micro["labels"], release_rows[scenario]["labels"]) is same, (point, scenario)
+        same, release = found["window"]["present"]["grain"], release_rows[scenario]["walkthrough"]
+        assert torch.equal(micro["input"], release["input"]) is same, (point, scenario)
+        assert torch.equal(micro["labels"], release["labels"]) is same, (point, scenario)
         if "positions" in micro:  # a Grain base: the packed row's positions, each row on its own
-            rows, seq_len = micro["input"].shape
-            assert torch.equal(micro["positions"], torch.arange(seq_len).repeat(rows, 1)), (point, scenario)
+            assert torch.equal(micro["positions"], _packed_positions(*micro["input"].shape)), (point, scenario)
         golden = (golden_for(scenario, "cpu", "random", None, model_spec="walkthrough")
                   or golden_for(scenario, "cpu", "random", None))  # hf_backend: the default mode's (docs)
         first = [golden.losses[1], golden.losses[2]]
         assert abs(losses[0] - first[0]) <= rule.margin, (point, scenario, losses, first)
         assert abs(losses[1] - first[1]) <= rule.band, (point, scenario, losses, first)
+
+
+def test_a_grain_base_gives_each_scenario_the_rows_and_positions_of_0_3_0s_loader(lane, release_rows):
+    """On a Grain base (titanflow's own loader, titan_cfg.grain_loader) the loader's first batch of each scenario's
+    job equals 0.3.0's text loader's in both modes: token ids, labels, and in the default mode the per-document
+    positions restarted at each row; the packed row (walkthrough mode), whose 0.3.0 batch carries no positions, gets
+    0..L-1 in each row. An earlier base's loader is upstream's own: nothing is built."""
+    point, found = lane
+    if not found["window"]["present"]["grain"]:
+        assert found["rows"] == {}, point
+        return
+    assert set(found["rows"]) == set(SCENARIOS)
+    for scenario, modes in found["rows"].items():
+        for mode, path in modes.items():
+            got, release = torch.load(path, weights_only=True), release_rows[scenario][mode]
+            assert torch.equal(got["input"], release["input"]), (point, scenario, mode)
+            assert torch.equal(got["labels"], release["labels"]), (point, scenario, mode)
+            want = release["positions"] if "positions" in release else _packed_positions(*got["input"].shape)
+            assert torch.equal(got["positions"], want), (point, scenario, mode)
 
 
 def test_titanflow_render_on_a_base_it_cannot_serve_exits_3_as_an_environment_failure(tmp_path):
