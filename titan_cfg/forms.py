@@ -7,6 +7,7 @@ Each function asks the install for the newer form and takes the older one where 
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from titan_cfg import window
@@ -102,3 +103,88 @@ def model_inputs(trainer: Any, input_dict: dict, labels: Any) -> tuple[Any, dict
         return inputs, {**extra_inputs, **extra_kwargs}
     inputs, _, extra = processed
     return inputs, extra
+
+
+def text_loader(dataset_path: str) -> Any:
+    """torchtitan's data loader config for the job's local dataset folder ``dataset_path`` (``load_dataset(path,
+    split="train")``, each document's ``text``).
+
+    Before 2026-08-19 (#4088, ``grain``): ``HuggingFaceTextDataLoader.Config(dataset="c4_test", dataset_path=...)``,
+    "c4_test" naming upstream's loader for that layout. From it the text loader is gone: titan_cfg.grain_loader's
+    ``GrainDataLoader.Config``, which yields the same rows (titan_cfg.token_rows).
+    """
+    if window.change("grain").probe():
+        return _grain_loader().text_loader(dataset_path)
+    from torchtitan.hf_datasets.text_datasets import HuggingFaceTextDataLoader
+
+    return HuggingFaceTextDataLoader.Config(dataset="c4_test", dataset_path=dataset_path)
+
+
+def packed_row_loader(config: Any) -> Any:
+    """``config`` (:func:`text_loader`'s) as the packed row's loader: every row one sequence over positions 0..L-1
+    (titan_cfg.packed_row before 2026-08-19, #4088 ``grain``; titan_cfg.grain_loader's ``packed_row`` collator from
+    it).
+
+    Raises:
+        TypeError: ``config`` is not :func:`text_loader`'s form (another loader's rows are not titanflow's).
+    """
+    if window.change("grain").probe():
+        return _grain_loader().packed_row_loader(config)
+    from titan_cfg import packed_row  # lazy: torchtitan (its text loader, which a Grain base lacks)
+
+    return packed_row.loader_config(config)
+
+
+def _grain_loader():
+    """titan_cfg.grain_loader, imported on a Grain base only (it builds on torchtitan's Grain modules)."""
+    from titan_cfg import grain_loader  # lazy: torchtitan (its Grain modules, which a base before 2026-08-19 lacks)
+
+    return grain_loader
+
+
+def token_major() -> bool:
+    """Whether this install counts the batch in tokens and its model takes a microbatch token-major (``[T]``, no batch
+    dimension): from 2026-08-20 (#4121, ``token_batching``)."""
+    return window.change("token_batching").probe()
+
+
+def set_batch(training: Any, *, local_batch_size: int, global_batch_size: int, seq_len: int, **fields: Any) -> Any:
+    """torchtitan's training config ``training`` with the batch of a job: ``local_batch_size`` rows of ``seq_len``
+    tokens per rank and microbatch, ``global_batch_size`` rows per step (-1: one microbatch per rank), and the other
+    ``fields`` as they are named.
+
+    Before 2026-08-20 (#4121, ``token_batching``) in rows: ``local_batch_size``, ``global_batch_size``, ``seq_len``;
+    from it in tokens: ``num_tokens_per_microbatch_per_dp_rank = local_batch_size * seq_len``,
+    ``num_tokens_per_train_step = global_batch_size * seq_len`` (-1 as it is: the same default) and
+    ``max_context_length = seq_len`` (the rows the collator cuts: titan_cfg.grain_loader).
+    """
+    if token_major():
+        return dataclasses.replace(training, num_tokens_per_microbatch_per_dp_rank=local_batch_size * seq_len,
+                                   num_tokens_per_train_step=global_batch_size * seq_len if global_batch_size > 0
+                                   else -1, max_context_length=seq_len, **fields)
+    return dataclasses.replace(training, local_batch_size=local_batch_size, global_batch_size=global_batch_size,
+                               seq_len=seq_len, **fields)
+
+
+def seq_len(training: Any) -> int:
+    """The tokens per row (sequence) of torchtitan's training config ``training``: ``seq_len``, or from 2026-08-20
+    (#4121, ``token_batching``) ``max_context_length`` (titanflow's rows: :func:`set_batch`)."""
+    return training.max_context_length if token_major() else training.seq_len
+
+
+def local_batch_size(training: Any) -> int:
+    """The rows per rank and microbatch of torchtitan's training config ``training``: ``local_batch_size``, or from
+    2026-08-20 (#4121, ``token_batching``) its tokens per microbatch over :func:`seq_len`."""
+    if token_major():
+        return training.num_tokens_per_microbatch_per_dp_rank // training.max_context_length
+    return training.local_batch_size
+
+
+def rope_length(tokens: int) -> dict[str, int]:
+    """The keyword of torchtitan's ``CosSinRoPE.Config`` that sets its cache length to ``tokens``: ``max_seq_len``,
+    or ``max_context_length`` on a base that names it so (a token-batching base: 2026-08-21's, with #4121's
+    ``training.max_context_length``)."""
+    from torchtitan.models.common.rope import CosSinRoPE
+
+    names = {f.name for f in dataclasses.fields(CosSinRoPE.Config)}
+    return {"max_seq_len" if "max_seq_len" in names else "max_context_length": tokens}

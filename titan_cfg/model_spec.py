@@ -17,7 +17,7 @@ from typing import Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 
-from titan_cfg import upstream
+from titan_cfg import forms, upstream
 
 #: torchtitan 0.3.0's Qwen3 builders use this RMSNorm eps (models/qwen3/__init__.py `_EPS`).
 TORCHTITAN_QWEN3_EPS = 1e-6
@@ -228,7 +228,7 @@ def torchtitan_model_spec(shape: Qwen3Shape, *, flavor: str, max_seq_len: int, l
             param_init=embedding_skip_init if tied else embedding_init,
         ),
         lm_head=Linear.Config(in_features=shape.hidden_size, out_features=shape.vocab_size, param_init=linear_init),
-        layers=_layers(shape, rope=CosSinRoPE.Config(dim=shape.head_dim, max_seq_len=max_seq_len,
+        layers=_layers(shape, rope=CosSinRoPE.Config(dim=shape.head_dim, **forms.rope_length(max_seq_len),
                                                      theta=shape.rope_theta), load_balance_coeff=load_balance_coeff),
     )
     registered = model_registry("debugmodel_moe" if isinstance(shape, Qwen3MoeShape) else "debugmodel")

@@ -7,7 +7,8 @@ block-causal document mask and RoPE restarts at 0 in each document. Before per-d
 causal attention across its documents and RoPE positions 0..L-1, which is how the walkthrough's Neuron fork
 (0.2.2-based) trains. :class:`PackedRowDataLoader` gives that row: the same tokens, labels, order and
 checkpointed state as torchtitan's loader, with ``positions`` left out of every batch, so no mask is built and
-the model's RoPE counts over the row. ``attention=causal`` (titan_cfg.kernels.attention) installs it.
+the model's RoPE counts over the row. ``attention=causal`` (titan_cfg.kernels.attention) installs it. A base from
+2026-08-19 has no text loader: there the packed row is titan_cfg.grain_loader's (titan_cfg.forms.packed_row_loader).
 """
 
 from __future__ import annotations
@@ -17,11 +18,7 @@ from dataclasses import dataclass, fields
 from torch.utils.data import default_collate
 from torchtitan.hf_datasets.text_datasets import HuggingFaceTextDataLoader
 
-
-#: Whether a batch this process collated came with per-document ``positions`` that :func:`without_positions` left
-#: out (empty: none collated yet): what the installed torchtitan's loader yields, recorded on a node's first run
-#: (titan_cfg.window.record_install), since upstream's loader yields them only from 2026-03-18 (#2560).
-LOADER_POSITIONS: list[bool] = []
+from titan_cfg.token_rows import LOADER_POSITIONS
 
 
 def without_positions(samples: list) -> tuple[dict, object]:

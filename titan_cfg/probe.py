@@ -97,7 +97,10 @@ def _save_probe_logits(trainer, tokenizer_dir: Path, out_path: Path, tied_checkp
     model = trainer.model_parts[0]
     ids = probe_ids(tokenizer_dir, trainer_tokenizer(trainer, tokenizer_dir)).to(trainer.device)
     length = ids.shape[1]
-    batch_ids, positions = probe_batch(ids, trainer.config.training.local_batch_size, trainer.config.training.seq_len)
+    training = trainer.config.training
+    batch_ids, positions = probe_batch(ids, forms.local_batch_size(training), forms.seq_len(training))
+    if forms.token_major():  # the model takes a microbatch as one token row [T] (from 2026-08-20)
+        batch_ids, positions = batch_ids.reshape(-1), positions.reshape(-1)
     inputs, extra = forms.model_inputs(trainer, {"input": batch_ids, "positions": positions}, batch_ids)
     skip_lm_head = getattr(model, "_skip_lm_head", False)
     model._skip_lm_head = False  # chunked losses apply lm_head inside the loss; the probe needs logits
@@ -138,6 +141,8 @@ def _forward_routes(model, inputs, extra: dict, length: int):
             hook.remove()
     if hasattr(logits, "full_tensor"):
         logits = logits.full_tensor()
+    if logits.dim() == 2:  # a token-major model's [T, vocab] (from 2026-08-20): row 0 starts the token row
+        logits = logits[None]
     return first_row_logits(logits, length), routes
 
 
@@ -180,7 +185,9 @@ def _record_routes(model, length: int) -> tuple[list, list]:
         topk_expert_ids_BLK = output[1]
         if hasattr(topk_expert_ids_BLK, "full_tensor"):
             topk_expert_ids_BLK = topk_expert_ids_BLK.full_tensor()
-        routes.append(topk_expert_ids_BLK[0, :length].sort(dim=-1).values.cpu())
+        # a token-major model's router gives [T, top_k] (from 2026-08-20): row 0 starts the token row
+        row0 = topk_expert_ids_BLK[0] if topk_expert_ids_BLK.dim() == 3 else topk_expert_ids_BLK
+        routes.append(row0[:length].sort(dim=-1).values.cpu())
 
     hooks = [m.register_forward_hook(record) for m in model.modules() if isinstance(m, TokenChoiceTopKRouter)]
     return routes, hooks

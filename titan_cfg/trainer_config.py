@@ -35,7 +35,6 @@ def build(job: Job) -> "Trainer.Config":
     """
     window.require(job.scenario)
     from torchtitan.components.optimizer import default_adamw
-    from torchtitan.hf_datasets.text_datasets import HuggingFaceTextDataLoader
 
     root = logging.getLogger()  # torchtitan's logger (torchtitan.tools.logging)
     root.addFilter(_unused_load_warning)
@@ -45,18 +44,19 @@ def build(job: Job) -> "Trainer.Config":
         root.removeFilter(_unused_load_warning)
     config.hf_assets_path = job.weights_dir  # tokenizer (and HF weights) folder
     config.dump_folder = job.dump_folder
-    # "c4_test" names torchtitan's loader for that layout; the text is job.dataset, at dataset_path
-    config.dataloader = HuggingFaceTextDataLoader.Config(dataset="c4_test", dataset_path=job.dataset_path)
-    # edits the model config (before build, parallelisation and load); attention=causal also the dataloader
-    kernels.apply(config, job.kernels)
-    config.training = dataclasses.replace(
+    # the job's local dataset (job.dataset, at dataset_path) in the loader form the install offers
+    config.dataloader = forms.text_loader(job.dataset_path)
+    # the batch in rows or in tokens, as the install counts it (before the kernels: attention=causal reads seq_len)
+    config.training = forms.set_batch(
         config.training,
-        steps=job.steps,
         local_batch_size=job.local_batch_size,
         global_batch_size=job.global_batch_size,
         seq_len=job.seq_len,
+        steps=job.steps,
         mixed_precision_param=job.mixed_precision_param,
     )
+    # edits the model config (before build, parallelisation and load); attention=causal also the dataloader
+    kernels.apply(config, job.kernels)
     config.optimizer = default_adamw(lr=job.lr)
     config.lr_scheduler = dataclasses.replace(config.lr_scheduler, warmup_steps=job.warmup_steps)
     config.parallelism = dataclasses.replace(config.parallelism, data_parallel_shard_degree=-1)

@@ -40,6 +40,10 @@ WRITTEN_AGAINST = {"torch": "2.13.0", "torchtitan": "0.3.0"}
 #: module (a nested config class, a method a patch replaces, a function of a submodule imported by name); ``()``: the
 #: module is imported whole, for what importing it does.
 TORCHTITAN: dict[str, tuple[str, ...]] = {
+    "torchtitan.components.data": ("ConcatThenSplitPackingConfig", "GrainDataLoader", "GrainDataLoader.Config",
+                                   "HuggingFaceRandomAccessSource", "HuggingFaceRandomAccessSource.Config",
+                                   "SingleDatasetConfig", "TextCollator", "TextCollator.Config", "TextCollator.__call__",
+                                   "TextSequence"),
     "torchtitan.components.optimizer": ("default_adamw",),
     "torchtitan.config": ("ActivationCheckpointConfig",),  # the form before FullAC / SelectiveAC (titan_cfg.forms)
     "torchtitan.config.manager": ("ConfigManager", "ConfigManager.parse_args"),  # its argv default (titan_cfg.forms)
@@ -51,7 +55,8 @@ TORCHTITAN: dict[str, tuple[str, ...]] = {
     "torchtitan.experiments.transformers_modeling_backend.config_registry": ("transformers_modeling_backend_full",),
     "torchtitan.experiments.transformers_modeling_backend.model": (
         "HFTransformerModel", "HFTransformerModel.init_states"),  # patched by the hf_backend layer
-    "torchtitan.hf_datasets.text_datasets": ("HuggingFaceTextDataLoader", "HuggingFaceTextDataLoader.Config"),
+    "torchtitan.hf_datasets.text_datasets": ("HuggingFaceTextDataLoader", "HuggingFaceTextDataLoader.Config",
+                                             "TextProcessor", "TextProcessor.Config", "TextProcessor.__call__"),  # or Grain's
     "torchtitan.models.common": ("CosSinRoPE", "CosSinRoPE.Config", "Embedding", "Embedding.Config", "Linear",
                                  "Linear.Config", "decoder", "decoder.create_attention_mask"),
     "torchtitan.models.common.attention": ("FlexAttention", "FlexAttention.Config", "ScaledDotProductAttention",
@@ -86,6 +91,15 @@ FORMS: frozenset[str] = frozenset({
     "torchtitan.config.ActivationCheckpointConfig",
     *(f"torchtitan.distributed.activation_checkpoint.{n}" for n in ("FullAC", "FullAC.Config", "SelectiveAC",
                                                                      "SelectiveAC.Config")),
+    # the text loader before 2026-08-19 (#4088), Grain's data path from it (titan_cfg.forms.text_loader)
+    *(f"torchtitan.hf_datasets.text_datasets.{n}" for n in ("HuggingFaceTextDataLoader",
+                                                             "HuggingFaceTextDataLoader.Config", "TextProcessor",
+                                                             "TextProcessor.Config", "TextProcessor.__call__")),
+    *(f"torchtitan.components.data.{n}" for n in ("ConcatThenSplitPackingConfig", "GrainDataLoader",
+                                                   "GrainDataLoader.Config", "HuggingFaceRandomAccessSource",
+                                                   "HuggingFaceRandomAccessSource.Config", "SingleDatasetConfig",
+                                                   "TextCollator", "TextCollator.Config", "TextCollator.__call__",
+                                                   "TextSequence")),
 })
 
 #: Module -> the names titanflow takes from it on Neuron nodes only (targets of device ``neuron``: trn2, trn2-cluster;

@@ -181,11 +181,15 @@ CHANGES: tuple[Change, ...] = (
            "DTensor on model-parallel axes only)", lambda: "partial_dtensor" in _spmd_backends(),
            adapted="before it the same backend is called \"default\""),
     Change("grain", "2026-08-19", "#4088", "torchtitan's text data loader HuggingFaceTextDataLoader (Grain data "
-           "loading replaces it; titanflow's packed row and local dataset build on it)",
-           _lacks("torchtitan.hf_datasets.text_datasets:HuggingFaceTextDataLoader"), EVERY, removal=True),
-    Change("token_batching", "2026-08-20", "#4121", "training.local_batch_size and training.seq_len (the batch "
-           "is counted in tokens from then on)", _token_batching, EVERY,
+           "loading replaces it)", _lacks("torchtitan.hf_datasets.text_datasets:HuggingFaceTextDataLoader"),
+           adapted="the local dataset through GrainDataLoader in file order, concatenated and split into rows of "
+           "seq_len as the text loader did, each row's positions restarting at 0 (titan_cfg.grain_loader)",
            removal=True),
+    Change("token_batching", "2026-08-20", "#4121", "training.local_batch_size and training.seq_len (the batch "
+           "is counted in tokens from then on, and the model takes a microbatch as one token row)", _token_batching,
+           adapted="num_tokens_per_microbatch_per_dp_rank = local_batch_size * seq_len, num_tokens_per_train_step = "
+           "global_batch_size * seq_len, max_context_length = seq_len; the token row is cut back into rows of "
+           "seq_len, kept apart by their positions and titanflow's attention (titan_cfg.token_rows)", removal=True),
 )
 
 

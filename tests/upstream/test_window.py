@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from titan_cfg import window
 from titan_cfg.scenarios import SCENARIOS
@@ -76,6 +77,24 @@ def lane(request, tmp_path_factory) -> tuple[str, dict]:
     return point, json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.fixture(scope="module")
+def release_rows(tmp_path_factory) -> dict[str, dict[str, dict]]:
+    """``{scenario: {mode: {"input": [B, L], "labels": [B, L], "positions": [B, L] where the batch has them}}}``: the
+    first batch torchtitan 0.3.0's text loader (the cpu venv's) gives each scenario's lane job in both modes
+    (tests/upstream/lane.py ``--rows``: the loader alone, no model)."""
+    out = tmp_path_factory.mktemp("rows-0.3.0")
+    done = subprocess.run([sys.executable, str(LANE), str(out), "--rows"], capture_output=True, text=True,
+                          timeout=600, check=False, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    assert done.returncode == 0, done.stderr[-4000:]
+    paths = json.loads(done.stdout.strip().splitlines()[-1])["rows"]
+    return {s: {mode: torch.load(path, weights_only=True) for mode, path in modes.items()} for s, modes in paths.items()}
+
+
+def _packed_positions(rows: int, seq_len: int) -> torch.Tensor:
+    """The packed row's positions of ``rows`` rows: 0..seq_len-1 each."""
+    return torch.arange(seq_len).repeat(rows, 1)
+
+
 def test_the_table_covers_every_scenario_mode_and_snapshot():
     assert {key for row in TABLE.values() for key in row} == {(s, m) for s in SCENARIOS
                                                               for m in ("config", "walkthrough")}
@@ -106,10 +125,12 @@ def test_doctors_upstream_check_refuses_exactly_what_the_table_refuses(lane):
     assert found["distribution"][0] == "torchtitan" and found["window"]["position"].startswith("resembles upstream")
 
 
-def test_each_scenario_that_works_trains_its_first_steps_on_the_golden(lane):
+def test_each_scenario_that_works_trains_its_first_steps_on_the_golden(lane, release_rows):
     """Step 1 (the loss before any update: the model's init and the first batch) within the golden_curve rule's
     margin of the golden's step 1; step 2 (after one update, whose learning rate a 2-step run's warm-up sets
-    otherwise than the golden's 10 steps) within its band."""
+    otherwise than the golden's 10 steps) within its band. Step 1's batch, as the rank recorded it, holds the very
+    token ids and labels 0.3.0's text loader gives the same job (a Grain base's loader included), and each row of
+    the packed row trains over positions 0..L-1 where the loader's positions reach the model."""
     point, found = lane
     (rule,) = [r for r in load_rules().rules if r.kind == "golden_curve"]
     for scenario, trained in found["trained"].items():
@@ -122,6 +143,15 @@ def test_each_scenario_that_works_trains_its_first_steps_on_the_golden(lane):
         assert trained["install"]["weights"]["safetensors_files"] == 1 and trained["install"]["seed"] == 0
         # every point of the window here yields per-document positions (from 2026-03-18); the packed row drops them
         assert trained["loader_positions"] is True
+        record = torch.load(trained["first_batch"], weights_only=True)
+        (micro,) = record["microbatches"]  # one rank, one microbatch: the whole step
+        # a Grain base's loader is titanflow's (titan_cfg.grain_loader): 0.3.0's rows; an earlier base's text loader
+        # is upstream's own, which cut the token stream in windows of seq_len + 1 (docs: a difference by design)
+        same, release = found["window"]["present"]["grain"], release_rows[scenario]["walkthrough"]
+        assert torch.equal(micro["input"], release["input"]) is same, (point, scenario)
+        assert torch.equal(micro["labels"], release["labels"]) is same, (point, scenario)
+        if "positions" in micro:  # a Grain base: the packed row's positions, each row on its own
+            assert torch.equal(micro["positions"], _packed_positions(*micro["input"].shape)), (point, scenario)
         golden = (golden_for(scenario, "cpu", "random", None, model_spec="walkthrough")
                   or golden_for(scenario, "cpu", "random", None))  # hf_backend: the default mode's (docs)
         first = [golden.losses[1], golden.losses[2]]
@@ -129,16 +159,35 @@ def test_each_scenario_that_works_trains_its_first_steps_on_the_golden(lane):
         assert abs(losses[1] - first[1]) <= rule.band, (point, scenario, losses, first)
 
 
+def test_a_grain_base_gives_each_scenario_the_rows_and_positions_of_0_3_0s_loader(lane, release_rows):
+    """On a Grain base (titanflow's own loader, titan_cfg.grain_loader) the loader's first batch of each scenario's
+    job equals 0.3.0's text loader's in both modes: token ids, labels, and in the default mode the per-document
+    positions restarted at each row; the packed row (walkthrough mode), whose 0.3.0 batch carries no positions, gets
+    0..L-1 in each row. An earlier base's loader is upstream's own: nothing is built."""
+    point, found = lane
+    if not found["window"]["present"]["grain"]:
+        assert found["rows"] == {}, point
+        return
+    assert set(found["rows"]) == set(SCENARIOS)
+    for scenario, modes in found["rows"].items():
+        for mode, path in modes.items():
+            got, release = torch.load(path, weights_only=True), release_rows[scenario][mode]
+            assert torch.equal(got["input"], release["input"]), (point, scenario, mode)
+            assert torch.equal(got["labels"], release["labels"]), (point, scenario, mode)
+            want = release["positions"] if "positions" in release else _packed_positions(*got["input"].shape)
+            assert torch.equal(got["positions"], want), (point, scenario, mode)
+
+
 def test_titanflow_render_on_a_base_it_cannot_serve_exits_3_as_an_environment_failure(tmp_path):
-    """The newest snapshot (Grain, token batching) as a user meets it: ``titanflow render`` says ``environment``, not
-    bad input, and exits 3 (bad input exits 2), leaving no run folder behind."""
-    archive = overlays.snapshots().get("2026-08-21")
+    """The earliest snapshot (before torchtitan's Qwen3 layer builders) as a user meets it: ``titanflow render`` says
+    ``environment``, not bad input, and exits 3 (bad input exits 2), leaving no run folder behind."""
+    archive = overlays.snapshots().get("2026-02-23")
     if archive is None:
-        pytest.skip(f"the torchtitan snapshot of 2026-08-21 is not in {overlays.snapshot_folder()}")
+        pytest.skip(f"the torchtitan snapshot of 2026-02-23 is not in {overlays.snapshot_folder()}")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(overlays.install(archive)), str(REPO_ROOT)])}
     done = subprocess.run([str(Path(sys.executable).parent / "titanflow"), "render", "native", "--target", "cpu",
                            "--runs-dir", str(tmp_path)], capture_output=True, text=True, timeout=300, env=env,
                           check=False)
     assert done.returncode == 3, done.stderr[-2000:]
-    assert "titanflow: environment:\nthis torchtitan cannot serve the native scenario: gone: " in done.stderr
+    assert "titanflow: environment:\nthis torchtitan cannot serve the native scenario: missing: " in done.stderr
     assert list(tmp_path.iterdir()) == []

@@ -31,7 +31,7 @@ class KernelRoPE(CosSinRoPE):
     """CosSinRoPE whose rotation runs in the registered ``rope`` implementation ``config.implementation``.
 
     ``forward(query [B, L, N, H], key [B, L, N_kv, H], positions [B or 1, L] | None)`` returns the
-    rotated (query, key) in the same shapes and dtypes.
+    rotated (query, key) in the same shapes and dtypes (token-major [T, N, H] and [T] from 2026-08-20 too).
     """
 
     @dataclass(kw_only=True, slots=True)
@@ -45,10 +45,15 @@ class KernelRoPE(CosSinRoPE):
         self._kernel, self._layout = kernels.loaded("rope", config.implementation)
 
     def forward(self, query: torch.Tensor, key: torch.Tensor, positions: torch.Tensor | None = None):
-        """Rotate ``query`` and ``key`` by the cached cos/sin at ``positions`` (see class docstring)."""
-        cache_BL1C = self._reshape_cache(query, positions)  # C = 2 * head_dim: [cos | sin]
+        """Rotate ``query`` and ``key`` by the cached cos/sin at ``positions`` (see class docstring). A token-major
+        microbatch (``query`` [T, N, H], ``positions`` [T]: a base from 2026-08-20, titan_cfg.token_rows) is rotated
+        as one row of T tokens, each at its own position; the same shapes come back."""
+        cache_BL1C = self._reshape_cache(query, positions)  # C = 2 * head_dim: [cos | sin]; token-major: [T, 1, C]
         head_dim = query.shape[-1]
         cos, sin = cache_BL1C[..., :head_dim], cache_BL1C[..., head_dim:]
+        if query.dim() == 3:
+            q, k = call_in_layout(self._kernel, self._layout, query[None], key[None], cos[None], sin[None])
+            return q[0], k[0]
         return call_in_layout(self._kernel, self._layout, query, key, cos, sin)
 
 
