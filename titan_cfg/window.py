@@ -279,10 +279,9 @@ def report(target_node: str, device: str, scenarios: tuple[str, ...]) -> dict:
     "wanted": how many names it needs, "refusals": refusals(name)}}}``. Imports torchtitan: run it in a Python of its
     own."""
     from titan_cfg import compat  # lazy: torch
-    from titan_cfg.compat.cpu import make_importable_without_triton  # lazy: torch
 
     compat.apply(target_node)
-    make_importable_without_triton()
+    compat.cpu.make_importable_without_triton()  # compat imports its cpu layer
     found = present()
     rows = {}
     for name in scenarios:
