@@ -17,7 +17,9 @@ import os
 import sys
 from pathlib import Path
 
-from titan_cfg import first_batch, forms, probe, window
+import torch
+
+from titan_cfg import first_batch, forms, probe, sdpa_kernel, window
 from titan_cfg.compat import apply as apply_compat
 from titan_cfg.compat.cpu import make_importable_without_triton
 from titan_cfg.job import JOB_ENV, Job
@@ -43,6 +45,16 @@ def prepare() -> tuple[Job, tuple[str, ...]]:
     return job, tuple(applied)
 
 
+def _sdpa(job: Job) -> dict:
+    """Which kernel scaled_dot_product_attention takes on this rank's device for the job's attention shape and
+    training dtype (titan_cfg.sdpa_kernel.probe): whether torch-neuronx's fused kernel serves a trn2 run."""
+    device = TARGETS[job.target]().device
+    if device != "cpu":
+        device = f"{device}:{os.environ.get('LOCAL_RANK', '0')}"
+    return sdpa_kernel.probe(device, job.shape.num_attention_heads, job.seq_len, job.shape.head_dim,
+                             getattr(torch, job.mixed_precision_param))
+
+
 def main() -> None:
     """torchrun entry: compat for the job's target (:func:`prepare`), the parity probe and the step-1 batch record
     (titan_cfg.first_batch), then torchtitan's trainer main."""
@@ -51,7 +63,8 @@ def main() -> None:
         if applied:
             print(f"titanflow: compat patches applied: {', '.join(applied)}", flush=True)
         # what decides the window's open rows on a node's first run (titan_cfg.window.record_install)
-        installed = window.record_install(Path(job.dump_folder) / window.INSTALL_FILE, job.seed, Path(job.weights_dir))
+        installed = window.record_install(Path(job.dump_folder) / window.INSTALL_FILE, job.seed, Path(job.weights_dir),
+                                          sdpa=_sdpa(job))
         print(f"titanflow: {installed}", flush=True)
     from torchtitan.train import main as torchtitan_main
 

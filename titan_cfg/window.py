@@ -303,11 +303,12 @@ def torchtitan_providers() -> dict[str, str]:
 INSTALL_FILE = "torchtitan_install.json"
 
 
-def record_install(path: Path, seed: int | None, weights_dir: Path) -> str:
+def record_install(path: Path, seed: int | None, weights_dir: Path, sdpa: dict | None = None) -> str:
     """Write ``path`` (JSON): the distribution that provides ``torchtitan`` (name, version, where), where it sits in
     the window, the changes it has (:func:`present`), the forms titanflow adapts to, the run's ``seed`` and its
     weights (the folder, whether it is a trim titanflow made, ``<cache>/trimmed/``, and how many safetensors files
-    it holds: none for a config-only model); the step-1 batch (whether the install's data loader yields
+    it holds: none for a config-only model); ``sdpa``: which kernel torch's scaled_dot_product_attention took on the
+    rank's device (titan_cfg.sdpa_kernel.probe); the step-1 batch (whether the install's data loader yields
     per-document positions, and the document mask titanflow trains with) is titan_cfg.first_batch's. Returns the one
     line a log gets. On a node's first run these settle what cannot be read here (docs/trn2-walkthrough.md, "The
     torchtitan window")."""
@@ -317,7 +318,8 @@ def record_install(path: Path, seed: int | None, weights_dir: Path) -> str:
                  "where": str(where), "position": position(found), "present": found,
                  "adapted_to": adapted_to(found), "seed": seed,
                  "weights": {"dir": str(weights_dir), "trimmed_by_titanflow": weights_dir.parent.name == "trimmed",
-                             "safetensors_files": len(list(weights_dir.glob("*.safetensors")))}}
+                             "safetensors_files": len(list(weights_dir.glob("*.safetensors")))},
+                 "sdpa": sdpa}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(installed, indent=1) + "\n")
     dists = ", ".join(f"{n} {v}" for n, v in installed["distributions"].items()) or "no distribution"

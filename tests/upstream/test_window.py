@@ -22,9 +22,11 @@ import torch
 
 from titan_cfg import window
 from titan_cfg.scenarios import SCENARIOS
+from titan_cfg.targets import TARGETS
 from titanflow.judge.goldens import golden_for
 from titanflow.judge.regression import load_rules
 from titanflow.paths import REPO_ROOT
+from titanflow.run.pretrained import embedded_weights
 
 sys.path.insert(0, str(Path(__file__).parent))
 import overlays  # noqa: E402  (this folder's installer)
@@ -141,6 +143,13 @@ def test_each_scenario_that_works_trains_its_first_steps_on_the_golden(lane, rel
         assert trained["install"]["position"] == found["window"]["position"]
         assert trained["install"]["distributions"] == {"torchtitan": found["distribution"][1]}
         assert trained["install"]["weights"]["safetensors_files"] == 1 and trained["install"]["seed"] == 0
+        # and which kernel torch's SDPA takes on its device for the run's attention (the embedded model's heads and
+        # head_dim, the cpu target's 256 tokens, fp32 end to end there): CPU's own flash attention
+        sdpa, model = trained["install"]["sdpa"], json.loads(
+            (embedded_weights("random", SCENARIOS[scenario].model_type) / "config.json").read_text())
+        assert (sdpa["device"], sdpa["shape"], sdpa["dtype"]) == (
+            "cpu", [1, model["num_attention_heads"], TARGETS["cpu"]().seq_len, model["head_dim"]], "float32"), sdpa
+        assert (sdpa["kernel"], sdpa["fused"]) == ("_scaled_dot_product_flash_attention_for_cpu", True), sdpa
         # every point of the window here yields per-document positions (from 2026-03-18); the packed row drops them
         assert trained["loader_positions"] is True
         record = torch.load(trained["first_batch"], weights_only=True)
