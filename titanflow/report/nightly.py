@@ -39,6 +39,10 @@ class SuiteRow(BaseModel):
     flagged: int = Field(0, ge=0, description="regressions flagged that did not fail the run (slower, larger)")
     flags: list[str] = Field(default_factory=list, description="each finding out of margin that is not a numerics one "
                              "(flagged, or failing the run): '<metric>: <k> of <N>: <detail>'")
+    curve: tuple[str, str] | None = Field(None, description="the golden_curve rule's finding on the run's losses "
+                                          "(status, detail): what its curve was judged against (the node's baseline "
+                                          "in its lane, or the golden), or why it had no baseline; None when the run "
+                                          "got no finding")
     history_error: str | None = Field(None, description="why the run could not be recorded in the history; "
                                       "None when it was")
     compared: str | None = Field(None, description="the line comparing a failed run with the last passing run of "
@@ -70,6 +74,7 @@ def outcome(summary_path: Path, state: State, *, scenario: str, init: Init, run_
         flagged=sum(1 for r in summary.regressions if r.status == "flagged"),
         flags=[f"{r.metric}: {r.streak + ': ' if r.streak else ''}{r.detail}" for r in summary.regressions
                if r.finding_class != "numerics"],
+        curve=next(((f.status, f.detail) for f in summary.findings if f.metric == "losses"), None),
         history_error=summary.history_error,
     )
 
@@ -89,18 +94,22 @@ def total_flagged(rows: list[SuiteRow]) -> int:
 
 def suite_markdown(target: str, rows: list[SuiteRow]) -> str:
     """The nightly report of ``target`` as markdown (ends with a newline): a headline counting the runs,
-    one table line per scenario run (first-step loss in nats, 4 decimals), then each failure with its
+    one table line per scenario run (first-step loss in nats, 4 decimals; the loss curve's finding), then what each
+    run's curve was judged against (the node's baseline and its lane, the golden, or no baseline), each failure with its
     reason (cut to 500 characters) and its comparison with the last passing run when there is one, each
     cancel, each performance finding out of margin with its consecutive count ("1 of 2" flagged, "2 of 2" failed),
     and each run whose history was not recorded."""
     failed, cancelled, passed = tally(rows)
     apart = f", {len(cancelled)} cancelled" if cancelled else ""
     lines = [f"# nightly on {target}: {passed} of {len(rows)} passed, {len(failed)} failed{apart}", "",
-             "| scenario | init | verdict | class | first-step loss | flagged | run |", "|---|---|---|---|---|---|---|"]
+             "| scenario | init | verdict | class | first-step loss | loss curve | flagged | run |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         loss = f"{r.first_step_loss:.4f}" if r.first_step_loss is not None else "-"
         lines.append(f"| {r.scenario} | {r.init} | {r.verdict} | {r.failure_class or ''} | {loss} | "
-                     f"{r.flagged} | {r.run_id} |")
+                     f"{r.curve[0] if r.curve else '-'} | {r.flagged} | {r.run_id} |")
+    lines.append("")
+    lines += [f"- **{r.scenario} / {r.init}** loss curve, {r.curve[0]}: {r.curve[1][:400]}" for r in rows if r.curve]
     for r in failed:
         lines += ["", f"- **{r.scenario} / {r.init}** ({r.failure_class}): {r.reason[:500]}"]
         if r.compared:

@@ -99,7 +99,9 @@ def test_outcome_and_report_of_a_failed_and_a_passed_run(tmp_path):
     assert rows[0].flagged == 1 and rows[1].flagged == 0  # a numerics finding fails, it is not "flagged"
     markdown = suite_markdown("cpu", rows)
     assert markdown.startswith("# nightly on cpu: 1 of 3 passed")
-    assert "| moe | random | fail | numerics | 11.9400 | 0 | b |" in markdown
+    assert "| moe | random | fail | numerics | 11.9400 | fail | 0 | b |" in markdown
+    assert "| native | random | pass |  | 11.9400 | - | 1 | a |" in markdown  # no curve finding: none to show
+    assert "- **moe / random** loss curve, fail: step 2 ..." in markdown
     assert "**moe / random** (numerics): loss curve regression" in markdown
     assert "- **native / random** performance, tokens_per_s: 1 of 2: -33 %" in markdown
 
@@ -126,7 +128,7 @@ def test_the_second_slow_run_in_a_row_is_a_performance_failure_in_the_report(tmp
     row = outcome(path, Failed(), scenario="native", init="random", run_id="s")
     assert (row.failure_class, row.flagged) == ("performance", 0)
     markdown = suite_markdown("cpu", [row])
-    assert "| native | random | fail | performance | 11.9400 | 0 | s |" in markdown
+    assert "| native | random | fail | performance | 11.9400 | - | 0 | s |" in markdown
     assert "- **native / random** performance, tokens_per_s: 2 of 2: 40 vs node baseline 260 (-84.6%)" in markdown
     # the loss out of its band as well: numerics, whatever the performance finding says
     off = summary.model_copy(update={"loss": loss.model_copy(update={"verdict": "fail"})})
@@ -166,7 +168,7 @@ def test_a_cancelled_run_is_counted_apart_from_the_failed_ones(tmp_path):
                      flagged=0, history_error=None)]
     markdown = suite_markdown("cpu", rows)
     assert markdown.startswith("# nightly on cpu: 1 of 3 passed, 0 failed, 2 cancelled\n")
-    assert "| moe | random | cancelled |  | - | 0 | c |" in markdown
+    assert "| moe | random | cancelled |  | - | - | 0 | c |" in markdown
     assert "- **moe / random** cancelled, not failed: cancelled (SIGTERM" in markdown
     state = suite_state(rows)
     assert state.is_cancelled() and state.message == "1 of 3 scenario runs passed; 2 cancelled; 0 regressions flagged"
