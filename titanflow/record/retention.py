@@ -64,16 +64,23 @@ class Decision:
     bytes: int = 0
 
 
-def _size(path: Path) -> int:
-    """Bytes of the files under ``path`` (links not followed)."""
-    if path.is_file() or path.is_symlink():
-        return path.lstat().st_size
-    return sum(f.lstat().st_size for f in path.rglob("*") if f.is_file() or f.is_symlink())
+def _freed(going: tuple[Path, ...]) -> int:
+    """Bytes the disk gets back when every path of ``going`` is removed (symbolic links not followed): a file's
+    size once per inode, and only for an inode whose hard links all lie within ``going``. A run's export shares its
+    safetensors with the last step checkpoint by hard link (titanflow.export.assemble), so removing one of the two
+    frees nothing and removing both frees the file once."""
+    files = [p for path in going for p in ((path,) if not path.is_dir() or path.is_symlink() else path.rglob("*"))
+             if p.is_file() or p.is_symlink()]
+    links: dict[tuple[int, int], list] = {}
+    for file in files:
+        info = file.lstat()
+        links.setdefault((info.st_dev, info.st_ino), []).append(info)
+    return sum(found[0].st_size for found in links.values() if len(found) >= found[0].st_nlink)
 
 
 def _going(run_dir: Path, parts: tuple[str, ...]) -> Decision:
     found = tuple(p for p in (run_dir / part for part in parts) if p.exists())
-    return Decision(run_dir, "heavy", "", found, sum(map(_size, found)))
+    return Decision(run_dir, "heavy", "", found, _freed(found))
 
 
 def plan(runs_dir: Path | None = None, policy: Policy | None = None, history_dir: Path | None = None,
@@ -113,7 +120,7 @@ def plan(runs_dir: Path | None = None, policy: Policy | None = None, history_dir
                                                       "of its workload"))
         elif age_days > policy.records_keep_days:
             decisions.append(Decision(folder, "whole", f"{summary.verdict}, {age_days:.0f} days old: past "
-                                      f"records_keep_days {policy.records_keep_days:g}", (folder,), _size(folder)))
+                                      f"records_keep_days {policy.records_keep_days:g}", (folder,), _freed((folder,))))
         else:
             heavy = _going(folder, HEAVY)
             decisions.append(Decision(folder, "heavy" if heavy.paths else "keep",

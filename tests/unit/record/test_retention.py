@@ -65,3 +65,21 @@ def test_prune_refuses_a_runs_or_history_folder_that_is_not_one(tmp_path, capsys
                                                       "the runs folder (--runs-dir)")
     assert main(["prune", "--apply", "--runs-dir", str(tmp_path), "--history-dir", str(tmp_path / "a-file")]) == 2
     assert capsys.readouterr().err.splitlines()[1].startswith(f"history_dir: {tmp_path / 'a-file'} is a file; fix: ")
+
+
+def test_an_export_hard_linked_to_its_checkpoint_is_counted_once_and_only_when_both_links_go(tmp_path):
+    """The export's safetensors is a hard link of the last step checkpoint's (titanflow.export.assemble), as a real
+    run folder has it: removing the export and the checkpoints frees the file once; a link that stays frees nothing."""
+    import os
+
+    runs = tmp_path / "runs"
+    old = [make_run(runs, f"pass-{i:02d}", "pass", days_ago=i) for i in range(7)]  # the two oldest lose their heavy parts
+    for run in old:
+        shared = run / "train" / "checkpoint" / "step-10" / "model-00001-of-00001.safetensors"
+        os.link(run / "export" / "model.safetensors", shared)
+    decisions = {d.run_dir.name: d for d in retention.plan(runs, history_dir=tmp_path / "history", now=NOW)}
+    assert decisions["pass-05"].bytes == decisions["pass-06"].bytes == EXPORT_BYTES + CHECKPOINT_BYTES
+    # the export alone, its checkpoint twin left in place: the disk gets nothing back
+    kept_twin = retention._freed((old[6] / "export",))
+    assert kept_twin == 0 and retention._freed((old[6] / "train" / "checkpoint",)) == CHECKPOINT_BYTES
+    assert retention.apply([decisions["pass-05"]]) == EXPORT_BYTES + CHECKPOINT_BYTES
