@@ -115,10 +115,11 @@ def root_cause(error: str | None) -> str | None:
 
 
 #: A refusal of the run's own input, raised by titanflow's checks after the flow started (a Hub snapshot or
-#: the built pretrained checkpoint is checked once resolved, in render_config): the message names the field
-#: first. A TransientDownloadError (a server error, a reset connection) is not one: it is infrastructure.
-INPUT_REFUSAL = re.compile(r"^(?:ValueError|WeightsError|FileNotFoundError|ConfigError): "
-                           r"(?:weights|seq_len|steps|nnodes|nproc_per_node|nproc|global_batch_size|kernels|timeout_s|init|lr|resume): ")
+#: the built pretrained checkpoint is checked once resolved, in render_config; the node's baseline of the run's
+#: workload is read by the judge, titanflow.judge.baselines): the message names the field first. A TransientDownloadError (a server error, a reset connection) is not one: it is infrastructure.
+INPUT_REFUSAL = re.compile(r"^(?:ValueError|WeightsError|FileNotFoundError|ConfigError|BaselineError): "
+                           r"(?:weights|seq_len|steps|nnodes|nproc_per_node|nproc|global_batch_size|kernels|timeout_s|init|lr|resume"
+                           r"|baseline|history_dir): ")
 
 #: A rank's own refusal of the run's configuration or data, on a root cause no signature of any class matched:
 #: torchtitan checks its config with ``ValueError`` and ``assert`` (a parallel degree that does not divide the batch

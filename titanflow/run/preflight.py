@@ -128,6 +128,9 @@ def preflight(run: ScenarioRun, *, launch: bool = True) -> Path:
     paths.check_runs_dir_writable(root)
     paths.check_writable(paths.cache_root(), "TITANFLOW_CACHE", "export TITANFLOW_CACHE=<a folder you can write> (the "
                                                                 "built assets, compile caches and trims live there)")
+    if launch:  # the judge reads the node's baselines there and the run is appended there
+        paths.check_writable(paths.history_root(), "TITANFLOW_HISTORY", "export TITANFLOW_HISTORY=<a folder you can "
+                             "write> (the run history and the node's baselines live there)")
     run_dir = root / (run.resume or run.run_id or new_run_id(run))
     if run.resume is not None and not run_dir.is_dir():
         raise ValueError(f"resume: no run folder {run_dir}; fix: pass the id of a run under {root} (--runs-dir names "

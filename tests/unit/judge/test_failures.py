@@ -157,6 +157,11 @@ def test_retry_condition_retries_only_infrastructure(log, retried):
     ("pull_weights", "WeightsError: weights: the Hub refused org/name (HTTP 401); check the token", "input"),
     ("pull_weights", "TransientDownloadError: weights: downloading org/name failed: 503", "infrastructure"),
     ("train", "TrainingError: train: torchrun exited 1; full log x", "infrastructure"),
+    # the node's baseline of the workload, read by the judge (titanflow.judge.baselines' messages): the node's own
+    # state for its user to mend, not the numerics of the run
+    ("compare_loss", "BaselineError: baseline: /h/baselines/native-cpu-random-k-e.json does not read as a baseline "
+                     "(Expecting value: line 1 column 1 (char 0)); fix: move it aside", "input"),
+    ("compare_loss", "BaselineError: history_dir: /h is a file; fix: pass the history folder", "input"),
 ])
 def test_a_refusal_of_the_runs_input_after_the_flow_started_is_input(task, error, cls):
     assert classify_failure(verdict="fail", failed_task=task, error=error, losses=None) == cls

@@ -32,3 +32,16 @@ def test_a_run_on_trn2_is_refused_for_a_missing_upstream_name_only_once_everythi
     with pytest.raises(ValueError, match=r"upstream names: lacks torchtitan.models.qwen3._qwen3_norm"):
         preflight.require_ready(run)
     assert calls == [("trn2", "native")]
+
+
+def test_a_history_folder_that_is_a_file_is_refused_before_launch_and_a_render_does_without_it(tmp_path, monkeypatch):
+    """The judge reads the node's baselines from the history folder and the run is appended there: a file in its
+    place is refused before anything trains, naming the variable and the fix; a render (files only) never reads it."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("TITANFLOW_HISTORY", str(blocker))
+    run = ScenarioRun(scenario="native", target="cpu", runs_dir=str(tmp_path / "runs"))
+    with pytest.raises(ValueError, match=rf"^TITANFLOW_HISTORY: {blocker} is a file, not a folder; fix: export "
+                                         r"TITANFLOW_HISTORY=<a folder you can write>"):
+        preflight.preflight(run)
+    assert preflight.preflight(run, launch=False).parent == tmp_path / "runs"
