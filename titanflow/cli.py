@@ -115,7 +115,13 @@ def print_summary(summary: RunSummary, run_dir: Path | None = None) -> None:
     if summary.loss:
         rows += [("first-step loss", f"{summary.loss.first_step_loss:.4f}"),
                  ("expected", f"{summary.loss.expected_first_step_loss:.4f} +- {summary.loss.tolerance}"),
+                 ("expected from", summary.loss.expectation_source),
                  ("reason", summary.reason or "")]
+    # what the whole curve was judged against (the node's baseline and its lane, a golden, or no baseline with the
+    # promote command), and each performance finding out of margin with its count (titanflow.judge.regression)
+    rows += [("loss curve", f"{f.status}: {f.detail}") for f in summary.findings if f.metric == "losses"]
+    rows += [("performance", f"{f.metric} {f.status} {f.streak or ''}: {f.detail}") for f in summary.findings
+             if f.finding_class == "performance" and f.passed is False]
     if summary.failed_task:  # the cause and the fix; the whole error (tracebacks) stays in summary.json and the logs
         from titanflow.record.failure_text import explain
 

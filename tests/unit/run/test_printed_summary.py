@@ -90,3 +90,26 @@ def test_a_failed_training_is_said_by_its_cause_fix_and_logs_never_by_its_traceb
     assert re.search(rf"\nlogs +{re.escape(str(run_dir / 'train.log'))}, {re.escape(str(run_dir / 'summary.json'))}\n",
                      printed)
     assert "Traceback" not in printed and "Root Cause" not in printed and "error_file" not in printed
+
+
+def test_where_the_expectation_came_from_and_what_the_curve_was_judged_against_are_printed(capsys):
+    """The first step's expectation source, the golden_curve rule's finding (here: no baseline, with the promote
+    command titanflow.judge.regression words it) and a performance finding out of margin with its count."""
+    from titanflow.results import Finding
+
+    summary = _legacy()
+    summary.findings = [
+        Finding(metric="losses", value=None, baseline=None, margin=0.02, passed=None, status="no baseline",
+                finding_class="numerics",
+                detail="the goldens are of the embedded weights; this run trained /w and no baseline on this node; "
+                       "make this run the baseline of its workload on this node: titanflow golden promote r1"),
+        Finding(metric="tokens_per_s", value=40.0, baseline=260.0, margin=0.05, passed=False, status="flagged",
+                finding_class="performance", detail="40 vs node baseline 260 (-84.6%)", streak="1 of 2"),
+        Finding(metric="peak_memory_gib", value=1.0, baseline=1.0, margin=0.1, passed=True, status="pass",
+                finding_class="performance", detail="within")]
+    print_summary(summary)
+    printed = capsys.readouterr().out
+    assert re.search(rf"\nexpected from +{re.escape(summary.loss.expectation_source)}\n", printed)
+    assert re.search(r"\nloss curve +no baseline: .* titanflow golden promote r1\n", printed)
+    assert re.search(r"\nperformance +tokens_per_s flagged 1 of 2: 40 vs node baseline 260 \(-84\.6%\)\n", printed)
+    assert "peak_memory_gib" not in printed  # a finding within its margin is in summary.json, not on the screen
