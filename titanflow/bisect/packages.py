@@ -20,6 +20,7 @@ pair of environments always gives one order (the bisect is repeatable, and its t
 
 from __future__ import annotations
 
+import re
 import shlex
 from pathlib import Path
 
@@ -27,7 +28,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from pydantic import BaseModel, ConfigDict
 
-from titanflow.paths import runs_root
+from titanflow.paths import REPO_ROOT, runs_root
 from titanflow.record.summary import SUMMARY, RunSummary, read_summary
 
 #: pip options a constraints file may carry that say where packages come from; they are passed to pip as written.
@@ -61,13 +62,28 @@ class PackageChange(BaseModel):
         return f"{self.name} {self.before} -> {self.after}"
 
 
+def _is_titanflow(line: str) -> bool:
+    """Whether a constraints line installs titanflow itself: ``-e git+...#egg=titanflow``, ``-e <this checkout>``,
+    ``titanflow @ file://...`` or ``titanflow==...``, as pip freeze writes titanflow's own venv."""
+    egg = re.search(r"[#&]egg=([A-Za-z0-9_.-]+)", line)
+    if egg:
+        return canonicalize_name(egg.group(1)) == "titanflow"
+    words = line.split()
+    if words and words[0] in ("-e", "--editable") and len(words) > 1:
+        return Path(words[1].removeprefix("file://")).resolve() == REPO_ROOT
+    name = re.match(r"[A-Za-z0-9_.-]+", line)
+    return name is not None and canonicalize_name(name.group(0)) == "titanflow"
+
+
 def read_env_file(field: str, path: Path | str) -> Environment:
     """The pins of a pip constraints or requirements file: one ``name==version`` per line (an environment marker
     and ``#`` comments allowed), plus the :data:`SOURCE_OPTIONS` lines, relative folders read from the file's.
+    titanflow's own line, in any form pip freeze writes it, is left out: every probe runs the bisect's ``--revision``.
 
     Raises:
         ValueError: ``field`` first, then the file, the line and the fix: a file that is missing, a line that is not
-            a requirement, a requirement that is not pinned with ``==``, a package pinned twice, no pin at all.
+            a requirement, a requirement that is not pinned with ``==``, an editable install of another package, a
+            package pinned twice, no pin at all.
     """
     path = Path(path)
     if not path.is_file():
@@ -80,6 +96,11 @@ def read_env_file(field: str, path: Path | str) -> Environment:
         if not line:
             continue
         where = f"{field}: {path} line {number} {line!r}"
+        if _is_titanflow(line):
+            continue  # pip freeze of titanflow's own venv lists its checkout: the probes run --revision's code
+        if line.startswith(("-e ", "--editable")):
+            raise ValueError(f"{where}: an editable install is a checkout, not a version; fix: pin the package as "
+                             "name==version, or leave the line out")
         if line.startswith("-"):
             words = shlex.split(line.replace("=", " ", 1) if line.startswith("--") else line)
             if words[0] not in SOURCE_OPTIONS:

@@ -252,3 +252,17 @@ def test_a_constraints_file_reads_its_pins_and_sources(tmp_path):
     assert env.packages == {"torch": "2.13.0", "zeta-tools": "2.0"}  # PEP 503 names; a marker that is false: not here
     assert env.pip_options == ["--no-index", "--find-links", str(tmp_path / "wheels"), "-f",
                                "https://example.invalid/simple"]
+
+
+def test_pip_freeze_of_titanflows_own_venv_is_taken_without_titanflows_line(tmp_path):
+    """pip freeze of the venv titanflow is installed in lists its checkout (editable, a VCS url or a local url): every
+    probe runs the bisect's --revision, so that line is left out; another package's editable checkout has no
+    version to install and is refused with the fix."""
+    path = tmp_path / "freeze.txt"
+    path.write_text("-e git+file:///work/main@88ba699#egg=titanflow\nfilelock==3.13.1\n"
+                    f"-e {REPO_ROOT}\ntitanflow @ file:///work/main\npandas==2.2.3\n")
+    assert read_env_file("good_env", path).packages == {"filelock": "3.13.1", "pandas": "2.2.3"}
+    path.write_text("filelock==3.13.1\n-e git+https://example.org/x.git@abc#egg=tool\n")
+    with pytest.raises(ValueError, match=rf"^good_env: {path} line 2 '-e git\+https://example.org/x.git@abc#egg=tool': an "
+                                         r"editable install is a checkout, not a version; fix: pin the package"):
+        read_env_file("good_env", path)
