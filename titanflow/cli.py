@@ -203,6 +203,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"titanflow: the flow ended before writing a summary: {state.message}", file=sys.stderr)
         return 2
     summary = read_summary(summary_path)
+    mine = getattr(getattr(state, "state_details", None), "flow_run_id", None)
+    if not stopped and mine is not None and summary.flow_run_id not in (None, str(mine)):
+        # another run of the same id made the folder between the preflight and this flow's start: its record, not ours
+        print(f"titanflow: bad input: {state.message}", file=sys.stderr)
+        return 2
     print_summary(summary, run_dir)
     status, stop_code = _stop_line(state) if stopped else (state.name, 130)
     cancelled = "; run cancelled, not failed" if summary.verdict == "cancelled" else ""

@@ -44,7 +44,8 @@ def prepare(given: dict) -> tuple[ScenarioRun, Path, Resumption | None]:
     a run folder, the run to continue instead, checked (titanflow.run.resume.resumed_run); nothing is created then.
 
     Raises:
-        pydantic.ValidationError / ValueError: a bad field (the message names it).
+        pydantic.ValidationError / ValueError: a bad field (the message names it), or a run folder of the same id that
+            another run made between the preflight and this (run_id).
     """
     if "resume" not in given and (runtime.flow_run.run_count or 1) > 1:
         folder = own_run_folder(ScenarioRun.model_validate(given), str(runtime.flow_run.id))
@@ -55,7 +56,11 @@ def prepare(given: dict) -> tuple[ScenarioRun, Path, Resumption | None]:
         return resumption.run, resumption.run_dir, resumption
     run = ScenarioRun.model_validate(given)
     run_dir = preflight(run)
-    run_dir.mkdir(parents=True)
+    try:
+        run_dir.mkdir(parents=True)
+    except FileExistsError:  # another run of the same id made it since preflight looked: that run's, left alone
+        raise ValueError(f"run_id: {run_dir} was made by another run a moment ago; fix: pass another run id, or none "
+                         "for a fresh one") from None
     return run, run_dir, None
 
 

@@ -45,3 +45,18 @@ def test_a_history_folder_that_is_a_file_is_refused_before_launch_and_a_render_d
                                          r"TITANFLOW_HISTORY=<a folder you can write>"):
         preflight.preflight(run)
     assert preflight.preflight(run, launch=False).parent == tmp_path / "runs"
+
+
+def test_a_run_folder_another_run_of_the_same_id_made_after_the_preflight_is_refused_and_left_alone(tmp_path,
+                                                                                                    monkeypatch):
+    """Two runs of one --run-id started together both pass the preflight; the one that finds the folder made is
+    refused naming the run id (titanflow.run.session.prepare), and the other run's folder keeps what it holds."""
+    from titanflow.run import session
+
+    taken = tmp_path / "runs" / "same"
+    monkeypatch.setattr(session, "preflight", lambda run: taken)  # the preflight saw no folder; now there is one
+    taken.mkdir(parents=True)
+    (taken / "train.log").write_text("the other run's log\n")
+    with pytest.raises(ValueError, match=rf"^run_id: {taken} was made by another run a moment ago; fix: pass another"):
+        session.prepare({"scenario": "native", "target": "cpu", "run_id": "same", "runs_dir": str(tmp_path / "runs")})
+    assert (taken / "train.log").read_text() == "the other run's log\n"
