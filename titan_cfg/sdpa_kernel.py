@@ -5,19 +5,20 @@ dispatches to.
 (device, dtype, shape, mask) and dispatches to that backend's aten operator. A device plugged in out of tree, as
 torch-neuronx's ``neuron`` device is (PrivateUse1), supplies its fused kernel as
 ``aten::_scaled_dot_product_fused_attention_overrideable``; a call that no fused kernel takes goes to
-``aten::_scaled_dot_product_attention_math``, a composite operator seen as the matmuls and the softmax it is made of. Which one a rank got is what a Trainium run's
+``aten::_scaled_dot_product_attention_math`` (matmuls and a softmax). Which one a rank got is what a Trainium run's
 speed and numerics hang on, and nothing in torchtitan's output says it, so rank 0 records it on every run
 (titan_cfg.window.record_install: ``train/torchtitan_install.json``, key ``sdpa``).
 
-The operators are seen through torch's public ``TorchDispatchMode`` over one causal call of the run's own attention
-shape ``[1, heads, seq_len, head_dim]`` in its training dtype: no model, no process group.
+The operators are read from torch's profiler (its CPU activity records every operator the dispatcher enters, on any
+device) over one causal call of the run's own attention shape ``[1, heads, seq_len, head_dim]`` in its training
+dtype: no model, no process group.
 """
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.profiler import ProfilerActivity, profile
 
 #: aten operator -> what it is. The fused ones are each backend's own kernel; ``math`` is the unfused reference.
 KERNELS: dict[str, str] = {
@@ -33,18 +34,6 @@ KERNELS: dict[str, str] = {
 UNFUSED = "_scaled_dot_product_attention_math"
 
 
-class _Operators(TorchDispatchMode):
-    """Records the name of every aten operator dispatched while it is active."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.names: list[str] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.names.append(func.overloadpacket.__name__)
-        return func(*args, **(kwargs or {}))
-
-
 def probe(device: str | torch.device, heads: int, seq_len: int, head_dim: int, dtype: torch.dtype) -> dict:
     """One causal ``scaled_dot_product_attention`` of ``[1, heads, seq_len, head_dim]`` in ``dtype`` on ``device``;
     returns ``{"kernel": the aten operator of :data:`KERNELS` it took (None when none of them), "what": its words,
@@ -56,12 +45,11 @@ def probe(device: str | torch.device, heads: int, seq_len: int, head_dim: int, d
     asked = {"device": str(device), "shape": shape, "dtype": str(dtype).removeprefix("torch.")}
     try:
         q, k, v = (torch.randn(shape, dtype=dtype, device=device) for _ in range(3))
-        with torch.no_grad(), _Operators() as seen:
+        with torch.no_grad(), profile(activities=[ProfilerActivity.CPU]) as seen:
             F.scaled_dot_product_attention(q, k, v, is_causal=True)
     except Exception as err:  # noqa: BLE001  (whatever the device raises: the record says it, the training goes on)
         return {**asked, "error": f"{type(err).__name__}: {err}"[:500]}
-    kernel = next((name for name in seen.names if name in KERNELS), None)
-    if kernel is None and {"_safe_softmax", "_softmax"} & set(seen.names):
-        kernel = UNFUSED  # the math backend is composite: the mode sees its matmuls and softmax, not its own name
+    operators = [event.name.removeprefix("aten::") for event in seen.events()]
+    kernel = next((name for name in operators if name in KERNELS), None)
     return {**asked, "kernel": kernel, "what": KERNELS.get(kernel, "not a kernel titanflow knows: see operators"),
-            "fused": None if kernel is None else kernel != UNFUSED, "operators": seen.names}
+            "fused": None if kernel is None else kernel != UNFUSED, "operators": operators}

@@ -11,7 +11,7 @@ from titan_cfg.sdpa_kernel import KERNELS, UNFUSED, probe
 def test_on_cpu_a_causal_call_takes_cpus_flash_attention():
     found = probe("cpu", heads=4, seq_len=64, head_dim=32, dtype=torch.float32)
     assert found["kernel"] == "_scaled_dot_product_flash_attention_for_cpu" and found["fused"] is True
-    assert found["operators"] == ["_scaled_dot_product_flash_attention_for_cpu"]  # is_causal: no mask built
+    assert found["operators"][:2] == ["scaled_dot_product_attention", "_scaled_dot_product_flash_attention_for_cpu"]
     assert (found["shape"], found["dtype"], found["device"]) == ([1, 4, 64, 32], "float32", "cpu")
     assert found["what"] == KERNELS["_scaled_dot_product_flash_attention_for_cpu"]
 
