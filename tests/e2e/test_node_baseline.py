@@ -15,7 +15,11 @@ The rules are the committed golden_curve rule (margin 0.02, band 0.2) and one to
 a noise floor, given by $TITANFLOW_REGRESSION_RULES: the committed tokens/s floor (250, measured on two ranks under the
 suite's load) is more than this one-rank workload's whole throughput (120 to 475 tokens/s measured here), and under the
 suite's load a run slows by up to 48 % (benchmarks/noise_floor.py), so only the sleep, which takes the throughput to
-at most 51 tokens/s (1024 tokens per step over 4-9 s of step plus 20 s), leaves 50 %.
+at most 51 tokens/s (1024 tokens per step over 4-9 s of step plus 20 s), leaves 50 %. A shorter sleep gives that up:
+against the slowest baseline measured (120 tokens/s, 8.5 s a step) a slowed run must take over 17 s at step 2, and
+its own step takes as little as 1.9 s (553 tokens/s, an idle machine), so 15 s would leave 16.9 s, 61 tokens/s, not
+flagged; 20 s leaves 21.9 s, 47 tokens/s. The sleep costs wall time, not CPU: one slowed run took 33.6 CPU-s and
+60 s, the same run without the sleep 34.5 CPU-s and 38 s (``titanflow run`` with its own Prefect server, here).
 """
 
 from __future__ import annotations

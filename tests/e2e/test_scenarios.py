@@ -1,10 +1,10 @@
 """End to end on CPU: the console script runs the qwen3-scenario flow with real torchrun, torchtitan and
 transformers (one to two minutes each).
 
-Runs use the default parameters (10 steps: the nightly's workload), so each is also checked step by step against
-its golden loss curve (helpers.scenario_runs.golden_run; TITANFLOW_UPDATE_GOLDEN=1 records them again). The native
-random-init run is the session's ``native_golden_run`` (tests/e2e/conftest.py), which test_terminal_view.py and
-test_compare_runs.py read too.
+Runs use the default parameters (the nightly's workload), so each is also checked step by step against its golden
+loss curve (helpers.scenario_runs.golden_run; TITANFLOW_UPDATE_GOLDEN=1 records them again, 10 steps each). The
+native random-init run is the session's ``native_golden_run`` (tests/e2e/conftest.py: 10 steps, which
+test_terminal_view.py and test_compare_runs.py read too); the others train SHARED_STEPS of the golden's 10.
 """
 
 from pathlib import Path
@@ -14,6 +14,11 @@ from helpers.scenario_runs import golden_run, run, summary_of
 
 from titan_cfg.scenarios import SCENARIOS
 from titanflow.judge.expected_loss import random_init_first_step_loss
+
+#: The leading steps of a 10-step golden's workload the tests below train: all 4 share the golden's learning rates
+#: at the default warm-up of 2 (titan_cfg.lr_schedule.shared_loss_steps), so the flow holds each to the golden step
+#: for step; what they assert besides (first-step loss, export, load, round trip, parity) needs no more steps.
+SHARED_STEPS = 4
 
 
 def test_native_cpu_random_init_passes_end_to_end(native_golden_run):
@@ -82,7 +87,9 @@ def _metrics_are_the_event_files(summary, run_dir: Path) -> None:
 
 
 def test_hf_backend_cpu_random_init_passes_with_exact_parity(tmp_path, prefect_api):
-    summary, _ = golden_run(tmp_path, "hf_backend", api=prefect_api)
+    """The hf_backend scenario's 4 leading golden steps (SHARED_STEPS: held to the golden's, and enough for the
+    trained, untied lm_head the export must carry) pass, with the random-init first-step loss and exact parity."""
+    summary, _ = golden_run(tmp_path, "hf_backend", api=prefect_api, steps=SHARED_STEPS)
     # transformers-backend init: lm_head truncated normal std d^-1/2 (titanflow.judge.expected_loss)
     expected = random_init_first_step_loss(151_936, 64, "trunc_normal_inv_sqrt_hidden")
     assert summary.loss.expected_first_step_loss == pytest.approx(expected)
@@ -98,8 +105,10 @@ def test_moe_cpu_random_init_rope_kernel_matches_reference_end_to_end(tmp_path, 
     choice on cpu) and once with torchtitan's own: both pass, with the same first-step loss (the
     op is bit-exact against the reference: tests/unit/titan_cfg/test_kernels.py), an export transformers loads
     as Qwen3MoeForCausalLM with nothing missing or unexpected, bit-exact round trip, and the same
-    routing and logits as the trained model."""
-    summary, _ = golden_run(tmp_path / "cpu", "moe", api=prefect_api)  # rope=cpu: the scenario's choice on cpu
+    routing and logits as the trained model. The cpu op's run trains the golden's 4 leading steps (SHARED_STEPS:
+    each held to the golden's), the reference's 2 (only its first-step loss is compared)."""
+    # rope=cpu: the scenario's choice on cpu
+    summary, _ = golden_run(tmp_path / "cpu", "moe", api=prefect_api, steps=SHARED_STEPS)
     code, output = run(tmp_path / "reference", "--steps", "2", "--kernels", "rope=reference", scenario="moe",
                        api=prefect_api)
     assert code == 0, output
@@ -128,15 +137,16 @@ def checked_in_detail(scenario: str) -> bool:
 def test_random_init_run_of_any_other_scenario_matches_its_golden(tmp_path, scenario, prefect_api):
     """A scenario record no test above names still trains, passes and holds its golden curve, which make goldens
     records here (no parameter set while every scenario is checked in detail above)."""
-    golden_run(tmp_path, scenario, api=prefect_api)
+    golden_run(tmp_path, scenario, api=prefect_api, steps=SHARED_STEPS)
 
 
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
 def test_fine_tune_from_the_pretrained_tiny_checkpoint_matches_its_golden(tmp_path, scenario, prefect_api):
-    """The CPU analogue of the walkthrough's 6.54 (pretrained) vs 12.43 (random init)."""
+    """The CPU analogue of the walkthrough's 6.54 (pretrained) vs 12.43 (random init): the pretrained golden's 4
+    leading steps (SHARED_STEPS: each held to the golden's; the loss checks below are of step 1)."""
     from titanflow.judge.goldens import curve_path, read_curve
 
-    summary, _ = golden_run(tmp_path, scenario, init="pretrained", api=prefect_api)
+    summary, _ = golden_run(tmp_path, scenario, init="pretrained", api=prefect_api, steps=SHARED_STEPS)
     random_expected = random_init_first_step_loss(151_936, 64, SCENARIOS[scenario].output_init)
     assert summary.loss.first_step_loss < random_expected - 2.0  # weights really loaded: far below random init
     # the expectation is transformers' loss of the loaded weights on the trainer's step-1 batch; torchtitan's

@@ -40,21 +40,30 @@ def summary_of(runs_dir: Path) -> RunSummary:
 
 
 def golden_run(runs_dir: Path, scenario: str, *options: str, init: str = "random", api: str | None = None,
-               terminal: bool = False) -> tuple[RunSummary, str]:
+               terminal: bool = False, steps: int | None = None) -> tuple[RunSummary, str]:
     """Run with default parameters (:func:`run`); with TITANFLOW_UPDATE_GOLDEN set, first record the run's golden
     curve (and for pretrained init its first-step golden), then run again against them. Asserts the run passed and
-    its loss curve was compared (not "no baseline") and held; returns (the summary, the output)."""
-    code, output = run(runs_dir, "--init", init, *options, scenario=scenario, api=api, terminal=terminal)
+    its loss curve was compared (not "no baseline") and held on every step; returns (the summary, the output).
+
+    ``steps``: train only that many leading steps of the golden's workload (``--steps``), which the flow holds to the
+    golden's same steps (titanflow.judge.goldens.GoldenCurve.shared_steps: up to 4 at the default warm-up of 2);
+    None trains the golden's whole 10. A golden update still records the whole 10-step run first."""
+    shorter = ("--steps", str(steps)) if steps else ()
+    update = os.environ.get("TITANFLOW_UPDATE_GOLDEN")
+    code, output = run(runs_dir, "--init", init, *options, *(() if update else shorter), scenario=scenario, api=api,
+                       terminal=terminal)
     summary = summary_of(runs_dir)
-    if os.environ.get("TITANFLOW_UPDATE_GOLDEN"):
+    if update:
         record_goldens(summary)
-        code, output = run(runs_dir / "again", "--init", init, *options, scenario=scenario, api=api, terminal=terminal)
+        code, output = run(runs_dir / "again", "--init", init, *options, *shorter, scenario=scenario, api=api,
+                           terminal=terminal)
         summary = summary_of(runs_dir / "again")
     assert code == 0, output[-6000:]
     assert ": Completed" in output and summary.verdict == "pass"
     (curve,) = [f for f in summary.findings if f.metric == "losses"]
     assert curve.status == "pass", curve.detail  # every step within 0.02 nats of the golden curve
-    assert len(summary.losses) == 10
+    trained = steps or 10
+    assert len(summary.losses) == trained and f"worst of {trained} steps" in curve.detail, curve.detail
     return summary, output
 
 
