@@ -54,8 +54,9 @@ $(LOWEST)/.installed: pyproject.toml profiles/cpu-lowest/constraints.txt
 
 setup-lowest: $(LOWEST)/.installed
 
+# TITANFLOW_CPU_REPORT=<file>.csv (every test's CPU, tests/helpers/cpu_budget.py): this lane's go to <file>-lowest.csv
 test-lowest: setup-lowest
-	$(LOWEST)/bin/python -m pytest -q -n 2 --dist loadgroup --no-loadscope-reorder $(LOWEST_TESTS) $(LOWEST_SKIP) $(PYTEST_ARGS)
+	$(if $(TITANFLOW_CPU_REPORT),TITANFLOW_CPU_REPORT=$(basename $(TITANFLOW_CPU_REPORT))-lowest.csv) $(LOWEST)/bin/python -m pytest -q -n 2 --dist loadgroup --no-loadscope-reorder $(LOWEST_TESTS) $(LOWEST_SKIP) $(PYTEST_ARGS)
 
 # Unit tests only (skips the end-to-end flow runs).
 test-fast: setup

@@ -21,7 +21,8 @@ BUDGET_CPU_S = 2000
 #: How many of the dearest tests the summary lists.
 DEAREST = 10
 #: Environment variable naming a CSV file that receives every test's CPU seconds (``test,cpu_s``, dearest first),
-#: for finding where the suite's time goes: ``TITANFLOW_CPU_REPORT=/tmp/cpu.csv make test``.
+#: for finding where the suite's time goes: ``TITANFLOW_CPU_REPORT=/tmp/cpu.csv make test`` (the lowest lane's into
+#: ``/tmp/cpu-lowest.csv``: the Makefile's test-lowest).
 REPORT_ENV = "TITANFLOW_CPU_REPORT"
 
 
