@@ -43,6 +43,10 @@ from titanflow.record.summary import RunSummary
 from titanflow.refusal import describe
 
 
+#: What a refusal of the bad endpoint asks for (titanflow.bisect.verdict.learn_check).
+BAD = "bad environment (--bad-env or --bad-run)"
+
+
 class KnownVerdict(BaseModel):
     """An endpoint given as a run: its run id, folder, summary and the end of its train.log (its verdict is kept)."""
 
@@ -138,7 +142,7 @@ def check_env_inputs(repo: Path | str, revision: str, parameters: dict, *, good_
                          "passed as good")
     if bad_known is not None:
         try:
-            learn_check(bad_known.summary, bad_known.log_tail)
+            learn_check(bad_known.summary, bad_known.log_tail, bad=BAD)
         except BisectRefused as refused:
             raise ValueError(f"bad_run: {bad_known.run_id}: {refused}") from None
     top = checkout(repo)
@@ -198,7 +202,7 @@ def bisect_environments(result: EnvBisectResult, probe: Callable[[int, ProbeRole
         run = probe(k, role)
         try:
             if result.check is None:
-                result.check = learn_check(run.summary, run.log_tail, run.why or "")
+                result.check = learn_check(run.summary, run.log_tail, run.why or "", bad=BAD)
         finally:
             row = as_probe(run, role, changes_text(result.changes[:k]), result.check).model_copy(
                 update={"revision": f"env-{k}"})  # every probe runs result.revision: the table names the environment
@@ -207,7 +211,7 @@ def bisect_environments(result: EnvBisectResult, probe: Callable[[int, ProbeRole
 
     try:
         if result.bad_run is not None:
-            result.check = learn_check(result.bad_run.summary, result.bad_run.log_tail)
+            result.check = learn_check(result.bad_run.summary, result.bad_run.log_tail, bad=BAD)
             result.probes.append(_known_probe(result.bad_run, "bad", f"env-{n}", result.check))
         else:
             probe_and_judge(n, "bad")

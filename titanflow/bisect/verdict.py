@@ -52,27 +52,28 @@ def failed_checks(summary: RunSummary) -> list[str]:
     return checks
 
 
-def learn_check(summary: RunSummary | None, log_tail: str = "", why: str = "") -> Check:
-    """The check the bad revision's run fails: its failure class and its first failed check.
+def learn_check(summary: RunSummary | None, log_tail: str = "", why: str = "", bad: str = "bad revision") -> Check:
+    """The check the bad revision's (or environment's) run fails: its failure class and its first failed check.
 
     ``log_tail``: the end of its train.log (titanflow.record.summary.classify reads it); ``why``: what is known
-    of a run without a summary (the probe's exit).
+    of a run without a summary (the probe's exit); ``bad``: what the fix asks for ("bad environment" in a bisect
+    over environments).
 
     Raises:
         BisectRefused: the run passed, was cancelled, or ended without a summary or a failed check.
     """
     if summary is None:
         raise BisectRefused(f"bad: its run ended without a summary.json ({why or 'no reason given'}); the check it "
-                            "fails cannot be known; fix: pass a bad revision whose run ends with a failed verdict")
+                            f"fails cannot be known; fix: pass a {bad} whose run ends with a failed verdict")
     if summary.verdict != "fail":
         raise BisectRefused(f"bad: its run ended {summary.verdict or 'without a verdict'} "
                             f"({summary.reason or summary.error or 'no reason recorded'}); nothing to bisect; fix: pass a "
-                            "bad revision whose run fails")
+                            f"{bad} whose run fails")
     checks = failed_checks(summary)
     failure_class = classify(summary, log_tail)
     if not checks or failure_class is None:
-        raise BisectRefused(f"bad: its run failed without a failed check or class ({summary.reason}); fix: pass a bad "
-                            "revision whose run fails a task, its first-step loss or a numerics rule")
+        raise BisectRefused(f"bad: its run failed without a failed check or class ({summary.reason}); fix: pass a "
+                            f"{bad} whose run fails a task, its first-step loss or a numerics rule")
     return Check(failure_class=failure_class, check=checks[0])
 
 
