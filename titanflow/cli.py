@@ -705,7 +705,8 @@ def cmd_prune(args: argparse.Namespace) -> int:
     for d in going:
         parts = ", ".join("the whole folder" if p == d.run_dir else p.relative_to(d.run_dir).as_posix()
                           for p in d.paths)
-        print(f"{'removes' if args.apply else 'would remove'} {_gib(d.bytes)} of {d.run_dir.name}: {parts} ({d.why})")
+        print(f"{'removes' if args.apply else 'would remove'} {_gib(d.bytes)} of "
+              f"{d.run_dir.relative_to(runs_dir).as_posix()}: {parts} ({d.why})")
     total = retention.apply(going) if args.apply else sum(d.bytes for d in going)
     kept = len(decisions) - len(going)
     command = f"titanflow prune --apply --runs-dir {runs_dir} --history-dir {history_dir}"

@@ -9,7 +9,8 @@ from it (titanflow.judge.baselines) -> kept whole; a failed or cancelled run wit
 newest ``passing_keep_last`` passing runs of its workload (scenario, target, init and the parameters' key) -> kept
 whole; any other run loses its heavy parts (the export and the step checkpoints) and, once older than
 ``records_keep_days``, the rest too. A folder without a readable summary.json is not titanflow's to judge, nor is a link
-to a folder elsewhere: both kept.
+to a folder elsewhere: both kept. The runs inside a bisect's or a canary's folder (:data:`NESTED`) keep everything
+``failed_keep_days``, then lose their heavy parts, and go whole after ``records_keep_days``.
 """
 
 from __future__ import annotations
@@ -127,6 +128,36 @@ def plan(runs_dir: Path | None = None, policy: Policy | None = None, history_dir
                                       f"{summary.verdict}, past the policy: its export and step checkpoints go"
                                       if heavy.paths else f"{summary.verdict}, past the policy, nothing heavy left",
                                       heavy.paths, heavy.bytes))
+    return decisions + _nested(runs_dir, policy, now)
+
+
+#: Run folders inside a bisect's or a canary's folder of the runs folder: a bisect's probes
+#: (``bisect-*/runs/<probe>``, titanflow.bisect.probe) and a canary's sides (``canary-*/<role>/runs/<run>``, flows/canary.py).
+NESTED = ("bisect-*/runs/*", "canary-*/*/runs/*")
+
+
+def _nested(runs_dir: Path, policy: Policy, now: datetime) -> list[Decision]:
+    """The decisions for the runs of bisects and canaries: judged once, read from their folder's report, they compete
+    with no workload's newest runs; each keeps everything ``failed_keep_days`` after it finished, then loses its
+    export and step checkpoints, and goes whole after ``records_keep_days``; one without a verdict is kept."""
+    decisions = []
+    for folder in sorted(p for pattern in NESTED for p in runs_dir.glob(pattern) if p.is_dir() and not p.is_symlink()):
+        try:
+            summary = read_summary(folder / SUMMARY)
+        except (OSError, ValueError):
+            continue
+        age_days = (now - (summary.finished_at or now)) / timedelta(days=1)
+        kind = "a bisect's probe" if folder.parents[1].name.startswith("bisect-") else "a canary's run"
+        if summary.verdict is None or age_days <= policy.failed_keep_days:
+            decisions.append(Decision(folder, "keep", f"{kind}, kept {policy.failed_keep_days:g} days"))
+        elif age_days > policy.records_keep_days:
+            decisions.append(Decision(folder, "whole", f"{kind}, {age_days:.0f} days old: past records_keep_days "
+                                      f"{policy.records_keep_days:g}", (folder,), _freed((folder,))))
+        else:
+            heavy = _going(folder, HEAVY)
+            decisions.append(Decision(folder, "heavy" if heavy.paths else "keep",
+                                      f"{kind}, {age_days:.0f} days old: its export and step checkpoints go"
+                                      if heavy.paths else f"{kind}, nothing heavy left", heavy.paths, heavy.bytes))
     return decisions
 
 

@@ -83,3 +83,25 @@ def test_an_export_hard_linked_to_its_checkpoint_is_counted_once_and_only_when_b
     kept_twin = retention._freed((old[6] / "export",))
     assert kept_twin == 0 and retention._freed((old[6] / "train" / "checkpoint",)) == CHECKPOINT_BYTES
     assert retention.apply([decisions["pass-05"]]) == EXPORT_BYTES + CHECKPOINT_BYTES
+
+
+def test_a_bisects_probes_and_a_canarys_runs_keep_everything_14_days_then_lose_their_heavy_parts(tmp_path, capsys):
+    """The runs inside a bisect's folder (``bisect-*/runs/``) and a canary's (``canary-*/<role>/runs/``) belong to no
+    workload's newest runs: each keeps everything failed_keep_days (14), then its export and step checkpoints go,
+    and it goes whole after records_keep_days (180); the dry run names each by its path in the runs folder."""
+    runs = tmp_path / "runs"
+    recent = make_run(runs / "canary-cpu-lowest-cpu-20261205-050000-ab12" / "successor" / "runs", "native-succ", "pass",
+                      days_ago=2)
+    probe = make_run(runs / "bisect-native-cpu-random-20261120-1" / "runs", "native-cpu-random-env-1", "fail",
+                     days_ago=20)
+    ancient = make_run(runs / "bisect-native-cpu-random-20260501-1" / "runs", "native-cpu-random-env-0", "pass",
+                       days_ago=200)
+    (tmp_path / "history").mkdir()
+    decisions = {d.run_dir.name: d for d in retention.plan(runs, history_dir=tmp_path / "history", now=NOW)}
+    assert decisions[recent.name].action == "keep" and decisions[recent.name].why == "a canary's run, kept 14 days"
+    assert (decisions[probe.name].action, decisions[probe.name].bytes) == ("heavy", EXPORT_BYTES + CHECKPOINT_BYTES)
+    assert decisions[ancient.name].action == "whole"
+    assert main(["prune", "--runs-dir", str(runs), "--history-dir", str(tmp_path / "history")]) == 0
+    assert (f"would remove {(EXPORT_BYTES + CHECKPOINT_BYTES) / 2**10:.2f} KiB of bisect-native-cpu-random-20261120-1/"
+            "runs/native-cpu-random-env-1: export, train/checkpoint (a bisect's probe, 20 days old: its export and step "
+            "checkpoints go)") in capsys.readouterr().out
