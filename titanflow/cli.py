@@ -424,8 +424,13 @@ def cmd_history(args: argparse.Namespace) -> int:
     of the last N nights (titanflow.judge.trends); with ``--set-aside``, rename a table that cannot be read
     (kept) so the next run starts a new one, a readable one only with ``--force``. 0 on success, 1 when the
     table cannot be read, 2 on bad input (a readable table to set aside without ``--force``)."""
+    from titanflow import paths
     from titanflow.record import history
 
+    folder = Path(args.history_dir) if args.history_dir else paths.history_root()
+    if folder.exists() and not folder.is_dir():
+        return _bad_input(f"{'history_dir' if args.history_dir else 'TITANFLOW_HISTORY'}: {folder} is a file, not a "
+                          "folder; fix: name the history folder (the one that holds runs.parquet)")
     if args.force and not args.set_aside:
         print("titanflow: bad input:\nforce: only with --set-aside; fix: pass --set-aside --force", file=sys.stderr)
         return 2

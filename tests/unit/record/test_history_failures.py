@@ -108,3 +108,17 @@ def test_an_unreadable_table_is_set_aside_without_force(corrupt_history, capsys)
     assert main(["history", "--set-aside"]) == 0
     (kept,) = corrupt_history.glob("runs.parquet.set-aside-*")
     assert capsys.readouterr().out == f"history: set aside as {kept}; the next run starts a new table\n"
+
+
+def test_titanflow_history_refuses_a_history_folder_that_is_a_file(tmp_path, monkeypatch, capsys):
+    """As titanflow run, golden and prune do: a file where the history folder should be is named with the fix."""
+    from titanflow.cli import main
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("TITANFLOW_HISTORY", str(blocker))
+    assert main(["history"]) == 2
+    assert capsys.readouterr().err == (f"titanflow: bad input:\nTITANFLOW_HISTORY: {blocker} is a file, not a folder; "
+                                       "fix: name the history folder (the one that holds runs.parquet)\n")
+    assert main(["history", "--history-dir", str(blocker)]) == 2
+    assert capsys.readouterr().err.startswith(f"titanflow: bad input:\nhistory_dir: {blocker} is a file")
