@@ -45,6 +45,21 @@ RESULT_FILE, REPORT_FILE = "bisect.json", "bisect.md"
 PROBE_TIMEOUT_S = 7200.0
 
 
+def new_folder(runs_dir: str | None, bisect_id: str | None, parameters: dict) -> BisectFolder:
+    """The bisect's folder ``<runs_dir>/<bisect_id>``, made here (defaults: $TITANFLOW_RUNS or runs/,
+    titanflow.bisect.search.new_bisect_id of the probes' ``parameters``), for a bisect over commits or environments.
+
+    Raises:
+        ValueError: the folder exists (bisect_id, with the fix).
+    """
+    folder = BisectFolder(Path(runs_dir or runs_root()) / (bisect_id or new_bisect_id(parameters)))
+    try:
+        folder.root.mkdir(parents=True)
+    except FileExistsError:
+        raise ValueError(f"bisect_id: {folder.root} exists; fix: pass another bisect_id, or none") from None
+    return folder
+
+
 def api_url() -> str:
     """The Prefect API the probes report to: this flow run's own.
 
@@ -104,11 +119,7 @@ def qwen3_bisect(
     inputs = check_inputs(repo or REPO_ROOT, good, bad, {"scenario": scenario, "target": target, "init": init,
                                                          "steps": steps})
     url = api_url()
-    folder = BisectFolder(Path(runs_dir or runs_root()) / (bisect_id or new_bisect_id(inputs.parameters)))
-    try:
-        folder.root.mkdir(parents=True)
-    except FileExistsError:
-        raise ValueError(f"bisect_id: {folder.root} exists; fix: pass another bisect_id, or none") from None
+    folder = new_folder(runs_dir, bisect_id, inputs.parameters)
     result = new_result(inputs, folder)
     result.flow_run_id = str(runtime.flow_run.id)
     get_run_logger().info("bisect %s..%s of %s (%d commits) in %s", result.good[:12], result.bad[:12], result.repo,

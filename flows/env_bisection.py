@@ -14,8 +14,6 @@ one package change is named, else Failed, its message saying why.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from prefect import flow, runtime
 from prefect.logging import get_run_logger
 from prefect.states import State
@@ -23,12 +21,10 @@ from prefect.states import State
 from titan_cfg.job import Init
 from titanflow.bisect.env_search import bisect_environments, check_env_inputs, environment_pins, \
     new_env_result, order_result_changes, pip_options
-from titanflow.bisect.probe import BisectFolder
-from titanflow.bisect.search import new_bisect_id
-from titanflow.flows.bisection import PROBE_TIMEOUT_S, api_url, conclude
+from titanflow.flows.bisection import PROBE_TIMEOUT_S, api_url, conclude, new_folder
 from titanflow.flows.scenario import qwen3_scenario
 from titanflow.params import ScenarioName, TargetName
-from titanflow.paths import REPO_ROOT, runs_root
+from titanflow.paths import REPO_ROOT
 from titanflow.prefect_ops.stopped import cancelled_not_crashed
 from titanflow.report.env_bisect import env_bisect_markdown, env_headline, publish_env_bisect
 from titanflow.tasks.probe import probe
@@ -63,11 +59,7 @@ def qwen3_bisect_environments(
     inputs = check_env_inputs(repo or REPO_ROOT, revision, parameters, good_env=good_env, bad_env=bad_env,
                               good_run=good_run, bad_run=bad_run)
     url = api_url()
-    folder = BisectFolder(Path(runs_dir or runs_root()) / (bisect_id or new_bisect_id(inputs.parameters)))
-    try:
-        folder.root.mkdir(parents=True)
-    except FileExistsError:
-        raise ValueError(f"bisect_id: {folder.root} exists; fix: pass another bisect_id, or none") from None
+    folder = new_folder(runs_dir, bisect_id, inputs.parameters)
     result = new_env_result(inputs, folder)
     result.flow_run_id = str(runtime.flow_run.id)
     logger = get_run_logger()

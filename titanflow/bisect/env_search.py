@@ -21,7 +21,6 @@
 
 from __future__ import annotations
 
-import datetime
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -34,7 +33,7 @@ from titanflow.bisect.packages import Environment, PackageChange, order_changes,
     read_env_file, run_environment
 from titanflow.bisect.probe import BisectFolder, ProbeRun
 from titanflow.bisect.revisions import checkout, file_at, resolve
-from titanflow.bisect.search import BisectStatus, Probe, ProbeRole, as_probe
+from titanflow.bisect.search import BisectRecord, Probe, ProbeRole, as_probe
 from titanflow.bisect.verdict import BisectRefused, Check, learn_check
 from titanflow.launch.metrics import log_tail
 from titanflow.params import ScenarioRun
@@ -70,36 +69,17 @@ class EnvBisectInputs(BaseModel):
     bad_run: KnownVerdict | None = None
 
 
-class EnvBisectResult(EnvBisectInputs):
+class EnvBisectResult(BisectRecord, EnvBisectInputs):
     """A bisect over environments as titanflow bisect prints it, the artifact shows it and ``bisect.json`` keeps it;
     each probe's ``revision`` is its environment's label (``env-<k>``), its ``subject`` the changes it has."""
 
-    bisect_id: str
-    folder: str
-    flow_run_id: str | None = None
-    status: BisectStatus = "stopped"
-    reason: str | None = None
-    check: Check | None = None
     first_bad: PackageChange | None = Field(None, description="the change that moves the verdict")
     candidates: list[PackageChange] = Field(default_factory=list, description="ambiguous: the changes left")
-    probes: list[Probe] = Field(default_factory=list)
-    started_at: datetime.datetime = Field(default_factory=lambda: datetime.datetime.now(datetime.UTC))
-    finished_at: datetime.datetime | None = None
-
-    @property
-    def steps_taken(self) -> int:
-        """Probes the search asked for (the endpoints not counted)."""
-        return sum(p.role == "step" for p in self.probes)
 
     @property
     def steps_bound(self) -> int:
         """ceil(log2(n)) for n changes: the most probes the search needs without skips."""
         return math.ceil(math.log2(len(self.changes))) if len(self.changes) > 1 else 0
-
-    @property
-    def wall_s(self) -> float | None:
-        """Seconds from start to finish; None while running."""
-        return round((self.finished_at - self.started_at).total_seconds(), 1) if self.finished_at else None
 
 
 def _side(field: str, env_file: str | None, run: str | None, runs_dir: Path | None) -> tuple[Environment,

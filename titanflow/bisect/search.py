@@ -71,37 +71,43 @@ class BisectInputs(BaseModel):
     parameters: dict = Field(description="the probes' scenario flow parameters: scenario, target, init, steps")
 
 
-class BisectResult(BisectInputs):
-    """A bisect, as titanflow bisect prints it, the artifact shows it and ``bisect.json`` keeps it."""
+class BisectRecord(BaseModel):
+    """What a bisect over commits or over environments keeps as it runs: its folder, its flow run, how it ended, the
+    check its bad endpoint fails, its probes and its times."""
 
     bisect_id: str = Field(description="its folder's name")
     folder: str
     flow_run_id: str | None = None
     status: BisectStatus = "stopped"
     reason: str | None = Field(None, description="why refused or stopped")
-    check: Check | None = Field(None, description="the check the bad revision fails")
-    first_bad: str | None = None
-    first_bad_message: str | None = Field(None, description="its full commit message")
-    candidates: list[str] = Field(default_factory=list, description="ambiguous: the commits git could not tell apart")
+    check: Check | None = Field(None, description="the check the bad endpoint fails")
     probes: list[Probe] = Field(default_factory=list)
-    bisect_log: str = Field("", description="git bisect log: replay with git bisect replay")
     started_at: datetime.datetime = Field(default_factory=lambda: datetime.datetime.now(datetime.UTC))
     finished_at: datetime.datetime | None = None
 
     @property
     def steps_taken(self) -> int:
-        """Probes git bisect asked for (the endpoints not counted)."""
+        """Probes the search asked for (the endpoints not counted)."""
         return sum(p.role == "step" for p in self.probes)
-
-    @property
-    def steps_bound(self) -> int:
-        """ceil(log2(commits)): the most probes git bisect needs on a linear history without skips."""
-        return math.ceil(math.log2(self.commits)) if self.commits > 1 else 0
 
     @property
     def wall_s(self) -> float | None:
         """Seconds from start to finish; None while running."""
         return round((self.finished_at - self.started_at).total_seconds(), 1) if self.finished_at else None
+
+
+class BisectResult(BisectRecord, BisectInputs):
+    """A bisect, as titanflow bisect prints it, the artifact shows it and ``bisect.json`` keeps it."""
+
+    first_bad: str | None = None
+    first_bad_message: str | None = Field(None, description="its full commit message")
+    candidates: list[str] = Field(default_factory=list, description="ambiguous: the commits git could not tell apart")
+    bisect_log: str = Field("", description="git bisect log: replay with git bisect replay")
+
+    @property
+    def steps_bound(self) -> int:
+        """ceil(log2(commits)): the most probes git bisect needs on a linear history without skips."""
+        return math.ceil(math.log2(self.commits)) if self.commits > 1 else 0
 
 
 def check_inputs(repo: Path | str, good: str, bad: str, parameters: dict) -> BisectInputs:
