@@ -119,16 +119,21 @@ def plan(runs_dir: Path | None = None, policy: Policy | None = None, history_dir
         elif summary.verdict == "pass" and folder.name in newest[key][:policy.passing_keep_last]:
             decisions.append(Decision(folder, "keep", f"one of the newest {policy.passing_keep_last} passing runs "
                                                       "of its workload"))
-        elif age_days > policy.records_keep_days:
-            decisions.append(Decision(folder, "whole", f"{summary.verdict}, {age_days:.0f} days old: past "
-                                      f"records_keep_days {policy.records_keep_days:g}", (folder,), _freed((folder,))))
         else:
-            heavy = _going(folder, HEAVY)
-            decisions.append(Decision(folder, "heavy" if heavy.paths else "keep",
-                                      f"{summary.verdict}, past the policy: its export and step checkpoints go"
-                                      if heavy.paths else f"{summary.verdict}, past the policy, nothing heavy left",
-                                      heavy.paths, heavy.bytes))
+            decisions.append(_past_keeping(folder, summary.verdict, "past the policy", age_days, policy))
     return decisions + _nested(runs_dir, policy, now)
+
+
+def _past_keeping(folder: Path, what: str, past: str, age_days: float, policy: Policy) -> Decision:
+    """A run past what keeps it whole (``what``: the run in words, ``past``: why in words): removed whole once older
+    than ``records_keep_days``, else its heavy parts go."""
+    if age_days > policy.records_keep_days:
+        return Decision(folder, "whole", f"{what}, {age_days:.0f} days old: past records_keep_days "
+                        f"{policy.records_keep_days:g}", (folder,), _freed((folder,)))
+    heavy = _going(folder, HEAVY)
+    return Decision(folder, "heavy" if heavy.paths else "keep",
+                    f"{what}, {past}: its export and step checkpoints go" if heavy.paths
+                    else f"{what}, {past}, nothing heavy left", heavy.paths, heavy.bytes)
 
 
 #: Run folders inside a bisect's or a canary's folder of the runs folder: a bisect's probes
@@ -150,14 +155,8 @@ def _nested(runs_dir: Path, policy: Policy, now: datetime) -> list[Decision]:
         kind = "a bisect's probe" if folder.parents[1].name.startswith("bisect-") else "a canary's run"
         if summary.verdict is None or age_days <= policy.failed_keep_days:
             decisions.append(Decision(folder, "keep", f"{kind}, kept {policy.failed_keep_days:g} days"))
-        elif age_days > policy.records_keep_days:
-            decisions.append(Decision(folder, "whole", f"{kind}, {age_days:.0f} days old: past records_keep_days "
-                                      f"{policy.records_keep_days:g}", (folder,), _freed((folder,))))
         else:
-            heavy = _going(folder, HEAVY)
-            decisions.append(Decision(folder, "heavy" if heavy.paths else "keep",
-                                      f"{kind}, {age_days:.0f} days old: its export and step checkpoints go"
-                                      if heavy.paths else f"{kind}, nothing heavy left", heavy.paths, heavy.bytes))
+            decisions.append(_past_keeping(folder, kind, f"{age_days:.0f} days old", age_days, policy))
     return decisions
 
 
